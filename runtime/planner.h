@@ -1,0 +1,67 @@
+/* The plan object: everything uattn_plan_step computes, and the buffers it keeps between steps. */
+#ifndef UATTN_PLANNER_H
+#define UATTN_PLANNER_H
+
+#include "internal.h"
+
+/* Per-block scratch, indexed by block id. A block's entry is valid for the current step only when its
+ * stamp equals the plan's, so nothing is cleared between steps. */
+typedef struct uattn_block_scratch {
+  uint32_t *stamp;
+  int32_t *start;   /* the block's position in every request that holds it (must agree) */
+  int32_t *owner;   /* the request that first used it this step */
+  int32_t *readers; /* query tokens that read it as context */
+  int32_t *index;   /* its index in shared_blocks, once assigned */
+  uint8_t *written; /* 1 if a request writes this step's K/V into it */
+} uattn_block_scratch;
+
+typedef struct uattn_bucket_table {
+  uattn_bucket *shapes; /* sorted by (query_len, shared_blocks, unique_blocks, causal) */
+  bool *causal;
+  int32_t count;
+  size_t capacity;
+} uattn_bucket_table;
+
+/* The seed-format tensors of uattn_plan_materialize; grown on demand. */
+typedef struct uattn_seed_buffers {
+  uattn_buf causal_bias, shared_bias, shared_usage, unique_bias, unique_mapping;
+  uattn_buf slot_mapping, token_ids, token_positions, logits_indices;
+} uattn_seed_buffers;
+
+struct uattn_plan {
+  uattn_plan_config config;
+  uattn_alloc alloc;
+  uattn_block_scratch blocks;
+  uint32_t stamp;
+
+  /* per request, [max_num_seqs + 1] */
+  int32_t *num_scheduled, *query_start_loc, *seq_lens, *cached, *num_output_tokens;
+  bool *is_prompt;
+  int32_t *step_scheduled; /* scratch: num_scheduled while the step is validated */
+  /* per query row, [max_num_batched_tokens] */
+  int32_t *token_groups, *token_offsets, *token_positions, *token_ids, *token_context_lens;
+  int64_t *slot_mapping;
+  /* sampling, [max_num_batched_tokens + 1]: async scheduling may add one row */
+  int32_t *logits_indices, *logits_groups, *new_token_positions;
+  int32_t invalid_req;
+
+  /* context split, sized by the largest step so far */
+  uattn_buf shared_blocks, shared_spans, unique_blocks, span_cursor;
+
+  uattn_bucket_table buckets;
+  uattn_seed_buffers seed;
+  uattn_plan_info info;
+  uattn_plan_stats stats;
+};
+
+/* bucketing.c */
+uattn_status uattn_buckets_build(uattn_plan *plan);
+void uattn_buckets_release(uattn_plan *plan);
+/* Pads the exact shape by the plan's policy; sets *fallback when no bucket fits. */
+uattn_status uattn_bucket_select(const uattn_plan *plan, bool contains_prompts, const uattn_bucket *exact,
+                                 uattn_bucket *padded, bool *fallback);
+
+/* seed_tensors.c */
+void uattn_seed_buffers_release(uattn_plan *plan);
+
+#endif /* UATTN_PLANNER_H */
