@@ -29,8 +29,9 @@ static int32_t bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t 
   for (int i = 0; i < 10; i++) {
     int32_t v = max;
     if (i < 9) {
-      /* the seed: ceil(min * (max/min)^(i/9) / round_up) * round_up, in double precision */
-      double x = (double)min * pow(ratio, (double)i / 9.0);
+      /* the seed: ceil(min * (max/min)^((1/9) * i) / round_up) * round_up, in double precision, with its
+       * exponent written as (1./9.) * i: i / 9. can differ in the last bit */
+      double x = (double)min * pow(ratio, (1.0 / 9.0) * i);
       double r = ceil(x / round_up) * round_up;
       v = r > INT32_MAX ? INT32_MAX : (int32_t)r;
     }
@@ -47,10 +48,9 @@ uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int3
                                 int32_t *count) {
   uattn_clear_error();
   UATTN_CHECK_PTR(count, "count");
-  if (min < 0 || max < 1 || max < min || round_up < 1)
+  if (min < 0 || max < min || round_up < 1)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
-                      "bucket range needs 0 <= min <= max, max >= 1 and round_up >= 1 (got %d, %d, %d)", min, max,
-                      round_up);
+                      "bucket range needs 0 <= min <= max and round_up >= 1 (got %d, %d, %d)", min, max, round_up);
   if (cap > 0) UATTN_CHECK_PTR(out, "out");
   int32_t tmp[UATTN_RANGE_MAX];
   int32_t n = bucket_range(min, max, round_up, tmp);
@@ -81,7 +81,7 @@ uattn_status uattn_buckets_build(uattn_plan *p) {
   int32_t qr[UATTN_RANGE_MAX], sr[UATTN_RANGE_MAX], ur[UATTN_RANGE_MAX];
   int32_t nq = bucket_range(1, c->max_num_batched_tokens, c->max_num_seqs, qr);
   int32_t shared_max = uattn_min_i32(c->max_model_len / c->block_size, c->num_blocks);
-  int32_t ns = bucket_range(0, uattn_max_i32(shared_max, 1), c->max_num_seqs, sr);
+  int32_t ns = bucket_range(0, shared_max, c->max_num_seqs, sr);
   int32_t nu = bucket_range(0, c->num_blocks, c->max_num_seqs, ur);
   if (c->chunk_size > 0) {
     /* chunked shared attention runs whole chunks: shared sizes are multiples of the chunk */
@@ -191,6 +191,10 @@ uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, b
   if (plan->config.bucketing.mode != UATTN_BUCKETING_SEED)
     return uattn_fail(UATTN_ERR_UNSUPPORTED, "the plan was not created with UATTN_BUCKETING_SEED: it has no list");
   const int32_t n = plan->buckets.count;
+  if (!buckets && cap == 0) { /* a size query */
+    *count = n;
+    return UATTN_OK;
+  }
   if (cap < n)
     return uattn_fail(UATTN_ERR_CAPACITY, "the plan has %d buckets; the output holds %d", n, cap);
   UATTN_CHECK_PTR(buckets, "buckets");

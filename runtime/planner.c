@@ -415,7 +415,7 @@ static void write_split(uattn_plan *p, const uattn_step *s) {
         shared[ns++] = row[o];
       }
   }
-  qsort(shared, (size_t)ns, sizeof *shared, compare_i32);
+  if (ns > 1) qsort(shared, (size_t)ns, sizeof *shared, compare_i32);
   for (int32_t i = 0; i < ns; i++) {
     b->index[shared[i]] = i;
     cursor[i] = 0;
