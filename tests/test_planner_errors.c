@@ -53,6 +53,11 @@ typedef struct snapshot {
   uattn_unique_block unique[64];
 } snapshot;
 
+/* memcpy that accepts an empty NULL source (an empty list may have no buffer yet). */
+static void copy(void *dst, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+}
+
 static void take(const uattn_plan *plan, snapshot *s) {
   memset(s, 0, sizeof *s);
   cr_assert_eq(uattn_plan_get_info(plan, &s->info), UATTN_OK);
@@ -63,14 +68,14 @@ static void take(const uattn_plan *plan, snapshot *s) {
   const int32_t lens[] = {in->num_tokens, in->num_tokens, in->num_tokens, in->num_tokens, in->num_tokens,
                           in->num_reqs + 1, in->num_reqs};
   for (int k = 0; k < 7; k++)
-    if (rows[k]) memcpy(s->rows[k], rows[k], sizeof(int32_t) * (size_t)lens[k]);
-  memcpy(s->slots, in->slot_mapping, sizeof(int64_t) * (size_t)in->num_tokens);
-  memcpy(s->logits[0], in->logits_indices, sizeof(int32_t) * (size_t)in->num_logits);
-  memcpy(s->logits[1], in->logits_groups, sizeof(int32_t) * (size_t)in->num_logits);
-  memcpy(s->logits[2], in->new_token_positions, sizeof(int32_t) * (size_t)in->num_logits);
-  memcpy(s->shared, in->shared_blocks, sizeof(int32_t) * (size_t)in->num_shared_blocks);
-  memcpy(s->spans, in->shared_spans, sizeof(uattn_shared_span) * (size_t)in->num_shared_spans);
-  memcpy(s->unique, in->unique_blocks, sizeof(uattn_unique_block) * (size_t)in->num_unique_blocks);
+    if (rows[k]) copy(s->rows[k], rows[k], sizeof(int32_t) * (size_t)lens[k]);
+  copy(s->slots, in->slot_mapping, sizeof(int64_t) * (size_t)in->num_tokens);
+  copy(s->logits[0], in->logits_indices, sizeof(int32_t) * (size_t)in->num_logits);
+  copy(s->logits[1], in->logits_groups, sizeof(int32_t) * (size_t)in->num_logits);
+  copy(s->logits[2], in->new_token_positions, sizeof(int32_t) * (size_t)in->num_logits);
+  copy(s->shared, in->shared_blocks, sizeof(int32_t) * (size_t)in->num_shared_blocks);
+  copy(s->spans, in->shared_spans, sizeof(uattn_shared_span) * (size_t)in->num_shared_spans);
+  copy(s->unique, in->unique_blocks, sizeof(uattn_unique_block) * (size_t)in->num_unique_blocks);
 }
 
 static uattn_plan *plan;
