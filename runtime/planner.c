@@ -103,6 +103,25 @@ static void plan_free(uattn_plan *p) {
   hooks.free(hooks.user, p);
 }
 
+/* The context split's lists hold at most one entry per (request, context block). When that worst case is
+ * modest, reserve it now so that no step ever allocates; otherwise they grow with the largest step seen. */
+#define UATTN_CONTEXT_RESERVE_LIMIT ((size_t)64 << 20)
+
+static uattn_status reserve_context(uattn_plan *p) {
+  const uattn_plan_config *c = &p->config;
+  const int64_t entries = (int64_t)c->max_num_seqs * uattn_ceil_div_i32(c->max_model_len, c->block_size);
+  const int64_t blocks = entries < c->num_blocks ? entries : c->num_blocks;
+  const size_t bytes = (size_t)entries * (sizeof(uattn_shared_span) + sizeof(uattn_unique_block)) +
+                       (size_t)blocks * 2 * sizeof(int32_t);
+  if (bytes > UATTN_CONTEXT_RESERVE_LIMIT) return UATTN_OK;
+  uattn_status st;
+  if ((st = uattn_buf_reserve(&p->alloc, &p->shared_spans, (size_t)entries * sizeof(uattn_shared_span))) ||
+      (st = uattn_buf_reserve(&p->alloc, &p->unique_blocks, (size_t)entries * sizeof(uattn_unique_block))) ||
+      (st = uattn_buf_reserve(&p->alloc, &p->shared_blocks, (size_t)blocks * sizeof(int32_t))))
+    return st;
+  return uattn_buf_reserve(&p->alloc, &p->span_cursor, (size_t)blocks * sizeof(int32_t));
+}
+
 uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out) {
   uattn_clear_error();
   UATTN_CHECK_PTR(config, "config");
@@ -127,6 +146,7 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
   UATTN_PLAN_ARRAYS(UATTN_ALLOC)
 #undef UATTN_ALLOC
   if (!st && config->bucketing.mode == UATTN_BUCKETING_SEED) st = uattn_buckets_build(p);
+  if (!st) st = reserve_context(p);
   if (st) {
     plan_free(p);
     return st;

@@ -294,6 +294,7 @@ Test(planner_alloc, no_allocation_once_the_largest_batch_was_seen) {
   cfg.allocator = &counter.hooks; /* no bucketing: a subset's padded shape never outgrows the batch's */
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
+  const long at_creation = counter.allocs;
   test_rng rng = {7};
   rb_params big = rb_random_params(&rng);
   big.block_size = 16;
@@ -304,6 +305,7 @@ Test(planner_alloc, no_allocation_once_the_largest_batch_was_seen) {
   rb_generate(&rng, &big, &b);
   uattn_step step = rb_step(&b);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
+  cr_assert_eq(counter.allocs, at_creation, "a plan this size reserves its worst-case context at creation");
   uattn_seed_tensors seed;
   cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_PADDED_IDS | UATTN_SEED_SHARED_USAGE, &seed), UATTN_OK);
   const long after_first = counter.allocs;
