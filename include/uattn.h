@@ -272,6 +272,89 @@ typedef struct uattn_seed_tensors {
 UATTN_API uattn_status uattn_plan_materialize(uattn_plan *plan, unsigned what, uattn_seed_tensors *out);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Attention over a planned step                                                                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum uattn_dtype {
+  UATTN_F32 = 0,
+  UATTN_BF16 = 1, /* the upper 16 bits of an IEEE fp32 */
+  UATTN_F16 = 2,  /* IEEE binary16 */
+} uattn_dtype;
+
+typedef enum uattn_kv_layout {
+  UATTN_LAYOUT_NHD = 0, /* [num_blocks * block_size, num_kv_heads, head_dim] */
+  UATTN_LAYOUT_HND = 1, /* [num_blocks, num_kv_heads, block_size, head_dim] */
+} uattn_kv_layout;
+
+/* Which keys a query sees (vLLM's attention types). */
+typedef enum uattn_attention_type {
+  UATTN_ATTENTION_DECODER = 0,         /* causal self-attention over the decoder's KV cache */
+  UATTN_ATTENTION_ENCODER = 1,         /* bidirectional self-attention of an encoder-decoder's encoder */
+  UATTN_ATTENTION_ENCODER_ONLY = 2,    /* bidirectional self-attention of an encoder-only model */
+  UATTN_ATTENTION_ENCODER_DECODER = 3, /* cross-attention: decoder queries, encoder keys */
+} uattn_attention_type;
+
+/* One attention layer. Query head h reads KV head h / (num_q_heads / num_kv_heads). */
+typedef struct uattn_layer {
+  int32_t num_q_heads, num_kv_heads, head_dim;
+  float scale;            /* score = scale * <q, k> */
+  float soft_cap;         /* > 0: score = soft_cap * tanh(score / soft_cap) */
+  int32_t sliding_window; /* > 0: a query at p sees keys j > p - sliding_window */
+  uattn_dtype dtype;       /* of q, k, v and out */
+  uattn_dtype cache_dtype; /* of the key and value caches */
+  uattn_kv_layout kv_layout;
+  uattn_attention_type attn_type;
+  const float *sinks;          /* optional [num_q_heads]: a logit that enters each head's denominator only */
+  const float *alibi_slopes;   /* optional [num_q_heads]: score += slope * (key position - query position) */
+  int32_t causal_width;        /* query rows per causal slice (the seed's 512); 0 = 512 */
+  int32_t chunk_size;          /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
+} uattn_layer;
+
+/* A layer with the given heads and dtype, scale 1/sqrt(head_dim), NHD layout, decoder attention. */
+UATTN_API uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
+                                          uattn_dtype dtype);
+
+/* Encoder-decoder cross attention: request r's queries see all encoder_lens[r] keys of a separate paged
+ * sequence, stored in the caches passed as key_cache/value_cache, through cross_block_table (its own
+ * block size is the plan's). This step's k and v are not written. */
+typedef struct uattn_cross {
+  const int32_t *encoder_lens;      /* [num_reqs] */
+  const int32_t *block_table;       /* [num_reqs, block_table_stride] */
+  int32_t block_table_stride;
+} uattn_cross;
+
+/* The tensors of one forward call. q [T, Hq, D], k and v [T, Hkv, D] and out [T, Hq, D] are dense in the
+ * layer's dtype (T = the plan's num_tokens); the caches are in cache_dtype and kv_layout. */
+typedef struct uattn_tensors {
+  const void *q, *k, *v;
+  void *key_cache, *value_cache;
+  int32_t num_blocks; /* blocks in each cache; every slot the plan writes or reads must be inside */
+  int32_t block_size; /* the caches' block size: must be the plan's */
+  void *out;
+  float *lse;         /* optional [T, Hq]: natural-log sum of exp of each row's scores (sinks included) */
+  const uattn_cross *cross; /* encoder-decoder only */
+} uattn_tensors;
+
+/* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every
+ * query row (DESIGN.md §1): the causal, shared and unique parts of the seed, merged with its fmin/feps
+ * guards, with fp32 accumulation. A row with no visible key gets zeros (lse -inf). On an error nothing has
+ * been written to the caches or the outputs. */
+UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t);
+
+/* Merges partial attention results of the same rows computed over disjoint key sets (several calls, or
+ * ranks of context parallelism): out = sum_i out_i * exp(lse_i - lse), lse = log(sum_i exp(lse_i)).
+ * outs[i] and lses[i] are fp32 [rows, heads, head_dim] and [rows, heads]; out may alias outs[0]. */
+UATTN_API uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses,
+                                          int32_t rows, int32_t heads, int32_t head_dim, float *out, float *lse);
+
+/* The seed's partial form: an unnormalized output sum_j e^(s_j - m) v_j, its row max m and its row sum
+ * l = sum_j e^(s_j - m). Merges num_parts of them per (row, head) the seed's way, with fmin (a floor for
+ * the max) and feps (a floor for the sum) guards: a row whose parts are all empty gets zeros. */
+UATTN_API uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
+                                            const float *const *sums, int32_t rows, int32_t heads,
+                                            int32_t head_dim, float *out);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* vLLM attention-backend batch utilities                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 /* BEGIN batch utilities */
@@ -468,12 +551,6 @@ UATTN_API uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query
                                                             int32_t capacity, int32_t *num_programs);
 
 /* vLLM's AttentionType. */
-typedef enum uattn_attention_type {
-  UATTN_ATTENTION_DECODER = 0,         /* causal self-attention over the decoder's KV cache */
-  UATTN_ATTENTION_ENCODER = 1,         /* bidirectional self-attention of an encoder-decoder's encoder */
-  UATTN_ATTENTION_ENCODER_ONLY = 2,    /* bidirectional self-attention of an encoder-only model */
-  UATTN_ATTENTION_ENCODER_DECODER = 3, /* cross-attention: decoder queries, encoder keys */
-} uattn_attention_type;
 
 /* Query and key/value token counts of one attention call. */
 typedef struct uattn_query_kv_tokens {
