@@ -1,0 +1,61 @@
+#include "portable.h"
+
+#include <math.h>
+
+void uattn_state_reset(uattn_state *st, int32_t head_dim) {
+  st->m = -INFINITY;
+  st->l = 0.0f;
+  for (int32_t d = 0; d < head_dim; d++) st->o[d] = 0.0f;
+}
+
+float uattn_dot(const float *a, const float *b, int32_t n) {
+  /* eight independent sums: vectorizable without -ffast-math, and the same order on every build */
+  float s[8] = {0};
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+  for (; i < n; i++) s[i & 7] += a[i] * b[i];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+/* Rescales a state by e^(old max - new max) so it can take keys with a larger max. */
+static void rescale(uattn_state *st, float new_m, int32_t head_dim) {
+  if (st->m == new_m) return;
+  const float a = st->m == -INFINITY ? 0.0f : expf(st->m - new_m);
+  st->l *= a;
+  for (int32_t d = 0; d < head_dim; d++) st->o[d] *= a;
+  st->m = new_m;
+}
+
+void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
+                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule,
+                        float *scores, uattn_state *st) {
+  if (rule->window > 0) { /* keys at positions <= query_pos - window are outside */
+    const int32_t first = query_pos - rule->window + 1 - key_pos0;
+    if (first > lo) lo = first;
+  }
+  if (lo >= hi) return;
+  float block_max = -INFINITY;
+  for (int32_t i = lo; i < hi; i++) {
+    float s = uattn_dot(q, keys + (int64_t)i * head_dim, head_dim);
+    if (rule->soft_cap > 0.0f) s = rule->soft_cap * tanhf(s / rule->soft_cap);
+    if (rule->alibi_slope != 0.0f) s += rule->alibi_slope * (float)(key_pos0 + i - query_pos);
+    scores[i - lo] = s;
+    if (s > block_max) block_max = s;
+  }
+  if (block_max > st->m) rescale(st, block_max, head_dim);
+  for (int32_t i = lo; i < hi; i++) {
+    const float p = expf(scores[i - lo] - st->m);
+    st->l += p;
+    const float *v = values + (int64_t)i * head_dim;
+    for (int32_t d = 0; d < head_dim; d++) st->o[d] += p * v[d];
+  }
+}
+
+void uattn_state_merge(uattn_state *a, const uattn_state *b, int32_t head_dim) {
+  if (b->m == -INFINITY) return;
+  if (b->m > a->m) rescale(a, b->m, head_dim);
+  const float f = expf(b->m - a->m);
+  a->l += b->l * f;
+  for (int32_t d = 0; d < head_dim; d++) a->o[d] += b->o[d] * f;
+}

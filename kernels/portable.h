@@ -1,0 +1,37 @@
+/* Portable reference kernels: plain C that every platform runs and every fast path is checked against.
+ * They work on fp32 panels (keys and values widened once) and on partial softmax states. */
+#ifndef UATTN_PORTABLE_H
+#define UATTN_PORTABLE_H
+
+#include <stdint.h>
+
+/* A partial attention of one (row, head): the seed's triplet. o is unnormalized: sum_j e^(s_j - m) v_j. */
+typedef struct uattn_state {
+  float m; /* running max of the scores (-inf while empty) */
+  float l; /* sum_j e^(s_j - m) */
+  float *o; /* [head_dim] */
+} uattn_state;
+
+void uattn_state_reset(uattn_state *st, int32_t head_dim);
+
+/* How scores are formed for one query head. */
+typedef struct uattn_score_rule {
+  float soft_cap;    /* > 0: cap * tanh(s / cap) */
+  float alibi_slope; /* s += slope * (key position - query position); 0 = none */
+  int32_t window;    /* > 0: keys with position <= query position - window are not seen */
+} uattn_score_rule;
+
+/* Attends one query (already multiplied by the scale) to keys [lo, hi) of a panel whose key i has
+ * position key_pos0 + i, adding them to the state with an online-softmax update. Keys outside the rule's
+ * window are skipped. scores is scratch of at least hi - lo floats. */
+void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
+                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule,
+                        float *scores, uattn_state *st);
+
+/* Adds partial b into a (the seed's rescale merge of two partials). */
+void uattn_state_merge(uattn_state *a, const uattn_state *b, int32_t head_dim);
+
+/* Deterministic dot product (fixed association, whatever the compiler). */
+float uattn_dot(const float *a, const float *b, int32_t n);
+
+#endif

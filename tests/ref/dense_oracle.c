@@ -1,0 +1,552 @@
+/*
+ * The dense attention oracle (see dense_oracle.h). Written from DESIGN.md §1 and uattn.h only.
+ *
+ * The computation, per request r and KV head g:
+ *   1. widen every key and value the request can see (cache for j < num_computed, this step's rows after;
+ *      the cross sequence for cross attention) into double matrices K[j][d], V[j][d];
+ *   2. for each (row, query head of g) -- an "item" -- the visible keys form one contiguous range [lo, hi),
+ *      so masks are ranges, never bias tensors;
+ *   3. score, cap, ALiBi, then a max-subtracted softmax with the sink in the denominator, in double.
+ * Items are processed TILE at a time only so that each widened key and value row is loaded once per tile
+ * rather than once per item (a 4k-token prefill would otherwise stream hundreds of GB from memory). Every
+ * item's arithmetic is its own and runs in a fixed order (dot products over d in order, sums over j in
+ * order), so a row's answer does not depend on which rows share its tile: oracle_attention_rows and
+ * oracle_attention agree bit for bit.
+ */
+#include "ref/dense_oracle.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================================================ */
+/* errors                                                                                             */
+/* ================================================================================================ */
+
+static _Thread_local char oracle_msg[256];
+
+const char *oracle_last_error(void) { return oracle_msg; }
+
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(oracle_msg, sizeof oracle_msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ================================================================================================ */
+/* scalar conversions                                                                                 */
+/* ================================================================================================ */
+
+static uint64_t double_bits(double x) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+static double bits_double(uint64_t b) {
+  double x;
+  memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+double oracle_bf16_to_double(uint16_t h) {
+  uint32_t b = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return (double)f; /* float -> double is exact, NaN payload included */
+}
+
+double oracle_f16_to_double(uint16_t h) {
+  int sign = h >> 15, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  if (exp == 0x1F) {
+    /* inf or NaN: build the double directly so a NaN keeps its sign and payload (quiet bit 9 -> bit 51) */
+    uint64_t b = ((uint64_t)sign << 63) | ((uint64_t)0x7FF << 52) | ((uint64_t)man << 42);
+    return bits_double(b);
+  }
+  /* exact: at most 11 significant bits; exponent field 0 is the subnormal man * 2^-24 */
+  double mag = exp == 0 ? ldexp((double)man, -24) : ldexp((double)(0x400 | man), exp - 25);
+  return sign ? -mag : mag;
+}
+
+/* Rounds a double to a binary format with `ebits` exponent bits and `mbits` stored mantissa bits (IEEE
+ * layout, bias 2^(ebits-1) - 1), round-to-nearest-even, once. Returns the format's bit pattern. */
+static uint32_t narrow(double x, int ebits, int mbits) {
+  const uint64_t b = double_bits(x);
+  const uint32_t sign = (uint32_t)(b >> 63) << (ebits + mbits);
+  const int dexp = (int)((b >> 52) & 0x7FF);
+  const uint64_t dman = b & ((UINT64_C(1) << 52) - 1);
+  const uint32_t exp_ones = ((UINT32_C(1) << ebits) - 1) << mbits;
+
+  if (dexp == 0x7FF) {
+    if (dman == 0) return sign | exp_ones; /* inf */
+    /* NaN: keep the top payload bits, force the quiet bit so that it can never read as inf */
+    uint32_t payload = (uint32_t)(dman >> (52 - mbits));
+    return sign | exp_ones | payload | (UINT32_C(1) << (mbits - 1));
+  }
+  if (dexp == 0 && dman == 0) return sign; /* +-0 */
+
+  /* value = sig * 2^(e - 52), sig a 53-bit integer (a double subnormal has no implicit bit) */
+  const int e = dexp == 0 ? -1022 : dexp - 1023;
+  const uint64_t sig = dexp == 0 ? dman : (dman | (UINT64_C(1) << 52));
+  const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias, emax = bias;
+  if (e > emax + 1) return sign | exp_ones; /* beyond twice the largest finite: inf whatever the rounding */
+
+  /* The quantum (value of one unit in the last place) is 2^(e - mbits) for a normal result and the fixed
+   * 2^(emin - mbits) for a subnormal one; shift = how many of sig's low bits fall below it. */
+  const int shift = e >= emin ? 52 - mbits : 52 - mbits + (emin - e);
+  uint64_t q;
+  if (shift >= 64) {
+    q = 0; /* value < 2^-11 quanta: rounds to zero */
+  } else {
+    q = sig >> shift;
+    const uint64_t rem = sig & ((UINT64_C(1) << shift) - 1), half = UINT64_C(1) << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+  }
+  /* Normal: q carries the implicit bit at position mbits, so adding it to exponent field (e + bias - 1)
+   * lands on (e + bias) -- and a rounding carry into 2^(mbits+1) moves to the next binade by itself.
+   * Subnormal: the exponent field is 0 and a carry into 2^mbits is exactly the smallest normal. */
+  uint64_t mag = e >= emin ? ((uint64_t)(e + bias - 1) << mbits) + q : q;
+  if (mag >= exp_ones) return sign | exp_ones; /* rounded past the largest finite */
+  return sign | (uint32_t)mag;
+}
+
+uint16_t oracle_double_to_bf16(double x) { return (uint16_t)narrow(x, 8, 7); }
+uint16_t oracle_double_to_f16(double x) { return (uint16_t)narrow(x, 5, 10); }
+uint16_t oracle_float_to_bf16(float x) { return oracle_double_to_bf16((double)x); }
+uint16_t oracle_float_to_f16(float x) { return oracle_double_to_f16((double)x); }
+
+size_t oracle_dtype_size(uattn_dtype dtype) {
+  switch (dtype) {
+  case UATTN_F32: return 4;
+  case UATTN_BF16:
+  case UATTN_F16: return 2;
+  }
+  return 0;
+}
+
+double oracle_load(const void *base, uattn_dtype dtype, size_t i) {
+  switch (dtype) {
+  case UATTN_F32: return (double)((const float *)base)[i];
+  case UATTN_BF16: return oracle_bf16_to_double(((const uint16_t *)base)[i]);
+  case UATTN_F16: return oracle_f16_to_double(((const uint16_t *)base)[i]);
+  }
+  return NAN;
+}
+
+void oracle_store(void *base, uattn_dtype dtype, size_t i, double x) {
+  switch (dtype) {
+  case UATTN_F32: ((float *)base)[i] = (float)x; break; /* C's conversion rounds to nearest even */
+  case UATTN_BF16: ((uint16_t *)base)[i] = oracle_double_to_bf16(x); break;
+  case UATTN_F16: ((uint16_t *)base)[i] = oracle_double_to_f16(x); break;
+  }
+}
+
+double oracle_round(uattn_dtype dtype, double x) {
+  unsigned char buf[4];
+  oracle_store(buf, dtype, 0, x);
+  return oracle_load(buf, dtype, 0);
+}
+
+size_t oracle_cache_offset(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head) {
+  const size_t hkv = (size_t)layer->num_kv_heads, d = (size_t)layer->head_dim;
+  if (layer->kv_layout == UATTN_LAYOUT_HND) {
+    const size_t block = (size_t)(slot / block_size), off = (size_t)(slot % block_size);
+    return ((block * hkv + (size_t)kv_head) * (size_t)block_size + off) * d;
+  }
+  return ((size_t)slot * hkv + (size_t)kv_head) * d;
+}
+
+/* ================================================================================================ */
+/* argument checks                                                                                    */
+/* ================================================================================================ */
+
+static bool valid_dtype(uattn_dtype d) { return d == UATTN_F32 || d == UATTN_BF16 || d == UATTN_F16; }
+
+static bool is_cross(const uattn_layer *layer) { return layer->attn_type == UATTN_ATTENTION_ENCODER_DECODER; }
+
+/* The step and layer on their own; sets *num_tokens. */
+static int check_step_layer(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
+                            int64_t *num_tokens) {
+  if (!s || !layer || !t) return fail("oracle: NULL step, layer or tensors");
+  if (s->num_reqs < 0) return fail("oracle: num_reqs %d < 0", s->num_reqs);
+  if (s->num_reqs > 0 && (!s->num_computed || !s->num_scheduled))
+    return fail("oracle: NULL num_computed or num_scheduled");
+  if (s->block_size <= 0) return fail("oracle: block_size %d <= 0", s->block_size);
+  if (layer->num_q_heads <= 0 || layer->num_kv_heads <= 0 || layer->head_dim <= 0)
+    return fail("oracle: heads %d/%d and head_dim %d must be > 0", layer->num_q_heads, layer->num_kv_heads,
+                layer->head_dim);
+  if (layer->num_q_heads % layer->num_kv_heads != 0)
+    return fail("oracle: num_q_heads %d is not a multiple of num_kv_heads %d", layer->num_q_heads,
+                layer->num_kv_heads);
+  if (!valid_dtype(layer->dtype) || !valid_dtype(layer->cache_dtype))
+    return fail("oracle: unknown dtype %d or cache_dtype %d", (int)layer->dtype, (int)layer->cache_dtype);
+  if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND)
+    return fail("oracle: unknown kv_layout %d", (int)layer->kv_layout);
+  if (layer->attn_type < UATTN_ATTENTION_DECODER || layer->attn_type > UATTN_ATTENTION_ENCODER_DECODER)
+    return fail("oracle: unknown attn_type %d", layer->attn_type);
+  int64_t total = 0;
+  for (int32_t r = 0; r < s->num_reqs; r++) {
+    const int32_t nc = s->num_computed[r], ns = s->num_scheduled[r];
+    if (nc < 0 || ns < 0) return fail("oracle: request %d: num_computed %d, num_scheduled %d", r, nc, ns);
+    if ((int64_t)nc + ns > INT32_MAX) return fail("oracle: request %d: sequence length overflows int32", r);
+    total += ns;
+  }
+  if (total > INT32_MAX) return fail("oracle: %lld scheduled tokens overflow int32", (long long)total);
+  *num_tokens = total;
+  return 0;
+}
+
+/* The cache block holding key j of request r of the given table, checked. */
+static int block_of(const int32_t *table, int32_t stride, int32_t r, int32_t j, int32_t block_size,
+                    int32_t num_blocks, const char *which, int32_t *block) {
+  const int32_t col = j / block_size;
+  if (!table) return fail("oracle: request %d reads or writes the cache but the %s block table is NULL", r, which);
+  if (col >= stride)
+    return fail("oracle: request %d position %d needs %s block table column %d, stride is %d", r, j, which, col,
+                stride);
+  const int32_t b = table[(size_t)r * (size_t)stride + (size_t)col];
+  if (b < 0 || b >= num_blocks)
+    return fail("oracle: request %d position %d: %s block id %d outside [0, %d)", r, j, which, b, num_blocks);
+  *block = b;
+  return 0;
+}
+
+/* Every cache block request r reads: keys [0, num_computed) of a self-attention, [0, encoder_len) of cross. */
+static int check_reads(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t) {
+  const bool cross = is_cross(layer);
+  if (cross) {
+    if (!t->cross || (s->num_reqs > 0 && !t->cross->encoder_lens))
+      return fail("oracle: cross attention without t->cross or its encoder_lens");
+  }
+  bool any = false;
+  for (int32_t r = 0; r < s->num_reqs; r++) {
+    const int32_t n = cross ? t->cross->encoder_lens[r] : s->num_computed[r];
+    if (n < 0) return fail("oracle: request %d: encoder_len %d < 0", r, n);
+    /* every key of a block lies in that block, so checking one key per block is checking them all */
+    for (int32_t j = 0; j < n; j += s->block_size) {
+      int32_t b = 0;
+      int rc = cross ? block_of(t->cross->block_table, t->cross->block_table_stride, r, j, s->block_size,
+                                t->num_blocks, "cross", &b)
+                     : block_of(s->block_table, s->block_table_stride, r, j, s->block_size, t->num_blocks, "step",
+                                &b);
+      if (rc) return rc;
+      any = true;
+    }
+  }
+  if (any && (!t->key_cache || !t->value_cache)) return fail("oracle: keys are read from a NULL cache");
+  return 0;
+}
+
+/* ================================================================================================ */
+/* the cache update                                                                                   */
+/* ================================================================================================ */
+
+static int cmp_i64(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Copies or converts one head's D elements from a dtype row to a cache_dtype row. */
+static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di,
+                        size_t n) {
+  if (sdt == ddt) {
+    /* equal dtypes: the bits themselves, so that even a signalling NaN's payload survives */
+    const size_t es = oracle_dtype_size(sdt);
+    memcpy((char *)dst + di * es, (const char *)src + si * es, n * es);
+    return;
+  }
+  for (size_t d = 0; d < n; d++) oracle_store(dst, ddt, di + d, oracle_load(src, sdt, si + d));
+}
+
+int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t) {
+  int64_t num_tokens = 0;
+  if (check_step_layer(s, layer, t, &num_tokens)) return -1;
+  if (is_cross(layer)) return 0; /* cross attention's step k/v are ignored and not written */
+  if (num_tokens == 0) return 0;
+  if (!t->k || !t->v || !t->key_cache || !t->value_cache) return fail("oracle: NULL k, v or cache");
+
+  /* Check every slot (and that no two tokens share one) before writing anything. */
+  int64_t *slots = malloc((size_t)num_tokens * sizeof *slots);
+  if (!slots) return fail("oracle: out of memory");
+  size_t n = 0;
+  for (int32_t r = 0; r < s->num_reqs; r++) {
+    for (int32_t i = 0; i < s->num_scheduled[r]; i++) {
+      const int32_t p = s->num_computed[r] + i;
+      int32_t b = 0;
+      if (block_of(s->block_table, s->block_table_stride, r, p, s->block_size, t->num_blocks, "step", &b)) {
+        free(slots);
+        return -1;
+      }
+      slots[n++] = (int64_t)b * s->block_size + p % s->block_size;
+    }
+  }
+  int64_t *sorted = malloc((size_t)num_tokens * sizeof *sorted);
+  if (!sorted) {
+    free(slots);
+    return fail("oracle: out of memory");
+  }
+  memcpy(sorted, slots, (size_t)num_tokens * sizeof *sorted);
+  qsort(sorted, n, sizeof *sorted, cmp_i64);
+  for (size_t i = 1; i < n; i++) {
+    if (sorted[i] == sorted[i - 1]) {
+      const long long dup = (long long)sorted[i];
+      free(sorted);
+      free(slots);
+      return fail("oracle: two tokens of the step write slot %lld: the result would depend on the order", dup);
+    }
+  }
+  free(sorted);
+
+  const size_t hkv = (size_t)layer->num_kv_heads, d = (size_t)layer->head_dim;
+  for (size_t row = 0; row < n; row++) {
+    for (size_t g = 0; g < hkv; g++) {
+      const size_t src = (row * hkv + g) * d, dst = oracle_cache_offset(layer, s->block_size, slots[row], (int32_t)g);
+      convert_row(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype, dst, d);
+      convert_row(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype, dst, d);
+    }
+  }
+  free(slots);
+  return 0;
+}
+
+/* ================================================================================================ */
+/* attention                                                                                          */
+/* ================================================================================================ */
+
+/* (row, head) items per tile: 16 doubles of accumulators fit the 16 SSE/AVX registers with room to spare. */
+enum { TILE = 16 };
+
+/* One selected output: the step row, and where its answer goes in out/lse. */
+typedef struct sel {
+  int32_t row, dst;
+} sel;
+
+static int cmp_sel(const void *a, const void *b) {
+  const sel *x = a, *y = b;
+  if (x->row != y->row) return (x->row > y->row) - (x->row < y->row);
+  return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+/* Working memory, sized once for the longest key sequence of the step. */
+typedef struct work {
+  double *K, *V;    /* [n][D] the request's visible keys and values for one KV head, widened */
+  double *Qt;       /* [D][TILE] the tile's queries, transposed so the score loop runs down the tile */
+  double *S;        /* [TILE][max_n] scores, then unnormalized weights, of each item's key range */
+  double *O;        /* [TILE][D] unnormalized outputs */
+} work;
+
+/* Widens key/value j of request r for KV head g into K and V. */
+static void load_kv(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t r,
+                    int32_t qstart, int32_t n, int32_t g, work *w) {
+  const size_t D = (size_t)layer->head_dim, hkv = (size_t)layer->num_kv_heads;
+  const bool cross = is_cross(layer);
+  const int32_t bs = s->block_size;
+  for (int32_t j = 0; j < n; j++) {
+    double *kj = w->K + (size_t)j * D, *vj = w->V + (size_t)j * D;
+    const bool from_cache = cross || j < s->num_computed[r];
+    if (from_cache) {
+      const int32_t *table = cross ? t->cross->block_table : s->block_table;
+      const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
+      const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
+      const size_t off = oracle_cache_offset(layer, bs, slot, g);
+      for (size_t d = 0; d < D; d++) {
+        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, off + d);
+        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, off + d);
+      }
+    } else {
+      /* this step's own row, in the input dtype: not the (possibly narrower) cached copy */
+      const size_t row = (size_t)qstart + (size_t)(j - s->num_computed[r]);
+      const size_t off = (row * hkv + (size_t)g) * D;
+      for (size_t d = 0; d < D; d++) {
+        kj[d] = oracle_load(t->k, layer->dtype, off + d);
+        vj[d] = oracle_load(t->v, layer->dtype, off + d);
+      }
+    }
+  }
+}
+
+/* Attention of one tile of `m` items (row position pos[i], query head head[i], keys [lo[i], hi[i])) against
+ * the widened K/V, written to out/lse at dst[i]. */
+static void tile_attention(const uattn_layer *layer, const work *w, int m, const int32_t *pos,
+                           const int32_t *head, const int32_t *lo, const int32_t *hi, const int32_t *dst,
+                           double *out, double *lse) {
+  const size_t D = (size_t)layer->head_dim, Hq = (size_t)layer->num_q_heads;
+  const double scale = (double)layer->scale, cap = (double)layer->soft_cap;
+
+  int32_t klo = INT32_MAX, khi = 0;
+  for (int i = 0; i < m; i++) {
+    if (lo[i] < hi[i]) {
+      if (lo[i] < klo) klo = lo[i];
+      if (hi[i] > khi) khi = hi[i];
+    }
+  }
+  const size_t span = khi > klo ? (size_t)(khi - klo) : 0;
+
+  /* Raw dot products <q_i, k_j> for j in [klo, khi). Lane i's sum runs over d in order, so it is exactly
+   * the plain sequential dot product; items whose range excludes j compute a value nobody reads. */
+  memset(w->O, 0, (size_t)TILE * D * sizeof *w->O);
+  for (int32_t j = klo; j < khi; j++) {
+    const double *kj = w->K + (size_t)j * D;
+    double acc[TILE] = {0};
+    for (size_t d = 0; d < D; d++) {
+      const double kd = kj[d];
+      const double *qd = w->Qt + d * TILE;
+      for (int i = 0; i < TILE; i++) acc[i] += qd[i] * kd;
+    }
+    for (int i = 0; i < m; i++) w->S[(size_t)i * span + (size_t)(j - klo)] = acc[i];
+  }
+
+  /* Per item: logits, max (the sink included, so that exp never overflows), unnormalized weights. */
+  double mx[TILE], sum[TILE];
+  for (int i = 0; i < m; i++) {
+    double *si = w->S + (size_t)i * span - klo; /* si[j] for j in [lo, hi) */
+    const double slope = layer->alibi_slopes ? (double)layer->alibi_slopes[head[i]] : 0.0;
+    double mi = -INFINITY;
+    for (int32_t j = lo[i]; j < hi[i]; j++) {
+      double x = scale * si[j];
+      if (cap > 0) x = cap * tanh(x / cap);
+      if (layer->alibi_slopes) x += slope * (double)((int64_t)j - pos[i]);
+      si[j] = x;
+      if (x > mi) mi = x;
+    }
+    const double sink = layer->sinks ? (double)layer->sinks[head[i]] : -INFINITY;
+    if (sink > mi) mi = sink;
+    double l = 0;
+    if (mi != -INFINITY) { /* -inf: no key and no sink (or all logits -inf): nothing to weigh */
+      for (int32_t j = lo[i]; j < hi[i]; j++) {
+        si[j] = exp(si[j] - mi);
+        l += si[j];
+      }
+      if (layer->sinks) l += exp(sink - mi);
+    }
+    mx[i] = mi;
+    sum[i] = l;
+  }
+
+  /* sum_j w_ij v_j in key order; a masked (i, j) is skipped, not multiplied by 0 (0 * inf is NaN). */
+  for (int32_t j = klo; j < khi; j++) {
+    const double *vj = w->V + (size_t)j * D;
+    for (int i = 0; i < m; i++) {
+      if (j < lo[i] || j >= hi[i] || sum[i] == 0) continue;
+      const double p = w->S[(size_t)i * span + (size_t)(j - klo)];
+      double *o = w->O + (size_t)i * D;
+      for (size_t d = 0; d < D; d++) o[d] += p * vj[d];
+    }
+  }
+
+  for (int i = 0; i < m; i++) {
+    double *o = out + ((size_t)dst[i] * Hq + (size_t)head[i]) * D;
+    const double *acc = w->O + (size_t)i * D;
+    /* sum == 0 only when nothing was weighed; a NaN sum (NaN inputs) is passed on, not hidden */
+    for (size_t d = 0; d < D; d++) o[d] = sum[i] == 0 ? 0.0 : acc[d] / sum[i];
+    if (lse) lse[(size_t)dst[i] * Hq + (size_t)head[i]] = sum[i] == 0 ? mx[i] : mx[i] + log(sum[i]);
+  }
+}
+
+/* The visible key range [lo, hi) of the query at position p of a request with n keys. */
+static void key_range(const uattn_layer *layer, int32_t p, int32_t n, int32_t *lo, int32_t *hi) {
+  if (layer->attn_type != UATTN_ATTENTION_DECODER) { /* encoder, encoder-only, cross: every key, no window */
+    *lo = 0;
+    *hi = n;
+    return;
+  }
+  *hi = p + 1;
+  *lo = layer->sliding_window > 0 && p - layer->sliding_window + 1 > 0 ? p - layer->sliding_window + 1 : 0;
+}
+
+static int attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t num_rows,
+                     const int32_t *rows, double *out, double *lse) {
+  int64_t num_tokens = 0;
+  if (check_step_layer(s, layer, t, &num_tokens)) return -1;
+  if (!out) return fail("oracle: NULL out");
+  if (num_rows < 0 || (num_rows > 0 && !rows && num_rows != num_tokens))
+    return fail("oracle: bad row selection (%d rows)", num_rows);
+  for (int32_t i = 0; rows && i < num_rows; i++)
+    if (rows[i] < 0 || rows[i] >= num_tokens)
+      return fail("oracle: selected row %d outside [0, %lld)", rows[i], (long long)num_tokens);
+  if (num_tokens > 0 && !t->q) return fail("oracle: NULL q");
+  if (num_tokens > 0 && !is_cross(layer) && (!t->k || !t->v)) return fail("oracle: NULL k or v");
+  if (check_reads(s, layer, t)) return -1;
+  if (num_rows == 0) return 0;
+
+  /* Selected rows sorted by row, so that each request's items are consecutive. */
+  sel *order = malloc((size_t)num_rows * sizeof *order);
+  int32_t max_n = 0;
+  for (int32_t r = 0; r < s->num_reqs; r++) {
+    const int32_t n = is_cross(layer) ? t->cross->encoder_lens[r] : s->num_computed[r] + s->num_scheduled[r];
+    if (n > max_n) max_n = n;
+  }
+  const size_t D = (size_t)layer->head_dim;
+  work w = {
+      .K = malloc(((size_t)max_n + 1) * D * sizeof(double)),
+      .V = malloc(((size_t)max_n + 1) * D * sizeof(double)),
+      .Qt = malloc(D * TILE * sizeof(double)),
+      .S = malloc((size_t)TILE * ((size_t)max_n + 1) * sizeof(double)),
+      .O = malloc((size_t)TILE * D * sizeof(double)),
+  };
+  int rc = 0;
+  if (!order || !w.K || !w.V || !w.Qt || !w.S || !w.O) {
+    rc = fail("oracle: out of memory (%d keys)", max_n);
+    goto done;
+  }
+  for (int32_t i = 0; i < num_rows; i++) order[i] = (sel){rows ? rows[i] : i, i};
+  qsort(order, (size_t)num_rows, sizeof *order, cmp_sel);
+
+  const int32_t Hq = layer->num_q_heads, Hkv = layer->num_kv_heads, group = Hq / Hkv;
+  int32_t next = 0, qstart = 0;
+  for (int32_t r = 0; r < s->num_reqs; qstart += s->num_scheduled[r], r++) {
+    const int32_t ns = s->num_scheduled[r], nc = s->num_computed[r];
+    const int32_t first = next;
+    while (next < num_rows && order[next].row < qstart + ns) next++;
+    if (next == first) continue; /* none of this request's rows is wanted: skip widening its keys */
+    const int32_t n = is_cross(layer) ? t->cross->encoder_lens[r] : nc + ns;
+
+    for (int32_t g = 0; g < Hkv; g++) {
+      load_kv(s, layer, t, r, qstart, n, g, &w);
+      /* items: (selected row, query head of group g), row-major, TILE at a time */
+      const int64_t items = (int64_t)(next - first) * group;
+      for (int64_t it0 = 0; it0 < items; it0 += TILE) {
+        int32_t pos[TILE], head[TILE], lo[TILE], hi[TILE], dst[TILE];
+        const int m = items - it0 < TILE ? (int)(items - it0) : TILE;
+        memset(w.Qt, 0, D * TILE * sizeof *w.Qt);
+        for (int i = 0; i < m; i++) {
+          const sel *e = &order[first + (it0 + i) / group];
+          dst[i] = e->dst;
+          pos[i] = nc + (e->row - qstart);
+          head[i] = g * group + (int32_t)((it0 + i) % group);
+          key_range(layer, pos[i], n, &lo[i], &hi[i]);
+          const size_t qoff = ((size_t)e->row * (size_t)Hq + (size_t)head[i]) * D;
+          for (size_t d = 0; d < D; d++) w.Qt[d * TILE + (size_t)i] = oracle_load(t->q, layer->dtype, qoff + d);
+        }
+        tile_attention(layer, &w, m, pos, head, lo, hi, dst, out, lse);
+      }
+    }
+  }
+
+done:
+  free(order);
+  free(w.K);
+  free(w.V);
+  free(w.Qt);
+  free(w.S);
+  free(w.O);
+  return rc;
+}
+
+int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out,
+                     double *lse) {
+  int64_t num_tokens = 0;
+  if (check_step_layer(s, layer, t, &num_tokens)) return -1;
+  return attention(s, layer, t, (int32_t)num_tokens, NULL, out, lse);
+}
+
+int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
+                          int32_t num_rows, const int32_t *rows, double *out, double *lse) {
+  if (num_rows > 0 && !rows) return fail("oracle: NULL rows");
+  return attention(s, layer, t, num_rows, rows, out, lse);
+}

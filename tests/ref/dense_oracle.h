@@ -1,0 +1,79 @@
+/*
+ * The dense attention oracle: DESIGN.md §1 computed per request, in double precision, straight from the
+ * step description and the tensors. It shares no code with runtime/ or kernels/ and knows nothing of the
+ * planner (no causal/shared/unique split, no biases, no buckets), so that uattn_forward can be tested
+ * against something that cannot share its mistakes.
+ *
+ * Every function here is a plain function of its arguments except oracle_last_error's per-thread message.
+ */
+#ifndef UATTN_TEST_DENSE_ORACLE_H
+#define UATTN_TEST_DENSE_ORACLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "uattn.h"
+
+/* One step, as the scheduler describes it. Rows of q/k/v/out are the scheduled tokens flattened in request
+ * order; row i of request r is at position num_computed[r] + i. num_scheduled is the effective count
+ * (rejected drafts already removed). num_prompt does not change attention (§1 has no prompt/decode
+ * distinction) and may be NULL; it is here so that a step can be passed through unchanged. */
+typedef struct oracle_step {
+  int32_t num_reqs, block_size;
+  const int32_t *num_computed, *num_scheduled, *num_prompt;
+  const int32_t *block_table; /* [num_reqs, block_table_stride] */
+  int32_t block_table_stride;
+} oracle_step;
+
+/* The message of the last failing oracle call on this thread ("" if none). */
+const char *oracle_last_error(void);
+
+/* ---- scalar conversions (bit-exact, no _Float16, no F16C) ------------------------------------------- */
+/* Widening is exact. Narrowing rounds to nearest, ties to even, directly from the double (one rounding),
+ * with subnormals, overflow to +-inf, and the sign of zero kept. A NaN stays a NaN of the same sign with the
+ * quiet bit set and the top payload bits kept (for a NaN that came from a float this is bf16's usual
+ * `(bits >> 16) | 0x40`). */
+double oracle_bf16_to_double(uint16_t h);
+double oracle_f16_to_double(uint16_t h);
+uint16_t oracle_double_to_bf16(double x);
+uint16_t oracle_double_to_f16(double x);
+/* The float forms round the float's exact value once, as a library converting fp32 would. */
+uint16_t oracle_float_to_bf16(float x);
+uint16_t oracle_float_to_f16(float x);
+
+/* ---- typed element access, for building inputs and reading outputs ---------------------------------- */
+size_t oracle_dtype_size(uattn_dtype dtype); /* 4, 2, 2; 0 for an unknown dtype */
+/* Element i of an array of `dtype`, widened to double. */
+double oracle_load(const void *base, uattn_dtype dtype, size_t i);
+/* Stores x rounded to `dtype` (round-to-nearest-even) as element i. */
+void oracle_store(void *base, uattn_dtype dtype, size_t i, double x);
+/* x rounded to `dtype` and widened back: the value an input actually holds once stored. */
+double oracle_round(uattn_dtype dtype, double x);
+
+/* Element offset of (slot, kv_head, dim 0) in a key or value cache of the layer's kv_layout:
+ * NHD [num_blocks * bs, Hkv, D], HND [num_blocks, Hkv, bs, D]. */
+size_t oracle_cache_offset(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head);
+
+/* ---- the reference ------------------------------------------------------------------------------------ */
+/* Writes this step's k/v into the caches: for p = num_computed[r] + i, slot = block_table[r][p / bs] * bs +
+ * p % bs, converting dtype -> cache_dtype with round-to-nearest-even (bits copied when the dtypes are equal).
+ * Encoder-decoder cross attention writes nothing (its step k/v are ignored). Everything is checked before
+ * anything is written: returns 0, or -1 with a message (and nothing written) for a block id outside
+ * [0, t->num_blocks), a block table row too short, two tokens mapped to one slot, or bad arguments. */
+int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t);
+
+/* out [T, Hq, D] and lse [T, Hq] (lse may be NULL) in double, T = sum of num_scheduled. Reads the caches
+ * AFTER the update (call oracle_write_cache first). Keys j < num_computed[r] come from the cache in
+ * cache_dtype, keys j >= num_computed[r] from this step's k/v rows in dtype; cross attention reads keys
+ * [0, encoder_lens[r]) through t->cross->block_table. A row with no visible key gets out 0 and lse -inf
+ * (lse = sink with a sink). Returns 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
+int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out,
+                     double *lse);
+
+/* The same for a sample of rows only (any order, repeats allowed): out [num_rows, Hq, D], lse [num_rows, Hq]
+ * for rows[0..num_rows). The answer for a row is bit-identical to oracle_attention's; the cost is that of
+ * the sampled rows plus widening the keys of the requests they belong to. */
+int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
+                          int32_t num_rows, const int32_t *rows, double *out, double *lse);
+
+#endif
