@@ -31,6 +31,12 @@ void uattn_attend_panel(const float *q, const float *keys, const float *values, 
 /* Adds partial b into a (the seed's rescale merge of two partials). */
 void uattn_state_merge(uattn_state *a, const uattn_state *b, int32_t head_dim);
 
+/* The seed's merge of partials (unified.py: merge): each part's max floored at fmin (-FLT_MAX), M their
+ * max, a_i = e^(m_i - M), out = sum_i o_i a_i / max(sum_i l_i a_i, feps) with feps = FLT_MIN, so a row
+ * whose parts are all empty is zeros, not NaN. A sink (pass -inf for none) joins the denominator only.
+ * Returns the log-sum-exp of the row, -inf when it saw nothing. */
+float uattn_seed_merge(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim, float *out);
+
 /* Deterministic dot product (fixed association, whatever the compiler). */
 float uattn_dot(const float *a, const float *b, int32_t n);
 

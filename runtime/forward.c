@@ -9,7 +9,6 @@
  * then the seed's merge with its fmin/feps guards (and per-head sinks in the denominator). The two seed
  * defects are fixed by the plan: a decode row's keys all come from the cache, usages are per row.
  */
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,8 +397,7 @@ static void cross_part(const step_ctx *c) {
   }
 }
 
-/* The seed's merge of the three partials, with fmin (a floor for each part's max) and feps (a floor for
- * the sum) so an empty row gives zeros, not NaN; a sink joins the denominator. Writes out and lse. */
+/* Merges the tile's three parts into out and lse. */
 static void merge_tile(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
@@ -408,26 +406,11 @@ static void merge_tile(const step_ctx *c) {
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t g = 0; g < c->w->group; g++) {
       const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i;
-      uattn_state p[3] = {part_state(c->w, PART_CAUSAL, i, g, D), part_state(c->w, PART_SHARED, i, g, D),
-                          part_state(c->w, PART_UNIQUE, i, g, D)};
-      float M = -FLT_MAX; /* fmin */
-      for (int k = 0; k < 3; k++) {
-        if (p[k].m < -FLT_MAX) p[k].m = -FLT_MAX; /* the seed's maximum(max, fmin) */
-        if (p[k].m > M) M = p[k].m;
-      }
-      const float sink = L->sinks ? L->sinks[h] : -INFINITY;
-      if (sink > M) M = sink;
-      float a[3], sum = 0.0f;
-      for (int k = 0; k < 3; k++) {
-        a[k] = expf(p[k].m - M);
-        sum += p[k].l * a[k];
-      }
-      if (L->sinks) sum += expf(sink - M);
-      const float denom = sum > FLT_MIN ? sum : FLT_MIN; /* feps */
-      for (int32_t d = 0; d < D; d++)
-        row_out[d] = (p[0].o[d] * a[0] + p[1].o[d] * a[1] + p[2].o[d] * a[2]) / denom;
+      const uattn_state parts[3] = {part_state(c->w, PART_CAUSAL, i, g, D), part_state(c->w, PART_SHARED, i, g, D),
+                                    part_state(c->w, PART_UNIQUE, i, g, D)};
+      const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
-      if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = sum > 0.0f ? M + logf(sum) : -INFINITY;
+      if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
     }
 }
 
@@ -478,38 +461,5 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
       }
   }
   free(w.memory);
-  return UATTN_OK;
-}
-
-/* ---- merging partial results ------------------------------------------------------------------------- */
-
-uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses, int32_t rows,
-                                int32_t heads, int32_t head_dim, float *out, float *lse) {
-  uattn_clear_error();
-  if (num_parts <= 0 || rows < 0 || heads <= 0 || head_dim <= 0 || head_dim > 4096)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
-                      "merge_states: num_parts (%d) and heads (%d) must be > 0, head_dim (%d) in 1..4096 and rows "
-                      "(%d) >= 0",
-                      num_parts, heads, head_dim, rows);
-  UATTN_CHECK_PTR(outs, "outs");
-  UATTN_CHECK_PTR(lses, "lses");
-  UATTN_CHECK_PTR(out, "out");
-  for (int32_t i = 0; i < num_parts; i++)
-    if (!outs[i] || !lses[i])
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "merge_states: outs[%d] and lses[%d] must not be NULL", i, i);
-  for (size_t x = 0; x < (size_t)rows * heads; x++) {
-    float M = -INFINITY;
-    for (int32_t i = 0; i < num_parts; i++)
-      if (lses[i][x] > M) M = lses[i][x];
-    float acc[4096], sum = 0.0f;
-    for (int32_t d = 0; d < head_dim; d++) acc[d] = 0.0f;
-    for (int32_t i = 0; i < num_parts; i++) {
-      const float wi = M == -INFINITY ? 0.0f : expf(lses[i][x] - M);
-      sum += wi;
-      for (int32_t d = 0; d < head_dim; d++) acc[d] += wi * outs[i][x * head_dim + d];
-    }
-    for (int32_t d = 0; d < head_dim; d++) out[x * head_dim + d] = sum > 0.0f ? acc[d] / sum : 0.0f;
-    if (lse) lse[x] = sum > 0.0f ? M + logf(sum) : -INFINITY;
-  }
   return UATTN_OK;
 }
