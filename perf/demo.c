@@ -1,23 +1,25 @@
-/* uattn-demo: the main job. Serves a continuous-batching trace (a shared system prompt, chunked prefills,
- * decodes, spec-decode verification) and plans every step the way an engine would call uattn, printing
- * what each step holds and how long planning took. */
+/* uattn-demo: the main job. Serves a continuous-batching trace (requests sharing a system prompt, chunked
+ * prefills, decodes, spec-decode verification) through one Llama-3-8B-like attention layer (32 query heads,
+ * 8 KV heads, head dim 128, block 128, bf16): every step is planned and run the way an engine calls uattn,
+ * a sample of steps is checked against the dense double-precision oracle, and throughput is reported by the
+ * kind of work each step held. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "ref/dense_oracle.h"
 #include "trace.h"
 #include "uattn.h"
 
-static double now_us(void) {
+enum { HQ = 32, HKV = 8, HEAD_DIM = 128, BLOCK = 128 };
+
+static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int fail(const char *what) {
@@ -25,98 +27,180 @@ static int fail(const char *what) {
   return 1;
 }
 
+static uint64_t rng_state = 12345;
+static double unit(void) {
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+static void fill_bf16(uint16_t *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = oracle_float_to_bf16((float)(2.0 * unit() - 1.0));
+}
+
+/* Work of a step, for throughput: visible (query, key) pairs times heads times 4 * head_dim flops. */
+static double step_flops(const uattn_plan_info *in) {
+  double pairs = 0;
+  for (int32_t r = 0; r < in->num_reqs; r++)
+    for (int32_t t = in->query_start_loc[r]; t < in->query_start_loc[r + 1]; t++) pairs += in->token_positions[t] + 1;
+  return pairs * HQ * 4.0 * HEAD_DIM;
+}
+
+typedef struct phase {
+  const char *name;
+  int steps;
+  double tokens, seconds, flops;
+} phase;
+
+/* Checks `rows` sampled rows of the step against the oracle; returns the worst error relative to the
+ * largest reference magnitude. */
+static double check_sample(const uattn_step *step, const uattn_plan_info *in, const uattn_layer *L,
+                           const uattn_tensors *t, int32_t samples) {
+  int32_t effective[1024], rows[64];
+  for (int32_t r = 0; r < in->num_reqs; r++) effective[r] = in->num_scheduled[r];
+  const oracle_step os = {in->num_reqs, BLOCK, step->num_computed, effective, step->num_prompt, step->block_table,
+                          step->block_table_stride};
+  if (samples > in->num_tokens) samples = in->num_tokens;
+  for (int32_t i = 0; i < samples; i++) rows[i] = (int32_t)(unit() * in->num_tokens);
+  double *ref = malloc(sizeof(double) * (size_t)samples * HQ * HEAD_DIM);
+  if (!ref || oracle_attention_rows(&os, L, t, samples, rows, ref, NULL) != 0) {
+    fprintf(stderr, "uattn-demo: oracle: %s\n", oracle_last_error());
+    exit(1);
+  }
+  double scale = 0, err = 0;
+  for (int32_t i = 0; i < samples; i++)
+    for (int32_t x = 0; x < HQ * HEAD_DIM; x++) {
+      const double want = ref[(size_t)i * HQ * HEAD_DIM + x];
+      const double got = oracle_load(t->out, UATTN_BF16, (size_t)rows[i] * HQ * HEAD_DIM + x);
+      scale = fmax(scale, fabs(want));
+      err = fmax(err, fabs(got - want));
+    }
+  free(ref);
+  return err / fmax(scale, 1e-30);
+}
+
 int main(int argc, char **argv) {
-  int32_t steps = 400;
+  int32_t steps = 48;
   if (argc > 1) steps = atoi(argv[1]);
   if (steps <= 0) {
     fprintf(stderr, "usage: uattn-demo [STEPS]\n");
     return 2;
   }
-  /* a Llama-3-8B-like serving setup: block 128, 8k context, 64 sequences, 2048-token steps */
-  const int32_t bs = 128, num_blocks = 4096, max_seqs = 64, budget = 2048, max_len = 8192;
-  trace_config tc = trace_config_default(bs, num_blocks, max_seqs, budget, max_len);
-  tc.system_prompt_len = 1024;
-  tc.prompt_max = 2048;
-  tc.output_max = 1024;
+  const int32_t num_blocks = 768, max_seqs = 32, budget = 512, max_len = 4096;
+  trace_config tc = trace_config_default(BLOCK, num_blocks, max_seqs, budget, max_len);
+  tc.system_prompt_len = 512;
+  tc.prompt_min = 64;
+  tc.prompt_max = 512;
+  tc.output_min = 8;
+  tc.output_max = 96;
+  tc.arrivals_per_step = 3;
   trace *tr = trace_create(&tc);
   if (!tr) {
     fprintf(stderr, "uattn-demo: cannot create the trace\n");
     return 1;
   }
-  uattn_plan_config pc = uattn_plan_config_default(bs, num_blocks, max_seqs, budget, max_len);
-  pc.bucketing.mode = UATTN_BUCKETING_SEED;
+  uattn_plan_config pc = uattn_plan_config_default(BLOCK, num_blocks, max_seqs, budget, max_len);
   uattn_plan *plan;
   if (uattn_plan_create(&pc, &plan) != UATTN_OK) return fail("plan_create");
-  int32_t nbuckets = 0;
-  if (uattn_plan_buckets(plan, NULL, NULL, 0, &nbuckets) != UATTN_OK) return fail("plan_buckets");
 
-  printf("uattn %s demo: planning %d steps of a serving trace\n", uattn_version(), steps);
-  printf("  block %d, %d blocks, up to %d sequences and %d tokens a step, %d-token system prompt shared by all\n",
-         bs, num_blocks, max_seqs, budget, tc.system_prompt_len);
-  printf("  seed bucketing: %d buckets\n\n", nbuckets);
-  printf("%6s %5s %9s %9s %7s %7s %7s %7s  %-22s %8s\n", "step", "reqs", "prefill", "decode", "spec", "tokens",
-         "shared", "unique", "bucket (q,s,u,logits)", "plan us");
+  uattn_layer L = uattn_layer_default(HQ, HKV, HEAD_DIM, UATTN_BF16);
+  const size_t cache_elems = (size_t)num_blocks * BLOCK * HKV * HEAD_DIM;
+  uint16_t *key_cache = malloc(cache_elems * 2), *value_cache = malloc(cache_elems * 2);
+  uint16_t *q = malloc((size_t)budget * HQ * HEAD_DIM * 2), *k = malloc((size_t)budget * HKV * HEAD_DIM * 2);
+  uint16_t *v = malloc((size_t)budget * HKV * HEAD_DIM * 2), *out = malloc((size_t)budget * HQ * HEAD_DIM * 2);
+  if (!key_cache || !value_cache || !q || !k || !v || !out) {
+    fprintf(stderr, "uattn-demo: out of memory\n");
+    return 1;
+  }
+  /* the shared system prompt's blocks are cached from the start (the trace's prefix-cache hit) */
+  fill_bf16(key_cache, cache_elems);
+  fill_bf16(value_cache, cache_elems);
 
-  double *times = malloc(sizeof(double) * (size_t)steps);
-  long long tokens = 0, padded_tokens = 0, prefill_tokens = 0, decode_tokens = 0, spec_tokens = 0, finished = 0;
-  long long shared_reads = 0, unique_reads = 0, spec_fallbacks = 0;
-  uattn_plan_stats created;
-  uattn_plan_get_stats(plan, &created);
+  printf("uattn %s demo: serving %d steps through one attention layer\n", uattn_version(), steps);
+  printf("  layer: %d query heads, %d KV heads, head dim %d, bf16 in and in the paged cache (block %d, %d blocks)\n",
+         HQ, HKV, HEAD_DIM, BLOCK, num_blocks);
+  printf("  trace: up to %d sequences and %d tokens a step, a %d-token system prompt shared by every request,\n"
+         "         chunked prefills, decodes, and spec-decode verification of up to %d drafts\n\n",
+         max_seqs, budget, tc.system_prompt_len, tc.num_spec_tokens);
+
+  phase phases[3] = {{"prefill-heavy steps", 0, 0, 0, 0}, {"mixed steps", 0, 0, 0, 0}, {"decode-only steps", 0, 0, 0, 0}};
+  const bool tty = isatty(STDOUT_FILENO);
+  double worst_error = 0, plan_seconds = 0;
+  int checked = 0;
+  long long finished = 0, prefill_tokens = 0, decode_tokens = 0, spec_tokens = 0, shared_blocks = 0;
+  const double t_start = now_s();
   int32_t done = 0;
   for (; done < steps; done++) {
     uattn_step step;
     trace_step_mix mix;
     if (!trace_next(tr, &step, &mix)) break;
-    const double t0 = now_us();
+    double t0 = now_s();
     if (uattn_plan_step(plan, &step) != UATTN_OK) return fail("plan_step");
-    times[done] = now_us() - t0;
+    plan_seconds += now_s() - t0;
     uattn_plan_info in;
     uattn_plan_get_info(plan, &in);
-    tokens += in.num_tokens;
-    padded_tokens += in.padded.query_len;
+    fill_bf16(q, (size_t)in.num_tokens * HQ * HEAD_DIM);
+    fill_bf16(k, (size_t)in.num_tokens * HKV * HEAD_DIM);
+    fill_bf16(v, (size_t)in.num_tokens * HKV * HEAD_DIM);
+    uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
+                       .num_blocks = num_blocks, .block_size = BLOCK, .out = out};
+    t0 = now_s();
+    if (uattn_forward(plan, &L, &t) != UATTN_OK) return fail("forward");
+    const double seconds = now_s() - t0;
+
+    const int kind = mix.prefill_tokens * 2 > in.num_tokens ? 0 : (mix.prefills > 0 ? 1 : 2);
+    phases[kind].steps++;
+    phases[kind].tokens += in.num_tokens;
+    phases[kind].seconds += seconds;
+    phases[kind].flops += step_flops(&in);
     prefill_tokens += mix.prefill_tokens;
     decode_tokens += mix.decodes;
     spec_tokens += mix.spec_tokens;
     finished += mix.finished;
-    shared_reads += in.num_shared_spans;
-    unique_reads += in.num_unique_blocks;
-    spec_fallbacks += in.bucket_fallback && mix.spec_decodes > 0;
-    if (done % 25 == 0 || done == steps - 1) {
-      char bucket[64];
-      snprintf(bucket, sizeof bucket, "(%d,%d,%d,%d)%s", in.padded.query_len, in.padded.shared_blocks,
-               in.padded.unique_blocks, in.padded.logits, in.bucket_fallback ? "*" : "");
-      printf("%6d %5d %4d/%-4d %9d %3d/%-3d %7d %7d %7d  %-22s %8.1f\n", done, in.num_reqs, mix.prefills,
-             mix.prefill_tokens, mix.decodes, mix.spec_decodes, mix.spec_tokens, in.num_tokens,
-             in.num_shared_blocks, in.num_unique_blocks, bucket, times[done]);
-    }
-  }
-  uattn_plan_stats end;
-  uattn_plan_get_stats(plan, &end);
-  qsort(times, (size_t)done, sizeof *times, compare_double);
-  double total = 0;
-  for (int32_t i = 0; i < done; i++) total += times[i];
+    shared_blocks += in.num_shared_blocks;
 
-  printf("\nsummary\n");
-  printf("  steps planned        %d (%lld requests finished)\n", done, finished);
-  printf("  query tokens         %lld: %lld prefill, %lld decode, %lld spec-decode verification\n", tokens,
-         prefill_tokens, decode_tokens, spec_tokens);
-  printf("  context reads        %lld shared (block, request) spans, %lld unique blocks\n", shared_reads,
-         unique_reads);
-  printf("  plan time            median %.1f us, p99 %.1f us, %.2f M tokens/s planned\n", times[done / 2],
-         times[(done * 99) / 100], tokens / total);
-  printf("  bucketing            %lld padded query tokens for %lld real (%.1f%% padding); %lld steps fit no\n"
-         "                       seed bucket (marked *) and ran at their exact shape\n",
-         padded_tokens, tokens, 100.0 * (padded_tokens - tokens) / (double)(padded_tokens ? padded_tokens : 1),
-         (long long)end.bucket_fallbacks);
-  if (spec_fallbacks)
-    printf("                       (%lld of them verify drafts: every block a verifying request reads is shared\n"
-           "                       by its rows, and the seed's ranges allow max_model_len / block_size = %d shared\n"
-           "                       blocks and max_num_seqs = %d queries without prompts)\n",
-           spec_fallbacks, max_len / bs, max_seqs);
-  printf("  allocations          %lld when the plan was created, %lld during the %d steps (%.1f MiB held)\n",
-         (long long)created.allocations, (long long)(end.allocations - created.allocations), done,
-         end.bytes_reserved / 1048576.0);
-  free(times);
+    if (done % 6 == 0) { /* the oracle on a sample of rows of every sixth step */
+      const double e = check_sample(&step, &in, &L, &t, 12);
+      worst_error = fmax(worst_error, e);
+      checked++;
+      if (e > 4e-3) {
+        fprintf(stderr, "uattn-demo: step %d differs from the oracle: %.3g relative (bf16 allows 4e-3)\n", done, e);
+        return 1;
+      }
+    }
+    const double elapsed = now_s() - t_start, eta = elapsed / (done + 1) * (steps - done - 1);
+    if (tty)
+      printf("\r  step %3d/%d  %3d reqs  %4d tokens (%3d prefill, %2d decode, %2d verify)  %6.1f ms  eta %4.0f s ",
+             done + 1, steps, in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens,
+             seconds * 1e3, eta);
+    else if (done % 8 == 0 || done == steps - 1)
+      printf("  step %3d/%d  %3d reqs  %4d tokens (%3d prefill, %2d decode, %2d verify)  %6.1f ms\n", done + 1,
+             steps, in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens, seconds * 1e3);
+    fflush(stdout);
+  }
+  if (tty) printf("\n");
+
+  printf("\nsummary (%d steps in %.1f s, one thread, portable C kernels)\n", done, now_s() - t_start);
+  printf("  %-22s %6s %8s %12s %12s\n", "", "steps", "tokens", "tokens/s", "GFLOP/s");
+  for (int i = 0; i < 3; i++)
+    if (phases[i].steps)
+      printf("  %-22s %6d %8.0f %12.0f %12.2f\n", phases[i].name, phases[i].steps, phases[i].tokens,
+             phases[i].tokens / phases[i].seconds, phases[i].flops / phases[i].seconds * 1e-9);
+  printf("  query tokens            %lld prefill, %lld decode, %lld spec-decode verification; %lld requests finished\n",
+         prefill_tokens, decode_tokens, spec_tokens, finished);
+  printf("  shared context          %.1f shared blocks a step on average (the system prompt, verification)\n",
+         done ? (double)shared_blocks / done : 0.0);
+  printf("  planning                %.1f us a step on average\n", done ? plan_seconds / done * 1e6 : 0.0);
+  printf("  correctness             %d sampled steps match the dense fp64 oracle: worst error %.2g of the largest\n"
+         "                          output (bf16 output rounding allows 4e-3)\n",
+         checked, worst_error);
+  free(key_cache);
+  free(value_cache);
+  free(q);
+  free(k);
+  free(v);
+  free(out);
   uattn_plan_destroy(plan);
   trace_destroy(tr);
   return 0;

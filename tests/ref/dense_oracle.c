@@ -16,11 +16,14 @@
 #include "ref/dense_oracle.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ================================================================================================ */
 /* errors                                                                                             */
@@ -318,8 +321,70 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
 /* attention                                                                                          */
 /* ================================================================================================ */
 
-/* (row, head) items per tile: 16 doubles of accumulators fit the 16 SSE/AVX registers with room to spare. */
+/* (row, query head) items per tile: the score loop keeps TILE accumulators in registers. */
 enum { TILE = 16 };
+/* Keys per block of the weighted-value sum: KEY_BLOCK widened value rows (64 KiB at D 128) stay in L2
+ * while every item of the tile uses them. */
+enum { KEY_BLOCK = 64 };
+/* Items per unit of work handed to a thread. */
+enum { UNIT_ITEMS = 1024 };
+
+/* Four doubles handled as one value. The two loops that do nearly all the arithmetic use it so that the
+ * compiler emits vector code; it changes no result: each lane is an independent, in-order chain of
+ * multiplies and adds (ISO C mode: no FMA contraction). The avx2 clone is only wider, not different. */
+typedef double v4d __attribute__((vector_size(32)));
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define ORACLE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef ORACLE_CLONES
+#define ORACLE_CLONES
+#endif
+
+/* Vector values are never passed by value (that would tie the ABI to AVX): loads and stores are memcpy,
+ * which compiles to one unaligned move. */
+#define V4_LOAD(x, p) memcpy(&(x), (p), sizeof(v4d))
+#define V4_STORE(p, x) memcpy((p), &(x), sizeof(v4d))
+
+/* S[i][j - klo] = <q_i, k_j> for the TILE items i and keys j in [klo, khi): Qt is the tile's queries
+ * transposed [Dp][TILE] and K the widened keys [n][Dp]. Lane i runs over d in order, so it is the plain
+ * sequential dot product, whatever else shares the tile. */
+ORACLE_CLONES static void scores_tile(const double *K, const double *Qt, size_t Dp, int32_t klo, int32_t khi,
+                                      double *S, size_t span) {
+  for (int32_t j = klo; j < khi; j++) {
+    const double *kj = K + (size_t)j * Dp;
+    v4d acc[TILE / 4] = {{0}};
+    for (size_t d = 0; d < Dp; d++) {
+      const v4d kd = {kj[d], kj[d], kj[d], kj[d]};
+      for (int i = 0; i < TILE / 4; i++) {
+        v4d q;
+        V4_LOAD(q, Qt + d * TILE + (size_t)i * 4);
+        acc[i] += q * kd;
+      }
+    }
+    for (int i = 0; i < TILE; i++) S[(size_t)i * span + (size_t)(j - klo)] = acc[i / 4][i % 4];
+  }
+}
+
+/* o[d] += w[j] * V[j][d] for j = a, a+1, ..., b-1 in that order, d < Dp (a multiple of 16). */
+ORACLE_CLONES static void weighted_sum(double *o, const double *w, const double *V, size_t Dp, int32_t a,
+                                       int32_t b) {
+  for (size_t d = 0; d < Dp; d += 16) {
+    v4d acc[4], v;
+    for (int c = 0; c < 4; c++) V4_LOAD(acc[c], o + d + 4 * c);
+    for (int32_t j = a; j < b; j++) {
+      const v4d wj = {w[j], w[j], w[j], w[j]};
+      const double *vj = V + (size_t)j * Dp + d;
+      for (int c = 0; c < 4; c++) {
+        V4_LOAD(v, vj + 4 * c);
+        acc[c] += wj * v;
+      }
+    }
+    for (int c = 0; c < 4; c++) V4_STORE(o + d + 4 * c, acc[c]);
+  }
+}
 
 /* One selected output: the step row, and where its answer goes in out/lse. */
 typedef struct sel {
@@ -332,24 +397,70 @@ static int cmp_sel(const void *a, const void *b) {
   return (x->dst > y->dst) - (x->dst < y->dst);
 }
 
-/* Working memory, sized once for the longest key sequence of the step. */
+/* Items [it0, it1) of request r and KV head g. Request r's selected rows are order[first..], and its
+ * items are (selected row, query head of g) in row-major order. */
+typedef struct unit {
+  int32_t r, g, first;
+  int64_t it0, it1;
+} unit;
+
+/* Everything the threads share; they only read it, except `next` and disjoint parts of out/lse. */
+typedef struct job {
+  const oracle_step *s;
+  const uattn_layer *layer;
+  const uattn_tensors *t;
+  const sel *order;
+  const int32_t *qstart; /* [num_reqs] first row of each request */
+  const unit *units;
+  int32_t num_units;
+  _Atomic int32_t next;
+  size_t Dp; /* head_dim rounded up to 16; the padding lanes are zeros that add exact zeros */
+  double *out, *lse;
+} job;
+
+/* A thread's working memory, sized for the step's longest key sequence. */
 typedef struct work {
-  double *K, *V;    /* [n][D] the request's visible keys and values for one KV head, widened */
-  double *Qt;       /* [D][TILE] the tile's queries, transposed so the score loop runs down the tile */
-  double *S;        /* [TILE][max_n] scores, then unnormalized weights, of each item's key range */
-  double *O;        /* [TILE][D] unnormalized outputs */
+  double *K, *V; /* [max_n][Dp] widened keys and values of (r, g), rows [0, loaded) valid */
+  double *Qt;    /* [Dp][TILE] */
+  double *S;     /* [TILE][max_n] scores, then unnormalized weights */
+  double *O;     /* [TILE][Dp] unnormalized outputs */
+  int32_t r, g, loaded;
 } work;
 
-/* Widens key/value j of request r for KV head g into K and V. */
-static void load_kv(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t r,
-                    int32_t qstart, int32_t n, int32_t g, work *w) {
-  const size_t D = (size_t)layer->head_dim, hkv = (size_t)layer->num_kv_heads;
+static bool is_encoder_kind(const uattn_layer *layer) { return layer->attn_type != UATTN_ATTENTION_DECODER; }
+
+/* Number of keys request r has: its whole sequence, or the encoder's for cross attention. */
+static int32_t num_keys(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t r) {
+  return is_cross(layer) ? t->cross->encoder_lens[r] : s->num_computed[r] + s->num_scheduled[r];
+}
+
+/* The visible key range [lo, hi) of the query at position p of a request with n keys. */
+static void key_range(const uattn_layer *layer, int32_t p, int32_t n, int32_t *lo, int32_t *hi) {
+  if (is_encoder_kind(layer)) { /* encoder, encoder-only, cross: every key, no causal mask, no window */
+    *lo = 0;
+    *hi = n;
+    return;
+  }
+  *hi = p + 1;
+  *lo = layer->sliding_window > 0 && p - layer->sliding_window + 1 > 0 ? p - layer->sliding_window + 1 : 0;
+}
+
+/* Widens keys/values [w->loaded, n) of request r, KV head g (keys already widened for (r, g) are kept). */
+static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
+  const oracle_step *s = jb->s;
+  const uattn_layer *layer = jb->layer;
+  const uattn_tensors *t = jb->t;
+  const size_t D = (size_t)layer->head_dim, hkv = (size_t)layer->num_kv_heads, Dp = jb->Dp;
   const bool cross = is_cross(layer);
   const int32_t bs = s->block_size;
-  for (int32_t j = 0; j < n; j++) {
-    double *kj = w->K + (size_t)j * D, *vj = w->V + (size_t)j * D;
-    const bool from_cache = cross || j < s->num_computed[r];
-    if (from_cache) {
+  if (w->r != r || w->g != g) {
+    w->r = r;
+    w->g = g;
+    w->loaded = 0;
+  }
+  for (int32_t j = w->loaded; j < n; j++) {
+    double *kj = w->K + (size_t)j * Dp, *vj = w->V + (size_t)j * Dp;
+    if (cross || j < s->num_computed[r]) {
       const int32_t *table = cross ? t->cross->block_table : s->block_table;
       const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
       const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
@@ -359,23 +470,25 @@ static void load_kv(const oracle_step *s, const uattn_layer *layer, const uattn_
         vj[d] = oracle_load(t->value_cache, layer->cache_dtype, off + d);
       }
     } else {
-      /* this step's own row, in the input dtype: not the (possibly narrower) cached copy */
-      const size_t row = (size_t)qstart + (size_t)(j - s->num_computed[r]);
+      /* this step's own token: its k/v row in the input dtype, not the (possibly narrower) cached copy */
+      const size_t row = (size_t)jb->qstart[r] + (size_t)(j - s->num_computed[r]);
       const size_t off = (row * hkv + (size_t)g) * D;
       for (size_t d = 0; d < D; d++) {
         kj[d] = oracle_load(t->k, layer->dtype, off + d);
         vj[d] = oracle_load(t->v, layer->dtype, off + d);
       }
     }
+    for (size_t d = D; d < Dp; d++) kj[d] = vj[d] = 0;
   }
+  if (n > w->loaded) w->loaded = n;
 }
 
-/* Attention of one tile of `m` items (row position pos[i], query head head[i], keys [lo[i], hi[i])) against
- * the widened K/V, written to out/lse at dst[i]. */
-static void tile_attention(const uattn_layer *layer, const work *w, int m, const int32_t *pos,
-                           const int32_t *head, const int32_t *lo, const int32_t *hi, const int32_t *dst,
-                           double *out, double *lse) {
-  const size_t D = (size_t)layer->head_dim, Hq = (size_t)layer->num_q_heads;
+/* Attention of m <= TILE items (position pos[i], query head head[i], keys [lo[i], hi[i]), queries in w->Qt)
+ * against the widened K/V, written to out/lse at row dst[i]. */
+static void tile_attention(const job *jb, work *w, int m, const int32_t *pos, const int32_t *head,
+                           const int32_t *lo, const int32_t *hi, const int32_t *dst) {
+  const uattn_layer *layer = jb->layer;
+  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp, Hq = (size_t)layer->num_q_heads;
   const double scale = (double)layer->scale, cap = (double)layer->soft_cap;
 
   int32_t klo = INT32_MAX, khi = 0;
@@ -386,38 +499,25 @@ static void tile_attention(const uattn_layer *layer, const work *w, int m, const
     }
   }
   const size_t span = khi > klo ? (size_t)(khi - klo) : 0;
+  /* Every item's dot product with every key of the tile's range; an item only ever reads its own range. */
+  scores_tile(w->K, w->Qt, Dp, klo, khi, w->S, span);
 
-  /* Raw dot products <q_i, k_j> for j in [klo, khi). Lane i's sum runs over d in order, so it is exactly
-   * the plain sequential dot product; items whose range excludes j compute a value nobody reads. */
-  memset(w->O, 0, (size_t)TILE * D * sizeof *w->O);
-  for (int32_t j = klo; j < khi; j++) {
-    const double *kj = w->K + (size_t)j * D;
-    double acc[TILE] = {0};
-    for (size_t d = 0; d < D; d++) {
-      const double kd = kj[d];
-      const double *qd = w->Qt + d * TILE;
-      for (int i = 0; i < TILE; i++) acc[i] += qd[i] * kd;
-    }
-    for (int i = 0; i < m; i++) w->S[(size_t)i * span + (size_t)(j - klo)] = acc[i];
-  }
-
-  /* Per item: logits, max (the sink included, so that exp never overflows), unnormalized weights. */
+  /* Per item: logits, their max (the sink included, so that no exp overflows), unnormalized weights. */
   double mx[TILE], sum[TILE];
   for (int i = 0; i < m; i++) {
     double *si = w->S + (size_t)i * span - klo; /* si[j] for j in [lo, hi) */
-    const double slope = layer->alibi_slopes ? (double)layer->alibi_slopes[head[i]] : 0.0;
     double mi = -INFINITY;
     for (int32_t j = lo[i]; j < hi[i]; j++) {
       double x = scale * si[j];
       if (cap > 0) x = cap * tanh(x / cap);
-      if (layer->alibi_slopes) x += slope * (double)((int64_t)j - pos[i]);
+      if (layer->alibi_slopes) x += (double)layer->alibi_slopes[head[i]] * (double)((int64_t)j - pos[i]);
       si[j] = x;
       if (x > mi) mi = x;
     }
     const double sink = layer->sinks ? (double)layer->sinks[head[i]] : -INFINITY;
     if (sink > mi) mi = sink;
     double l = 0;
-    if (mi != -INFINITY) { /* -inf: no key and no sink (or all logits -inf): nothing to weigh */
+    if (mi != -INFINITY) { /* -inf: no key and no sink (or every logit -inf): nothing to weigh */
       for (int32_t j = lo[i]; j < hi[i]; j++) {
         si[j] = exp(si[j] - mi);
         l += si[j];
@@ -428,35 +528,76 @@ static void tile_attention(const uattn_layer *layer, const work *w, int m, const
     sum[i] = l;
   }
 
-  /* sum_j w_ij v_j in key order; a masked (i, j) is skipped, not multiplied by 0 (0 * inf is NaN). */
-  for (int32_t j = klo; j < khi; j++) {
-    const double *vj = w->V + (size_t)j * D;
+  /* sum_j w_ij v_j, in key order per item, a block of keys at a time so that the block's value rows are
+   * reused by every item; a key outside an item's range is skipped, never multiplied by 0 (0 * inf). */
+  memset(w->O, 0, (size_t)TILE * Dp * sizeof *w->O);
+  for (int32_t kb = klo; kb < khi; kb += KEY_BLOCK) {
+    const int32_t ke = khi - kb > KEY_BLOCK ? kb + KEY_BLOCK : khi;
     for (int i = 0; i < m; i++) {
-      if (j < lo[i] || j >= hi[i] || sum[i] == 0) continue;
-      const double p = w->S[(size_t)i * span + (size_t)(j - klo)];
-      double *o = w->O + (size_t)i * D;
-      for (size_t d = 0; d < D; d++) o[d] += p * vj[d];
+      const int32_t a = lo[i] > kb ? lo[i] : kb, b = hi[i] < ke ? hi[i] : ke;
+      if (a < b && sum[i] != 0) weighted_sum(w->O + (size_t)i * Dp, w->S + (size_t)i * span - klo, w->V, Dp, a, b);
     }
   }
 
   for (int i = 0; i < m; i++) {
-    double *o = out + ((size_t)dst[i] * Hq + (size_t)head[i]) * D;
-    const double *acc = w->O + (size_t)i * D;
+    double *o = jb->out + ((size_t)dst[i] * Hq + (size_t)head[i]) * D;
+    const double *acc = w->O + (size_t)i * Dp;
     /* sum == 0 only when nothing was weighed; a NaN sum (NaN inputs) is passed on, not hidden */
     for (size_t d = 0; d < D; d++) o[d] = sum[i] == 0 ? 0.0 : acc[d] / sum[i];
-    if (lse) lse[(size_t)dst[i] * Hq + (size_t)head[i]] = sum[i] == 0 ? mx[i] : mx[i] + log(sum[i]);
+    if (jb->lse) jb->lse[(size_t)dst[i] * Hq + (size_t)head[i]] = sum[i] == 0 ? mx[i] : mx[i] + log(sum[i]);
   }
 }
 
-/* The visible key range [lo, hi) of the query at position p of a request with n keys. */
-static void key_range(const uattn_layer *layer, int32_t p, int32_t n, int32_t *lo, int32_t *hi) {
-  if (layer->attn_type != UATTN_ATTENTION_DECODER) { /* encoder, encoder-only, cross: every key, no window */
-    *lo = 0;
-    *hi = n;
-    return;
+static void run_unit(const job *jb, const unit *u, work *w) {
+  const oracle_step *s = jb->s;
+  const uattn_layer *layer = jb->layer;
+  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp;
+  const int32_t Hq = layer->num_q_heads, group = Hq / layer->num_kv_heads;
+  const int32_t n = num_keys(s, layer, jb->t, u->r), nc = s->num_computed[u->r], q0 = jb->qstart[u->r];
+
+  /* keys up to the furthest one any item of the unit sees (rows are sorted: it is the last item's) */
+  int32_t lo, hi;
+  key_range(layer, nc + (jb->order[u->first + (u->it1 - 1) / group].row - q0), n, &lo, &hi);
+  load_kv(jb, u->r, u->g, hi, w);
+
+  for (int64_t it0 = u->it0; it0 < u->it1; it0 += TILE) {
+    int32_t pos[TILE], head[TILE], klo[TILE], khi[TILE], dst[TILE];
+    const int m = u->it1 - it0 < TILE ? (int)(u->it1 - it0) : TILE;
+    memset(w->Qt, 0, Dp * TILE * sizeof *w->Qt);
+    for (int i = 0; i < m; i++) {
+      const sel *e = &jb->order[u->first + (it0 + i) / group];
+      dst[i] = e->dst;
+      pos[i] = nc + (e->row - q0);
+      head[i] = u->g * group + (int32_t)((it0 + i) % group);
+      key_range(layer, pos[i], n, &klo[i], &khi[i]);
+      const size_t qoff = ((size_t)e->row * (size_t)Hq + (size_t)head[i]) * D;
+      for (size_t d = 0; d < D; d++) w->Qt[d * TILE + (size_t)i] = oracle_load(jb->t->q, layer->dtype, qoff + d);
+    }
+    tile_attention(jb, w, m, pos, head, klo, khi, dst);
   }
-  *hi = p + 1;
-  *lo = layer->sliding_window > 0 && p - layer->sliding_window + 1 > 0 ? p - layer->sliding_window + 1 : 0;
+}
+
+static void *worker(void *arg) {
+  void **a = arg;
+  job *jb = a[0];
+  work *w = a[1];
+  for (;;) {
+    const int32_t u = atomic_fetch_add(&jb->next, 1);
+    if (u >= jb->num_units) return NULL;
+    run_unit(jb, &jb->units[u], w);
+  }
+}
+
+static int oracle_threads = 0; /* 0: one per online CPU */
+
+void oracle_set_num_threads(int n) { oracle_threads = n > 0 ? n : 0; }
+
+static void free_work(work *w) {
+  free(w->K);
+  free(w->V);
+  free(w->Qt);
+  free(w->S);
+  free(w->O);
 }
 
 static int attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t num_rows,
@@ -474,67 +615,96 @@ static int attention(const oracle_step *s, const uattn_layer *layer, const uattn
   if (check_reads(s, layer, t)) return -1;
   if (num_rows == 0) return 0;
 
-  /* Selected rows sorted by row, so that each request's items are consecutive. */
+  const int32_t R = s->num_reqs, group = layer->num_q_heads / layer->num_kv_heads, Hkv = layer->num_kv_heads;
+  const size_t Dp = ((size_t)layer->head_dim + 15) / 16 * 16;
+  int32_t max_n = 1;
+  for (int32_t r = 0; r < R; r++)
+    if (num_keys(s, layer, t, r) > max_n) max_n = num_keys(s, layer, t, r);
+
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int nthreads = oracle_threads > 0 ? oracle_threads : (cpus > 0 ? (int)cpus : 1);
+  if (nthreads > 64) nthreads = 64;
+
   sel *order = malloc((size_t)num_rows * sizeof *order);
-  int32_t max_n = 0;
-  for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t n = is_cross(layer) ? t->cross->encoder_lens[r] : s->num_computed[r] + s->num_scheduled[r];
-    if (n > max_n) max_n = n;
-  }
-  const size_t D = (size_t)layer->head_dim;
-  work w = {
-      .K = malloc(((size_t)max_n + 1) * D * sizeof(double)),
-      .V = malloc(((size_t)max_n + 1) * D * sizeof(double)),
-      .Qt = malloc(D * TILE * sizeof(double)),
-      .S = malloc((size_t)TILE * ((size_t)max_n + 1) * sizeof(double)),
-      .O = malloc((size_t)TILE * D * sizeof(double)),
-  };
+  int32_t *qstart = malloc(((size_t)R + 1) * sizeof *qstart);
+  unit *units = NULL;
+  work *ws = calloc((size_t)nthreads, sizeof *ws);
   int rc = 0;
-  if (!order || !w.K || !w.V || !w.Qt || !w.S || !w.O) {
-    rc = fail("oracle: out of memory (%d keys)", max_n);
+  if (!order || !qstart || !ws) {
+    rc = fail("oracle: out of memory");
     goto done;
   }
   for (int32_t i = 0; i < num_rows; i++) order[i] = (sel){rows ? rows[i] : i, i};
   qsort(order, (size_t)num_rows, sizeof *order, cmp_sel);
 
-  const int32_t Hq = layer->num_q_heads, Hkv = layer->num_kv_heads, group = Hq / Hkv;
-  int32_t next = 0, qstart = 0;
-  for (int32_t r = 0; r < s->num_reqs; qstart += s->num_scheduled[r], r++) {
-    const int32_t ns = s->num_scheduled[r], nc = s->num_computed[r];
-    const int32_t first = next;
-    while (next < num_rows && order[next].row < qstart + ns) next++;
-    if (next == first) continue; /* none of this request's rows is wanted: skip widening its keys */
-    const int32_t n = is_cross(layer) ? t->cross->encoder_lens[r] : nc + ns;
-
-    for (int32_t g = 0; g < Hkv; g++) {
-      load_kv(s, layer, t, r, qstart, n, g, &w);
-      /* items: (selected row, query head of group g), row-major, TILE at a time */
+  /* Units: per request with selected rows, per KV head, UNIT_ITEMS items at a time. */
+  int64_t num_units = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    int64_t k = 0;
+    int32_t next = 0, q0 = 0;
+    for (int32_t r = 0; r < R; q0 += s->num_scheduled[r], r++) {
+      qstart[r] = q0;
+      const int32_t first = next;
+      while (next < num_rows && order[next].row < q0 + s->num_scheduled[r]) next++;
       const int64_t items = (int64_t)(next - first) * group;
-      for (int64_t it0 = 0; it0 < items; it0 += TILE) {
-        int32_t pos[TILE], head[TILE], lo[TILE], hi[TILE], dst[TILE];
-        const int m = items - it0 < TILE ? (int)(items - it0) : TILE;
-        memset(w.Qt, 0, D * TILE * sizeof *w.Qt);
-        for (int i = 0; i < m; i++) {
-          const sel *e = &order[first + (it0 + i) / group];
-          dst[i] = e->dst;
-          pos[i] = nc + (e->row - qstart);
-          head[i] = g * group + (int32_t)((it0 + i) % group);
-          key_range(layer, pos[i], n, &lo[i], &hi[i]);
-          const size_t qoff = ((size_t)e->row * (size_t)Hq + (size_t)head[i]) * D;
-          for (size_t d = 0; d < D; d++) w.Qt[d * TILE + (size_t)i] = oracle_load(t->q, layer->dtype, qoff + d);
-        }
-        tile_attention(layer, &w, m, pos, head, lo, hi, dst, out, lse);
+      for (int32_t g = 0; g < Hkv; g++)
+        for (int64_t it = 0; it < items; it += UNIT_ITEMS, k++)
+          if (pass == 1) units[k] = (unit){r, g, first, it, items - it < UNIT_ITEMS ? items : it + UNIT_ITEMS};
+    }
+    if (pass == 0) {
+      num_units = k;
+      units = malloc((size_t)num_units * sizeof *units);
+      if (!units) {
+        rc = fail("oracle: out of memory");
+        goto done;
       }
     }
   }
+  if (num_units > INT32_MAX) {
+    rc = fail("oracle: %lld units of work", (long long)num_units);
+    goto done;
+  }
+  if (nthreads > num_units) nthreads = (int)num_units;
+  for (int i = 0; i < nthreads; i++) {
+    work *w = &ws[i];
+    w->K = malloc((size_t)max_n * Dp * sizeof(double));
+    w->V = malloc((size_t)max_n * Dp * sizeof(double));
+    w->Qt = malloc(Dp * TILE * sizeof(double));
+    w->S = malloc((size_t)TILE * (size_t)max_n * sizeof(double));
+    w->O = malloc((size_t)TILE * Dp * sizeof(double));
+    w->r = -1;
+    if (!w->K || !w->V || !w->Qt || !w->S || !w->O) {
+      rc = fail("oracle: out of memory (%d keys, %d threads)", max_n, nthreads);
+      goto done;
+    }
+  }
+
+  job jb = {.s = s, .layer = layer, .t = t, .order = order, .qstart = qstart, .units = units,
+            .num_units = (int32_t)num_units, .Dp = Dp, .out = out, .lse = lse};
+  atomic_init(&jb.next, 0);
+  /* Threads only share out the units: each item's arithmetic is the same whichever thread runs it. A
+   * thread that cannot be started just leaves its share to the others (this one always works). */
+  pthread_t tid[64];
+  void *args[64][2];
+  bool started[64] = {false};
+  for (int i = 1; i < nthreads; i++) {
+    args[i][0] = &jb;
+    args[i][1] = &ws[i];
+    started[i] = pthread_create(&tid[i], NULL, worker, args[i]) == 0;
+  }
+  args[0][0] = &jb;
+  args[0][1] = &ws[0];
+  worker(args[0]);
+  for (int i = 1; i < nthreads; i++)
+    if (started[i]) pthread_join(tid[i], NULL);
 
 done:
+  if (ws)
+    for (int i = 0; i < nthreads; i++) free_work(&ws[i]);
+  free(ws);
+  free(units);
+  free(qstart);
   free(order);
-  free(w.K);
-  free(w.V);
-  free(w.Qt);
-  free(w.S);
-  free(w.O);
   return rc;
 }
 

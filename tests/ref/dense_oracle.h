@@ -76,4 +76,8 @@ int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn
 int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
                           int32_t num_rows, const int32_t *rows, double *out, double *lse);
 
+/* Threads the two functions above use (0, the default: one per online CPU). Results do not depend on it:
+ * threads only share out (request, KV head, rows) units whose arithmetic is fixed. Not thread-safe itself. */
+void oracle_set_num_threads(int n);
+
 #endif
