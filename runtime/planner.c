@@ -85,7 +85,8 @@ static uattn_status plan_array(uattn_plan *p, void **ptr, size_t count, size_t s
   X(blocks.written, nb) X(num_scheduled, nr) X(query_start_loc, nr) X(seq_lens, nr) X(cached, nr)          \
   X(num_output_tokens, nr) X(is_prompt, nr) X(step_scheduled, nr) X(token_groups, nt) X(token_offsets, nt) X(token_positions, nt) \
   X(token_ids, nt) X(token_context_lens, nt) X(slot_mapping, nt) X(logits_indices, nt)                      \
-  X(logits_groups, nt) X(new_token_positions, nt)
+  X(logits_groups, nt) X(new_token_positions, nt) X(span_req_begin, nr) X(unique_row_begin, nt) X(reqs_by_cost, nr) \
+  X(cost_keys, nr)
 
 static void plan_free(uattn_plan *p) {
   size_t nb = (size_t)p->config.num_blocks, nr = (size_t)p->config.max_num_seqs + 1,
@@ -97,6 +98,7 @@ static void plan_free(uattn_plan *p) {
   uattn_buf_release(&p->alloc, &p->shared_spans);
   uattn_buf_release(&p->alloc, &p->unique_blocks);
   uattn_buf_release(&p->alloc, &p->span_cursor);
+  uattn_buf_release(&p->alloc, &p->spans_by_req);
   uattn_buckets_release(p);
   uattn_seed_buffers_release(p);
   uattn_allocator hooks = p->alloc.hooks;
@@ -111,11 +113,12 @@ static uattn_status reserve_context(uattn_plan *p) {
   const uattn_plan_config *c = &p->config;
   const int64_t entries = (int64_t)c->max_num_seqs * uattn_ceil_div_i32(c->max_model_len, c->block_size);
   const int64_t blocks = entries < c->num_blocks ? entries : c->num_blocks;
-  const size_t bytes = (size_t)entries * (sizeof(uattn_shared_span) + sizeof(uattn_unique_block)) +
+  const size_t bytes = (size_t)entries * (sizeof(uattn_shared_span) + sizeof(uattn_unique_block) + sizeof(int32_t)) +
                        (size_t)blocks * 2 * sizeof(int32_t);
   if (bytes > UATTN_CONTEXT_RESERVE_LIMIT) return UATTN_OK;
   uattn_status st;
   if ((st = uattn_buf_reserve(&p->alloc, &p->shared_spans, (size_t)entries * sizeof(uattn_shared_span))) ||
+      (st = uattn_buf_reserve(&p->alloc, &p->spans_by_req, (size_t)entries * sizeof(int32_t))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->unique_blocks, (size_t)entries * sizeof(uattn_unique_block))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->shared_blocks, (size_t)blocks * sizeof(int32_t))))
     return st;
@@ -479,6 +482,43 @@ static void write_split(uattn_plan *p, const uattn_step *s) {
   }
 }
 
+/* The attention's indexes: spans by request, unique blocks by row, requests by cost. */
+static int64_t request_cost(const uattn_plan *p, int32_t r) {
+  /* visible (row, key) pairs: each row sees the context before the step plus the rows up to its own */
+  const int64_t rows = p->query_start_loc[r + 1] - p->query_start_loc[r];
+  return rows * ((int64_t)p->seq_lens[r] - rows) + rows * (rows + 1) / 2;
+}
+
+static int compare_cost(const void *a, const void *b) {
+  const uattn_cost_key *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+  return (x->req > y->req) - (x->req < y->req);
+}
+
+static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans, int32_t num_unique,
+                          int32_t num_tokens) {
+  const uattn_shared_span *spans = p->shared_spans.data;
+  int32_t *order = p->spans_by_req.data, *begin = p->span_req_begin;
+  memset(begin, 0, sizeof(int32_t) * ((size_t)s->num_reqs + 1));
+  for (int32_t k = 0; k < num_spans; k++) begin[spans[k].req + 1]++;
+  for (int32_t r = 0; r < s->num_reqs; r++) begin[r + 1] += begin[r];
+  int32_t *cursor = p->reqs_by_cost; /* borrowed: filled for real below */
+  for (int32_t r = 0; r < s->num_reqs; r++) cursor[r] = begin[r];
+  for (int32_t k = 0; k < num_spans; k++) order[cursor[spans[k].req]++] = k;
+
+  const uattn_unique_block *unique = p->unique_blocks.data;
+  for (int32_t row = 0, k = 0; row <= num_tokens; row++) {
+    while (k < num_unique && unique[k].token < row) k++;
+    p->unique_row_begin[row] = k;
+  }
+  /* largest first, ties by request: the attention hands out its work in this order, so the longest items
+   * start first */
+  uattn_cost_key *keys = p->cost_keys;
+  for (int32_t r = 0; r < s->num_reqs; r++) keys[r] = (uattn_cost_key){request_cost(p, r), r};
+  if (s->num_reqs > 1) qsort(keys, (size_t)s->num_reqs, sizeof *keys, compare_cost);
+  for (int32_t r = 0; r < s->num_reqs; r++) p->reqs_by_cost[r] = keys[r].req;
+}
+
 /* ---- the step ------------------------------------------------------------------------------------- */
 
 static uattn_status validate_step_pointers(const uattn_plan *p, const uattn_step *s) {
@@ -527,6 +567,7 @@ uattn_status uattn_plan_step(uattn_plan *p, const uattn_step *s) {
   if ((st = uattn_buf_reserve(&p->alloc, &p->shared_blocks, (size_t)n.shared_blocks * sizeof(int32_t))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->span_cursor, (size_t)n.shared_blocks * sizeof(int32_t))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->shared_spans, (size_t)n.shared_spans * sizeof(uattn_shared_span))) ||
+      (st = uattn_buf_reserve(&p->alloc, &p->spans_by_req, (size_t)n.shared_spans * sizeof(int32_t))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->unique_blocks, (size_t)n.unique_blocks * sizeof(uattn_unique_block))))
     return st;
 
@@ -535,6 +576,7 @@ uattn_status uattn_plan_step(uattn_plan *p, const uattn_step *s) {
   int32_t num_invalid;
   int32_t logits = write_logits(p, s, &num_invalid);
   write_split(p, s);
+  write_indexes(p, s, n.shared_spans, n.unique_blocks, shape.num_tokens);
 
   uattn_plan_info *info = &p->info;
   info->block_size = p->config.block_size;

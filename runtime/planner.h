@@ -28,6 +28,8 @@ typedef struct uattn_seed_buffers {
   uattn_buf slot_mapping, token_ids, token_positions, logits_indices;
 } uattn_seed_buffers;
 
+typedef struct uattn_cost_key uattn_cost_key;
+
 struct uattn_plan {
   uattn_plan_config config;
   uattn_alloc alloc;
@@ -47,6 +49,16 @@ struct uattn_plan {
 
   /* context split, sized by the largest step so far */
   uattn_buf shared_blocks, shared_spans, unique_blocks, span_cursor;
+  /* indexes the attention walks by: spans grouped by request (indices into shared_spans, each request's
+   * in shared-block order), each row's first unique block, and the requests by cost, largest first */
+  uattn_buf spans_by_req;
+  int32_t *span_req_begin;   /* [max_num_seqs + 1] */
+  int32_t *unique_row_begin; /* [max_num_batched_tokens + 1] */
+  int32_t *reqs_by_cost;     /* [max_num_seqs] */
+  struct uattn_cost_key {
+    int64_t cost;
+    int32_t req;
+  } *cost_keys; /* scratch for sorting them */
 
   uattn_bucket_table buckets;
   uattn_seed_buffers seed;
