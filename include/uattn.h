@@ -272,6 +272,92 @@ typedef struct uattn_seed_tensors {
 UATTN_API uattn_status uattn_plan_materialize(uattn_plan *plan, unsigned what, uattn_seed_tensors *out);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* The runtime: threads pinned to cores, created once by an engine                                  */
+/* ------------------------------------------------------------------------------------------------ */
+/* BEGIN runtime */
+typedef struct uattn_runtime uattn_runtime;
+
+/* Workers whose placement uattn_topology lists; a runtime may have more (up to UATTN_RUNTIME_MAX_THREADS). */
+#define UATTN_TOPOLOGY_MAX_WORKERS 256
+/* The most workers one runtime may have. */
+#define UATTN_RUNTIME_MAX_THREADS 1024
+
+/* How a runtime places its threads. Start from uattn_runtime_config_default().
+ *
+ * Precedence, field by field: an explicit value in the config wins; else the environment variable; else the
+ * default. "Explicit" means num_threads != 0 and cpuset non-NULL and non-empty. An environment variable that
+ * is set but malformed fails uattn_runtime_create (UATTN_ERR_INVALID_ARGUMENT, naming the variable) rather
+ * than being ignored, since a silently ignored setting is the harder bug to find.
+ *  - UATTN_NUM_THREADS  workers, a decimal integer in [0, UATTN_RUNTIME_MAX_THREADS]; 0 = the default.
+ *  - UATTN_CPUSET       PUs the runtime may use, same syntax as cpuset below.
+ *
+ * The calling thread of uattn_runtime_run is worker 0: it is the engine's own thread, so it is only bound
+ * when pin_caller says so. Workers 1.. are threads the runtime creates. With pin, worker k is bound to the
+ * first usable PU of usable core k mod (usable cores), one worker per core and not per SMT sibling, so worker
+ * 0's core is left to the caller. More workers than usable cores is allowed: they then share cores
+ * round-robin (uattn_topology.oversubscribed says so). Without pin, workers may run on any usable PU.
+ *
+ * Idle workers spin for spin_us microseconds after a job, then sleep in the kernel (a futex) until the next
+ * one: a short spin makes back-to-back calls cheap without stealing the engine's cores between steps. */
+typedef struct uattn_runtime_config {
+  int32_t num_threads; /* workers, worker 0 included; 0 = $UATTN_NUM_THREADS, else one per usable core */
+  /* OS indices of the PUs the runtime may use, like taskset -c: "0-3,8" (ranges "a-b" with a <= b, single
+   * indices, separated by single commas). Every PU must lie in the process's binding (sched_setaffinity,
+   * taskset, cgroups), else creation fails with UATTN_ERR_OUT_OF_RANGE. NULL or "" = $UATTN_CPUSET, else
+   * the whole binding. Copied at creation. */
+  const char *cpuset;
+  bool pin;        /* bind each worker 1.. to its own core (default true) */
+  bool pin_caller; /* also bind the thread that calls uattn_runtime_create to worker 0's PU, for good
+                      (default false: the engine's thread is left as it is) */
+  int32_t spin_us; /* idle spin before sleeping, in [0, 1000000]; 0 = sleep at once; default 50 */
+  /* Optional: the runtime's own memory and the workers' scratch. The hooks are called from the worker
+   * threads, concurrently: they must be thread-safe. NULL = malloc-based. */
+  const uattn_allocator *allocator;
+} uattn_runtime_config;
+
+/* num_threads 0, cpuset NULL, pin true, pin_caller false, spin_us 50, allocator NULL. */
+UATTN_API uattn_runtime_config uattn_runtime_config_default(void);
+
+/* Loads the machine's topology (hwloc), intersects it with the process's binding and the cpuset, starts the
+ * workers and waits until each has bound itself. config NULL = the defaults (environment included). An
+ * engine creates one runtime and keeps it; several runtimes may coexist (each has its own threads, which
+ * then share cores). */
+UATTN_API uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runtime **out);
+/* Stops and joins the workers and frees everything. No call on rt may be running. NULL is a no-op. */
+UATTN_API void uattn_runtime_destroy(uattn_runtime *rt);
+
+/* Counts of one part of the machine. */
+typedef struct uattn_topology_counts {
+  int32_t packages;   /* 0 when hwloc does not know */
+  int32_t numa_nodes; /* with at least one PU there; the machine's count includes memory-only nodes */
+  int32_t cores;      /* physical cores */
+  int32_t pus;        /* hardware threads (logical CPUs) */
+} uattn_topology_counts;
+
+/* What the runtime found and how it placed its workers. */
+typedef struct uattn_topology {
+  uattn_topology_counts machine; /* the whole machine as hwloc sees it */
+  uattn_topology_counts binding; /* within the process's binding (taskset, sched_setaffinity, cgroups) */
+  uattn_topology_counts usable;  /* within the binding and the runtime's cpuset: what the workers use */
+  /* Data cache sizes in bytes as hwloc reports them for the first usable core; 0 if unknown. L1d and L2
+   * are usually per core, L3 shared by several cores (l3_cores of them within the machine). */
+  size_t l1d_bytes;
+  size_t l2_bytes;
+  size_t l3_bytes;
+  int32_t l3_cores;
+  int32_t num_workers;
+  bool pinned;         /* config.pin */
+  bool oversubscribed; /* more workers than usable cores: some share a core */
+  /* For each worker (the first UATTN_TOPOLOGY_MAX_WORKERS): the OS index of the PU it is bound to and that
+   * PU's NUMA node (OS index); -1 for an unbound worker (worker 0 without pin_caller; all without pin). */
+  int32_t worker_pu[UATTN_TOPOLOGY_MAX_WORKERS];
+  int32_t worker_numa[UATTN_TOPOLOGY_MAX_WORKERS];
+} uattn_topology;
+
+UATTN_API uattn_status uattn_runtime_get_topology(const uattn_runtime *rt, uattn_topology *out);
+/* END runtime */
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Attention over a planned step                                                                    */
 /* ------------------------------------------------------------------------------------------------ */
 
@@ -337,9 +423,13 @@ typedef struct uattn_tensors {
 
 /* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every
  * query row (DESIGN.md §1): the causal, shared and unique parts of the seed, merged with its fmin/feps
- * guards, with fp32 accumulation. A row with no visible key gets zeros (lse -inf). On an error nothing has
- * been written to the caches or the outputs. */
-UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t);
+ * guards, with fp32 accumulation. A prompt row reads this step's keys from k/v; any other row (decode,
+ * verification) reads all its keys from the cache, its own new ones included, as stored (in cache_dtype).
+ * A row with no visible key gets zeros (lse -inf). On an error nothing has been written to the caches or
+ * the outputs. rt: the threads to run on (NULL: the calling thread); the result is bitwise the same for
+ * any number of threads. */
+UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t,
+                                     uattn_runtime *rt);
 
 /* Merges partial attention results of the same rows computed over disjoint key sets (several calls, or
  * ranks of context parallelism): out = sum_i out_i * exp(lse_i - lse), lse = log(sum_i exp(lse_i)).

@@ -81,3 +81,20 @@ float uattn_seed_merge(const uattn_state *parts, int32_t num_parts, float sink, 
   for (int32_t d = 0; d < head_dim; d++) out[d] /= denom;
   return sum > 0.0f ? M + logf(sum) : -INFINITY;
 }
+
+void uattn_attend_panel_rows(const uattn_panel_job *j) {
+  const int32_t D = j->head_dim;
+  for (int32_t r = 0; r < j->rows; r++) {
+    const int32_t hi = j->visible[r] < j->num_keys ? j->visible[r] : j->num_keys;
+    if (hi <= 0) continue;
+    for (int32_t h = 0; h < j->group; h++) {
+      const size_t x = (size_t)r * j->group + h;
+      uattn_state st = {j->m[x], j->l[x], j->o + x * D};
+      const uattn_score_rule rule = {j->soft_cap, j->alibi ? j->alibi[h] : 0.0f, j->window};
+      uattn_attend_panel(j->q + x * D, j->keys, j->values, D, 0, hi, j->key_pos0, j->query_pos[r], &rule,
+                         j->scores, &st);
+      j->m[x] = st.m;
+      j->l[x] = st.l;
+    }
+  }
+}

@@ -3,6 +3,7 @@
 #ifndef UATTN_PORTABLE_H
 #define UATTN_PORTABLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A partial attention of one (row, head): the seed's triplet. o is unnormalized: sum_j e^(s_j - m) v_j. */
@@ -27,6 +28,26 @@ typedef struct uattn_score_rule {
 void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
                         int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule,
                         float *scores, uattn_state *st);
+
+/* A block of query rows, each with all the query heads of one KV head, against one panel of keys. This is
+ * the unit every kernel implements (portable here; SIMD and GEMM variants later), so its shape is what
+ * matters: the group's heads share each key load, and rows differ only in how many keys they see. */
+typedef struct uattn_panel_job {
+  int32_t rows, group, head_dim;
+  const float *q;           /* [rows][group][head_dim], already multiplied by the scale */
+  const int32_t *query_pos; /* [rows] positions of the rows */
+  const int32_t *visible;   /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
+  int32_t num_keys, key_pos0; /* key i of the panel is at position key_pos0 + i */
+  const float *keys, *values; /* [num_keys][head_dim] */
+  float soft_cap;             /* > 0: cap * tanh(s / cap) */
+  int32_t window;             /* > 0: keys at or before query position - window are not seen */
+  const float *alibi;         /* [group] slopes of the group's heads, or NULL */
+  float *m, *l;               /* [rows][group] running max and sum */
+  float *o;                   /* [rows][group][head_dim] unnormalized output */
+  float *scores;              /* scratch, [num_keys] */
+} uattn_panel_job;
+
+void uattn_attend_panel_rows(const uattn_panel_job *job);
 
 /* Adds partial b into a (the seed's rescale merge of two partials). */
 void uattn_state_merge(uattn_state *a, const uattn_state *b, int32_t head_dim);

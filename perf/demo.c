@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
                        .num_blocks = num_blocks, .block_size = BLOCK, .out = out};
     t0 = now_s();
-    if (uattn_forward(plan, &L, &t) != UATTN_OK) return fail("forward");
+    if (uattn_forward(plan, &L, &t, NULL) != UATTN_OK) return fail("forward");
     const double seconds = now_s() - t0;
 
     const int kind = mix.prefill_tokens * 2 > in.num_tokens ? 0 : (mix.prefills > 0 ? 1 : 2);

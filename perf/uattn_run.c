@@ -857,7 +857,7 @@ static int execute(run *r) {
   t.block_size = r->block_size;
   t.out = r->out;
   t.lse = r->lse;
-  if ((st = uattn_forward(r->plan, &layer, &t))) return fail_lib("uattn_forward", st);
+  if ((st = uattn_forward(r->plan, &layer, &t, NULL))) return fail_lib("uattn_forward", st);
 
   if (write_outputs(r) || write_plan_json(r, &in)) return -1;
   if (r->dump_biases && dump_biases(r)) return -1;
@@ -883,7 +883,7 @@ static int execute(run *r) {
       goto done;
     }
     const double t1 = now_ms();
-    if ((st = uattn_forward(r->plan, &layer, &t))) {
+    if ((st = uattn_forward(r->plan, &layer, &t, NULL))) {
       fail_lib("uattn_forward (repeat)", st);
       goto done;
     }

@@ -10,11 +10,13 @@
  * defects are fixed by the plan: a decode row's keys all come from the cache, usages are per row.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "convert.h"
 #include "planner.h"
+#include "pool.h"
 #include "portable.h"
 
 #define UATTN_DEFAULT_CAUSAL_WIDTH 512
@@ -172,8 +174,9 @@ static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const u
   }
 }
 
-/* ---- workspace --------------------------------------------------------------------------------------- */
+/* ---- workspace ------------------------------------------------------------------------------------- */
 
+/* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
 typedef struct workspace {
   int32_t tile;      /* query rows per tile (the causal width) */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
@@ -182,64 +185,55 @@ typedef struct workspace {
   float *keys, *values; /* [panel, D] */
   float *scores;     /* [panel] */
   float *state_o;    /* [4 parts][tile, group, D]: causal, shared, unique, chunk scratch */
-  float *state_ml;   /* [4 parts][tile, group, 2] */
-  int32_t *span_begin, *span_order; /* spans grouped by request: [num_reqs + 1], [num_spans] */
-  int32_t *unique_begin;            /* unique blocks by row: [num_tokens + 1] */
-  void *memory;
+  float *state_m, *state_l; /* [4 parts][tile, group] */
+  int32_t *visible;  /* [tile]: keys of the current panel each row sees */
 } workspace;
 
 enum { PART_CAUSAL, PART_SHARED, PART_UNIQUE, PART_CHUNK, NUM_PARTS };
 
-static uattn_status workspace_create(workspace *w, const uattn_plan_info *in, const uattn_layer *L) {
-  const int32_t D = L->head_dim;
+static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L) {
   w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
+}
+
+static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->tile * w->group;
-  const size_t floats = tg * D + 2 * (size_t)w->panel * D + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2;
-  const size_t ints = (size_t)in->num_reqs + 1 + (size_t)in->num_shared_spans + (size_t)in->num_tokens + 1;
-  w->memory = malloc(floats * sizeof(float) + ints * sizeof(int32_t));
-  if (!w->memory) return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory for the forward's workspace");
-  float *f = w->memory;
+  return sizeof(float) * (tg * D + 2 * (size_t)w->panel * D + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2) +
+         sizeof(int32_t) * (size_t)w->tile;
+}
+
+static void workspace_carve(workspace *w, void *memory, int32_t D) {
+  const size_t tg = (size_t)w->tile * w->group;
+  float *f = memory;
   w->q = f, f += tg * D;
   w->keys = f, f += (size_t)w->panel * D;
   w->values = f, f += (size_t)w->panel * D;
   w->scores = f, f += w->panel;
   w->state_o = f, f += NUM_PARTS * tg * D;
-  w->state_ml = f, f += NUM_PARTS * tg * 2;
-  int32_t *i = (int32_t *)f;
-  w->span_begin = i, i += in->num_reqs + 1;
-  w->span_order = i, i += in->num_shared_spans;
-  w->unique_begin = i;
+  w->state_m = f, f += NUM_PARTS * tg;
+  w->state_l = f, f += NUM_PARTS * tg;
+  w->visible = (int32_t *)f;
+}
 
-  /* spans by request (counting sort keeps each request's spans in shared-block order) */
-  memset(w->span_begin, 0, sizeof(int32_t) * ((size_t)in->num_reqs + 1));
-  for (int32_t k = 0; k < in->num_shared_spans; k++) w->span_begin[in->shared_spans[k].req + 1]++;
-  for (int32_t r = 0; r < in->num_reqs; r++) w->span_begin[r + 1] += w->span_begin[r];
-  int32_t *cursor = w->unique_begin; /* borrowed before it is filled: it has num_tokens + 1 >= num_reqs slots */
-  for (int32_t r = 0; r < in->num_reqs; r++) cursor[r] = w->span_begin[r];
-  for (int32_t k = 0; k < in->num_shared_spans; k++) w->span_order[cursor[in->shared_spans[k].req]++] = k;
-  /* unique blocks are sorted by row */
-  for (int32_t row = 0, k = 0; row <= in->num_tokens; row++) {
-    while (k < in->num_unique_blocks && in->unique_blocks[k].token < row) k++;
-    w->unique_begin[row] = k;
-  }
-  return UATTN_OK;
+/* Index of (part, row in tile, head in group) in the state arrays. */
+static size_t state_index(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group) {
+  return ((size_t)part * w->tile + row_in_tile) * w->group + head_in_group;
 }
 
 static uattn_state part_state(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group,
                               int32_t D) {
-  const size_t idx = ((size_t)part * w->tile + row_in_tile) * w->group + head_in_group;
-  uattn_state s = {w->state_ml[2 * idx], w->state_ml[2 * idx + 1], w->state_o + idx * D};
+  const size_t idx = state_index(w, part, row_in_tile, head_in_group);
+  uattn_state s = {w->state_m[idx], w->state_l[idx], w->state_o + idx * D};
   return s;
 }
 
 static void store_state(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group,
                         const uattn_state *s) {
-  const size_t idx = ((size_t)part * w->tile + row_in_tile) * w->group + head_in_group;
-  w->state_ml[2 * idx] = s->m;
-  w->state_ml[2 * idx + 1] = s->l;
+  const size_t idx = state_index(w, part, row_in_tile, head_in_group);
+  w->state_m[idx] = s->m;
+  w->state_l[idx] = s->l;
 }
 
 static void reset_part(workspace *w, int part, int32_t rows, int32_t D) {
@@ -254,6 +248,7 @@ static void reset_part(workspace *w, int part, int32_t rows, int32_t D) {
 /* ---- the parts -------------------------------------------------------------------------------------- */
 
 typedef struct step_ctx {
+  const uattn_plan *plan;
   const uattn_plan_info *in;
   const uattn_layer *L;
   const uattn_tensors *t;
@@ -263,11 +258,33 @@ typedef struct step_ctx {
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys */
 } step_ctx;
 
-static uattn_score_rule rule_for(const step_ctx *c, int32_t head_in_group) {
-  const int32_t h = c->kv_head * c->w->group + head_in_group;
-  uattn_score_rule r = {c->L->soft_cap, c->L->alibi_slopes ? c->L->alibi_slopes[h] : 0.0f,
-                        c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0};
-  return r;
+/* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
+ * panel now loaded, into `part`. */
+static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+                         int32_t key_pos0) {
+  const workspace *w = c->w;
+  const int32_t D = c->L->head_dim, first = row_lo - c->row0;
+  const size_t idx = state_index(w, part, first, 0);
+  const uattn_panel_job job = {
+      .rows = row_hi - row_lo,
+      .group = w->group,
+      .head_dim = D,
+      .q = w->q + (size_t)first * w->group * D,
+      .query_pos = c->in->token_positions + row_lo,
+      .visible = w->visible + first,
+      .num_keys = num_keys,
+      .key_pos0 = key_pos0,
+      .keys = w->keys,
+      .values = w->values,
+      .soft_cap = c->L->soft_cap,
+      .window = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0,
+      .alibi = c->L->alibi_slopes ? c->L->alibi_slopes + c->kv_head * w->group : NULL,
+      .m = w->state_m + idx,
+      .l = w->state_l + idx,
+      .o = w->state_o + idx * D,
+      .scores = w->scores,
+  };
+  uattn_attend_panel_rows(&job);
 }
 
 /* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
@@ -281,24 +298,15 @@ static void load_block(const step_ctx *c, int32_t block, int32_t count) {
   }
 }
 
-/* Attends every row of the tile in [row_lo, row_hi) to the panel's first keys, each row seeing
- * usage(row) of them, into `part`. */
+/* Attends the tile's rows in [row_lo, row_hi) to the block now in the panels, each row seeing usage(row) of
+ * its keys, into `part`. */
 static void attend_rows(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block_start,
                         int32_t (*usage)(const step_ctx *, int32_t row, int32_t block_start)) {
-  const int32_t D = c->L->head_dim;
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
-  for (int32_t row = row_lo; row < row_hi; row++) {
-    const int32_t u = usage(c, row, block_start);
-    if (u <= 0) continue;
-    for (int32_t h = 0; h < c->w->group; h++) {
-      uattn_state s = part_state(c->w, part, row - c->row0, h, D);
-      const uattn_score_rule rule = rule_for(c, h);
-      uattn_attend_panel(c->w->q + ((size_t)(row - c->row0) * c->w->group + h) * D, c->w->keys, c->w->values, D,
-                         0, u, block_start, c->in->token_positions[row], &rule, c->w->scores, &s);
-      store_state(c->w, part, row - c->row0, h, &s);
-    }
-  }
+  if (row_lo >= row_hi) return;
+  for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[row - c->row0] = usage(c, row, block_start);
+  attend_panel(c, part, row_lo, row_hi, c->in->block_size, block_start);
 }
 
 /* Keys of a context block a row sees: decoder rows by their own context length (per-row usage);
@@ -325,17 +333,10 @@ static void causal_part(const step_ctx *c) {
       uattn_widen(L->dtype, (const char *)c->t->v + off, c->w->values + (size_t)i * D, (size_t)D);
     }
     for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
-      const int32_t hi = decoder ? (row + 1 - k0 < n ? row + 1 - k0 : n) : n;
-      if (hi <= 0) continue;
-      for (int32_t h = 0; h < c->w->group; h++) {
-        uattn_state s = part_state(c->w, PART_CAUSAL, row - c->row0, h, D);
-        const uattn_score_rule rule = rule_for(c, h);
-        uattn_attend_panel(c->w->q + ((size_t)(row - c->row0) * c->w->group + h) * D, c->w->keys, c->w->values, D,
-                           0, hi, c->num_computed + (k0 - c->qs), c->in->token_positions[row], &rule, c->w->scores,
-                           &s);
-        store_state(c->w, PART_CAUSAL, row - c->row0, h, &s);
-      }
+      const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
+      c->w->visible[row - c->row0] = hi < 0 ? 0 : (hi > n ? n : hi);
     }
+    attend_panel(c, PART_CAUSAL, c->row0, c->row0 + c->rows, n, c->num_computed + (k0 - c->qs));
   }
 }
 
@@ -357,8 +358,9 @@ static void shared_part(const step_ctx *c) {
   const int32_t chunk = c->L->chunk_size;
   const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
   int32_t current_chunk = -1;
-  for (int32_t k = c->w->span_begin[c->req]; k < c->w->span_begin[c->req + 1]; k++) {
-    const uattn_shared_span *sp = &in->shared_spans[c->w->span_order[k]];
+  const int32_t *order = c->plan->spans_by_req.data;
+  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+    const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->token_end <= c->row0 || sp->token_begin >= c->row0 + c->rows) continue;
     if (chunk > 0 && sp->shared_index / chunk != current_chunk) {
       if (current_chunk >= 0) merge_chunk(c);
@@ -373,7 +375,7 @@ static void shared_part(const step_ctx *c) {
 static void unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
-    for (int32_t k = c->w->unique_begin[row]; k < c->w->unique_begin[row + 1]; k++) {
+    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       load_block(c, u->block, in->block_size);
       attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
@@ -416,7 +418,72 @@ static void merge_tile(const step_ctx *c) {
 
 /* ---- the call ---------------------------------------------------------------------------------------- */
 
-uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t) {
+/* One forward call, shared by its workers. Work units are (request, KV head) pairs, handed out largest
+ * request first; each unit writes only its own rows and heads, so the answer does not depend on which
+ * worker runs it, or on how many there are. */
+typedef struct forward_job {
+  const uattn_plan *plan;
+  const uattn_layer *L;
+  const uattn_tensors *t;
+  uattn_runtime *rt;
+  cache_view cache;
+  workspace shape;
+  size_t scratch_bytes;
+  int32_t num_units;
+  atomic_int next_unit;
+  atomic_int out_of_memory;
+} forward_job;
+
+/* First pass: every worker gets its scratch before anything is written, so a failure changes nothing. */
+static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)num_workers;
+  forward_job *job = ctx;
+  if (!uattn_worker_scratch(job->rt, worker, job->scratch_bytes)) atomic_store(&job->out_of_memory, 1);
+}
+
+static void run_unit(forward_job *job, workspace *w, int32_t unit) {
+  const uattn_plan_info *in = &job->plan->info;
+  const uattn_layer *L = job->L;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads, r = job->plan->reqs_by_cost[unit / L->num_kv_heads],
+                g = unit % L->num_kv_heads;
+  const int32_t qs = in->query_start_loc[r], qe = in->query_start_loc[r + 1];
+  const size_t qsz = uattn_dtype_size(L->dtype);
+  const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
+  for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
+    step_ctx c = {job->plan, in, L, job->t, job->cache, w, g, r, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
+                  qs, qe, in->token_positions[qs]};
+    for (int32_t i = 0; i < c.rows; i++)
+      for (int32_t h = 0; h < w->group; h++) {
+        float *q = w->q + ((size_t)i * w->group + h) * D;
+        uattn_widen(L->dtype, (const char *)job->t->q + (((size_t)(row0 + i) * Hq) + g * w->group + h) * D * qsz, q,
+                    (size_t)D);
+        for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
+      }
+    for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c.rows, D);
+    if (cross) {
+      cross_part(&c);
+    } else {
+      causal_part(&c);
+      shared_part(&c);
+      unique_part(&c);
+    }
+    merge_tile(&c);
+  }
+}
+
+static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)num_workers;
+  forward_job *job = ctx;
+  workspace w = job->shape;
+  workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->L->head_dim);
+  for (;;) {
+    const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
+    if (unit >= job->num_units) break;
+    run_unit(job, &w, unit);
+  }
+}
+
+uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt) {
   uattn_clear_error();
   UATTN_CHECK_PTR(plan, "plan");
   UATTN_CHECK_PTR(L, "layer");
@@ -426,40 +493,22 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   const uattn_plan_info *in = &plan->info;
   if ((st = validate_tensors(in, &plan->config, L, t))) return st;
   if (in->num_tokens == 0) return UATTN_OK;
-  workspace w;
-  if ((st = workspace_create(&w, in, L))) return st;
 
-  const cache_view cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout,
-                            t->block_size, L->num_kv_heads, L->head_dim};
-  const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
-  if (!cross) write_cache(in, L, t, &cache);
+  forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
+                     .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
+                               L->num_kv_heads, L->head_dim},
+                     .num_units = in->num_reqs * L->num_kv_heads};
+  workspace_shape(&job.shape, in, L);
+  job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
+  atomic_init(&job.next_unit, 0);
+  atomic_init(&job.out_of_memory, 0);
+  uattn_runtime_run(rt, reserve_scratch, &job);
+  if (atomic_load(&job.out_of_memory))
+    return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory for the forward's workspace (%zu bytes a worker)",
+                      job.scratch_bytes);
 
-  const int32_t D = L->head_dim, Hq = L->num_q_heads;
-  const size_t qsz = uattn_dtype_size(L->dtype);
-  for (int32_t r = 0; r < in->num_reqs; r++) {
-    const int32_t qs = in->query_start_loc[r], qe = in->query_start_loc[r + 1];
-    for (int32_t g = 0; g < L->num_kv_heads; g++)
-      for (int32_t row0 = qs; row0 < qe; row0 += w.tile) {
-        step_ctx c = {in, L, t, cache, &w, g, r, row0, qe - row0 < w.tile ? qe - row0 : w.tile,
-                      qs, qe, in->token_positions[qs]};
-        for (int32_t i = 0; i < c.rows; i++)
-          for (int32_t h = 0; h < w.group; h++) {
-            float *q = w.q + ((size_t)i * w.group + h) * D;
-            uattn_widen(L->dtype, (const char *)t->q + (((size_t)(row0 + i) * Hq) + g * w.group + h) * D * qsz, q,
-                        (size_t)D);
-            for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
-          }
-        for (int part = 0; part < NUM_PARTS; part++) reset_part(&w, part, c.rows, D);
-        if (cross) {
-          cross_part(&c);
-        } else {
-          causal_part(&c);
-          shared_part(&c);
-          unique_part(&c);
-        }
-        merge_tile(&c);
-      }
-  }
-  free(w.memory);
+  /* the cache first: a decode row reads its own new key back from it */
+  if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
+  uattn_runtime_run(rt, attention_job, &job);
   return UATTN_OK;
 }

@@ -217,6 +217,12 @@ void attention_tensors_free(uattn_tensors *t) {
   free(t->lse);
 }
 
+uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt) {
+  uattn_tensors t = attention_tensors(run);
+  cr_assert_eq(uattn_forward(run->plan, &run->layer, &t, rt), UATTN_OK, "%s: %s", run->c.name, uattn_last_error());
+  return t;
+}
+
 /* ---- checking ------------------------------------------------------------------------------------------ */
 
 /* The storage precision bounds the error: fp32 accumulation alone stays far inside 1e-5 of the largest
@@ -232,8 +238,7 @@ double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype) {
 void attention_run_check(attention_run *run) {
   const attention_case *c = &run->c;
   const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;
-  uattn_tensors t = attention_tensors(run), ref = attention_tensors(run);
-  cr_assert_eq(uattn_forward(run->plan, &run->layer, &t), UATTN_OK, "%s: %s", c->name, uattn_last_error());
+  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
 
   /* the oracle takes the step as the scheduler gave it, with the drafts' effective token counts (real
    * drafts + 1), counted here rather than taken from the planner under test */

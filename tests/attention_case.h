@@ -55,6 +55,9 @@ void attention_run_free(attention_run *run);
 uattn_tensors attention_tensors(const attention_run *run);
 void attention_tensors_free(uattn_tensors *t);
 
+/* Runs uattn_forward on fresh tensors on rt (NULL: the calling thread); the caller frees the result. */
+uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt);
+
 /* Runs uattn_forward and the oracle and checks outputs, lse and both caches, with the tolerance of the
  * case's dtypes. Fails the calling test on any mismatch. */
 void attention_run_check(attention_run *run);

@@ -2,6 +2,7 @@
  * dims 64-256, GQA 1-8 and MQA, three dtypes, both layouts, soft cap, sliding window, sinks, ALiBi,
  * encoder and cross attention, the empty batch and a row with no key. Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
+#include <string.h>
 
 #include "attention_case.h"
 
@@ -84,5 +85,38 @@ Test(attention, chunked_and_whole_shared_agree, .timeout = 300) {
   for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
     attention_case c = {"chunked shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, chunks[i], 0, 50};
     run_case(&c);
+  }
+}
+
+/* The work is split into units that each write their own rows, so the answer must not depend on how many
+ * threads run them: bitwise, outputs, lse and caches. */
+Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
+  const attention_case cases[] = {
+      {"threads: mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 3, 0, 61},
+      {"threads: shared prefix", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 0, 0, 1, 0, 0, 62},
+      {"threads: long chunk", BATCH_CHUNKED_LONG, 16, 4, 4, 64, F16, F16, NHD, DEC, 0, 0, 0, 0, 0, 32, 63},
+  };
+  const int32_t threads[] = {1, 2, 3, 4};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    uattn_tensors ref = attention_run_forward(&run, NULL);
+    for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+      uattn_runtime_config cfg = uattn_runtime_config_default();
+      cfg.num_threads = threads[k];
+      uattn_runtime *rt;
+      cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
+      uattn_tensors t = attention_run_forward(&run, rt);
+      cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
+                   threads[k]);
+      cr_assert_eq(memcmp(t.lse, ref.lse, sizeof(float) * (size_t)run.info.num_tokens * cases[i].num_q_heads), 0,
+                   "%s: %d threads change the lse", cases[i].name, threads[k]);
+      cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run.cache_bytes), 0);
+      cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run.cache_bytes), 0);
+      attention_tensors_free(&t);
+      uattn_runtime_destroy(rt);
+    }
+    attention_tensors_free(&ref);
+    attention_run_free(&run);
   }
 }

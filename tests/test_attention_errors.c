@@ -33,7 +33,7 @@ static void teardown(void) {
 }
 
 static void expect_refused(const uattn_layer *L, const uattn_tensors *x, uattn_status want, const char *needle) {
-  uattn_status st = uattn_forward(run.plan, L, x);
+  uattn_status st = uattn_forward(run.plan, L, x, NULL);
   cr_assert_eq(st, want, "got %s (%s), want %s", uattn_status_name(st), uattn_last_error(), uattn_status_name(want));
   cr_assert_not_null(strstr(uattn_last_error(), needle), "message '%s' lacks '%s'", uattn_last_error(), needle);
   cr_assert_eq(memcmp(t.key_cache, k_before, run.cache_bytes), 0, "the key cache was written");
@@ -44,9 +44,9 @@ static void expect_refused(const uattn_layer *L, const uattn_tensors *x, uattn_s
 TestSuite(attention_errors, .init = setup, .fini = teardown);
 
 Test(attention_errors, null_pointers) {
-  cr_assert_eq(uattn_forward(NULL, &run.layer, &t), UATTN_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(uattn_forward(run.plan, NULL, &t), UATTN_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(uattn_forward(run.plan, &run.layer, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(uattn_forward(NULL, &run.layer, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(uattn_forward(run.plan, NULL, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(uattn_forward(run.plan, &run.layer, NULL, NULL), UATTN_ERR_INVALID_ARGUMENT);
   const char *names[] = {"tensors.q", "tensors.k", "tensors.v", "tensors.key_cache", "tensors.value_cache", "tensors.out"};
   for (int i = 0; i < 6; i++) {
     uattn_tensors x = t;

@@ -1,0 +1,23 @@
+/* The runtime's thread pool and topology, as the rest of the library sees them. Implemented in
+ * runtime/runtime.c (public uattn_runtime_*), runtime/pool.c (threads) and runtime/topology.c (hwloc). */
+#ifndef UATTN_POOL_H
+#define UATTN_POOL_H
+
+#include "internal.h"
+
+/* A job: called once on every worker, the calling thread being worker 0, with the same ctx. */
+typedef void (*uattn_job_fn)(void *ctx, int32_t worker, int32_t num_workers);
+
+/* Runs fn on each of the runtime's workers and returns when all have returned. Calls from several engine
+ * threads on one runtime are serialized. rt NULL runs fn(ctx, 0, 1) on the calling thread. */
+void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx);
+
+/* Workers of a runtime (1 for NULL). */
+int32_t uattn_runtime_workers(const uattn_runtime *rt);
+
+/* Scratch memory of one worker, at least `bytes`, 64-byte aligned, kept and grown between calls. Called by
+ * that worker itself (so a fresh page is first touched on its NUMA node). NULL when out of memory. For rt
+ * NULL, a thread-local buffer of the calling thread. */
+void *uattn_worker_scratch(uattn_runtime *rt, int32_t worker, size_t bytes);
+
+#endif
