@@ -104,6 +104,10 @@ int main(int argc, char **argv) {
   uattn_plan *plan;
   if (uattn_plan_create(&pc, &plan) != UATTN_OK) return fail("plan_create");
 
+  uattn_runtime *rt; /* one worker per core ($UATTN_NUM_THREADS to change) */
+  if (uattn_runtime_create(NULL, &rt) != UATTN_OK) return fail("runtime_create");
+  uattn_topology topo;
+  uattn_runtime_get_topology(rt, &topo);
   uattn_layer L = uattn_layer_default(HQ, HKV, HEAD_DIM, UATTN_BF16);
   const size_t cache_elems = (size_t)num_blocks * BLOCK * HKV * HEAD_DIM;
   uint16_t *key_cache = malloc(cache_elems * 2), *value_cache = malloc(cache_elems * 2);
@@ -120,6 +124,8 @@ int main(int argc, char **argv) {
   printf("uattn %s demo: serving %d steps through one attention layer\n", uattn_version(), steps);
   printf("  layer: %d query heads, %d KV heads, head dim %d, bf16 in and in the paged cache (block %d, %d blocks)\n",
          HQ, HKV, HEAD_DIM, BLOCK, num_blocks);
+  printf("  runtime: %d threads on %d cores (L2 %zu KiB, L3 %zu MiB)\n", topo.num_workers, topo.usable.cores,
+         topo.l2_bytes >> 10, topo.l3_bytes >> 20);
   printf("  trace: up to %d sequences and %d tokens a step, a %d-token system prompt shared by every request,\n"
          "         chunked prefills, decodes, and spec-decode verification of up to %d drafts\n\n",
          max_seqs, budget, tc.system_prompt_len, tc.num_spec_tokens);
@@ -146,7 +152,7 @@ int main(int argc, char **argv) {
     uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
                        .num_blocks = num_blocks, .block_size = BLOCK, .out = out};
     t0 = now_s();
-    if (uattn_forward(plan, &L, &t, NULL) != UATTN_OK) return fail("forward");
+    if (uattn_forward(plan, &L, &t, rt) != UATTN_OK) return fail("forward");
     const double seconds = now_s() - t0;
 
     const int kind = mix.prefill_tokens * 2 > in.num_tokens ? 0 : (mix.prefills > 0 ? 1 : 2);
@@ -181,7 +187,8 @@ int main(int argc, char **argv) {
   }
   if (tty) printf("\n");
 
-  printf("\nsummary (%d steps in %.1f s, one thread, portable C kernels)\n", done, now_s() - t_start);
+  printf("\nsummary (%d steps in %.1f s, %d threads, portable C kernels)\n", done, now_s() - t_start,
+         topo.num_workers);
   printf("  %-22s %6s %8s %12s %12s\n", "", "steps", "tokens", "tokens/s", "GFLOP/s");
   for (int i = 0; i < 3; i++)
     if (phases[i].steps)
@@ -202,6 +209,7 @@ int main(int argc, char **argv) {
   free(v);
   free(out);
   uattn_plan_destroy(plan);
+  uattn_runtime_destroy(rt);
   trace_destroy(tr);
   return 0;
 }

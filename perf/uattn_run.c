@@ -84,8 +84,7 @@ typedef struct run {
   uattn_attention_type attn_type;
   float scale, soft_cap;
   int32_t sliding_window, causal_width, chunk_size;
-  /* recorded for the multi-threaded runtime to come; the library runs on the calling thread today */
-  int32_t threads;
+  int32_t threads; /* workers of the runtime; 0 (absent) = one per core, or $UATTN_NUM_THREADS */
 
   int32_t num_reqs, stride, num_tokens, max_model_len;
   int32_t *num_computed, *num_scheduled, *num_prompt, *table;
@@ -97,6 +96,7 @@ typedef struct run {
   float *lse, *out_f32;
 
   uattn_plan *plan;
+  uattn_runtime *rt;
 } run;
 
 static void run_free(run *r) {
@@ -117,6 +117,13 @@ static void run_free(run *r) {
   free(r->lse);
   free(r->out_f32);
   uattn_plan_destroy(r->plan);
+  uattn_runtime_destroy(r->rt);
+}
+
+/* Workers the runtime really has (the step's "threads", or the default when absent). */
+static int32_t runtime_workers(const uattn_runtime *rt) {
+  uattn_topology topo;
+  return uattn_runtime_get_topology(rt, &topo) == UATTN_OK ? topo.num_workers : 0;
 }
 
 static size_t dtype_size(uattn_dtype d) { return d == UATTN_F32 ? 4 : 2; }
@@ -328,7 +335,7 @@ static int read_config(run *r) {
   if (get_float(o, "scale", -3.4e38, &r->scale) || get_float(o, "soft_cap", 0.0, &r->soft_cap) ||
       get_int(o, "sliding_window", true, 0, 0, &r->sliding_window) ||
       get_int(o, "causal_width", false, 0, 0, &r->causal_width) ||
-      get_int(o, "chunk_size", false, 0, 0, &r->chunk_size) || get_int(o, "threads", false, 1, 1, &r->threads))
+      get_int(o, "chunk_size", false, 0, 0, &r->chunk_size) || get_int(o, "threads", false, 0, 0, &r->threads))
     return -1;
   return 0;
 }
@@ -857,7 +864,10 @@ static int execute(run *r) {
   t.block_size = r->block_size;
   t.out = r->out;
   t.lse = r->lse;
-  if ((st = uattn_forward(r->plan, &layer, &t, NULL))) return fail_lib("uattn_forward", st);
+  uattn_runtime_config rt_config = uattn_runtime_config_default();
+  rt_config.num_threads = r->threads;
+  if ((st = uattn_runtime_create(&rt_config, &r->rt))) return fail_lib("uattn_runtime_create", st);
+  if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) return fail_lib("uattn_forward", st);
 
   if (write_outputs(r) || write_plan_json(r, &in)) return -1;
   if (r->dump_biases && dump_biases(r)) return -1;
@@ -883,7 +893,7 @@ static int execute(run *r) {
       goto done;
     }
     const double t1 = now_ms();
-    if ((st = uattn_forward(r->plan, &layer, &t, NULL))) {
+    if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) {
       fail_lib("uattn_forward (repeat)", st);
       goto done;
     }
@@ -894,7 +904,7 @@ static int execute(run *r) {
   if (!timing || !cJSON_AddNumberToObject(timing, "forward_ms", median(fwd_ms, r->repeat)) ||
       !cJSON_AddNumberToObject(timing, "plan_ms", median(plan_ms, r->repeat)) ||
       !cJSON_AddNumberToObject(timing, "repeat", r->repeat) ||
-      !cJSON_AddNumberToObject(timing, "threads", r->threads)) {
+      !cJSON_AddNumberToObject(timing, "threads", runtime_workers(r->rt))) {
     cJSON_Delete(timing);
     fail("timing.json: out of memory");
     goto done;
