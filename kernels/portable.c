@@ -1,4 +1,8 @@
-#include "portable.h"
+#include "kernels.h"
+
+#include <string.h>
+
+#include "convert.h"
 
 #include <float.h>
 #include <math.h>
@@ -98,3 +102,27 @@ void uattn_attend_panel_rows(const uattn_panel_job *j) {
     }
   }
 }
+
+/* ---- the portable kernel set --------------------------------------------------------------------------- */
+
+static void portable_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                          int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
+  (void)panel_keys;
+  const size_t esz = uattn_dtype_size(dtype);
+  for (int32_t i = 0; i < count; i++) {
+    uattn_widen(dtype, (const char *)k_src + (size_t)i * stride * esz, keys + (size_t)i * head_dim, (size_t)head_dim);
+    uattn_widen(dtype, (const char *)v_src + (size_t)i * stride * esz, values + (size_t)i * head_dim,
+                (size_t)head_dim);
+  }
+}
+
+static void portable_attend(const uattn_panel_job *job, int32_t panel_keys) {
+  (void)panel_keys;
+  uattn_attend_panel_rows(job);
+}
+
+static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) {
+  return (size_t)panel_keys * head_dim;
+}
+
+const uattn_kernels uattn_kernels_portable = {"portable", portable_load, portable_attend, portable_panel_floats};

@@ -17,7 +17,7 @@
 #include "convert.h"
 #include "planner.h"
 #include "pool.h"
-#include "portable.h"
+#include "kernels.h"
 
 #define UATTN_DEFAULT_CAUSAL_WIDTH 512
 
@@ -178,6 +178,8 @@ static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const u
 
 /* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
 typedef struct workspace {
+  const uattn_kernels *kern;
+  size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
   int32_t tile;      /* query rows per tile (the causal width) */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
   int32_t group;     /* query heads per KV head */
@@ -191,16 +193,18 @@ typedef struct workspace {
 
 enum { PART_CAUSAL, PART_SHARED, PART_UNIQUE, PART_CHUNK, NUM_PARTS };
 
-static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L) {
+static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k) {
+  w->kern = k;
   w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
+  w->panel_floats = k->panel_floats(w->panel, L->head_dim);
 }
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->tile * w->group;
-  return sizeof(float) * (tg * D + 2 * (size_t)w->panel * D + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2) +
+  return sizeof(float) * (tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2) +
          sizeof(int32_t) * (size_t)w->tile;
 }
 
@@ -208,8 +212,8 @@ static void workspace_carve(workspace *w, void *memory, int32_t D) {
   const size_t tg = (size_t)w->tile * w->group;
   float *f = memory;
   w->q = f, f += tg * D;
-  w->keys = f, f += (size_t)w->panel * D;
-  w->values = f, f += (size_t)w->panel * D;
+  w->keys = f, f += w->panel_floats;
+  w->values = f, f += w->panel_floats;
   w->scores = f, f += w->panel;
   w->state_o = f, f += NUM_PARTS * tg * D;
   w->state_m = f, f += NUM_PARTS * tg;
@@ -284,18 +288,18 @@ static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t ro
       .o = w->state_o + idx * D,
       .scores = w->scores,
   };
-  uattn_attend_panel_rows(&job);
+  w->kern->attend(&job, w->panel);
 }
 
 /* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
 static void load_block(const step_ctx *c, int32_t block, int32_t count) {
   const size_t esz = uattn_dtype_size(c->cache.dtype);
-  const int32_t D = c->L->head_dim;
-  for (int32_t i = 0; i < count; i++) {
-    const size_t off = cache_offset(&c->cache, (int64_t)block * c->cache.block_size + i, c->kv_head) * esz;
-    uattn_widen(c->cache.dtype, c->cache.k + off, c->w->keys + (size_t)i * D, (size_t)D);
-    uattn_widen(c->cache.dtype, c->cache.v + off, c->w->values + (size_t)i * D, (size_t)D);
-  }
+  const size_t off = cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * esz;
+  /* consecutive slots of one head: a whole row of heads apart in NHD, adjacent in HND */
+  const size_t stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
+                                                            : (size_t)c->cache.head_dim;
+  c->w->kern->load(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, count, c->cache.head_dim, c->w->panel,
+                   c->w->keys, c->w->values);
 }
 
 /* Attends the tile's rows in [row_lo, row_hi) to the block now in the panels, each row seeing usage(row) of
@@ -327,11 +331,9 @@ static void causal_part(const step_ctx *c) {
   const int32_t key_end = decoder ? c->row0 + c->rows : c->qe;
   for (int32_t k0 = c->qs; k0 < key_end; k0 += c->w->panel) {
     const int32_t n = key_end - k0 < c->w->panel ? key_end - k0 : c->w->panel;
-    for (int32_t i = 0; i < n; i++) {
-      const size_t off = ((size_t)(k0 + i) * Hkv + c->kv_head) * D * esz;
-      uattn_widen(L->dtype, (const char *)c->t->k + off, c->w->keys + (size_t)i * D, (size_t)D);
-      uattn_widen(L->dtype, (const char *)c->t->v + off, c->w->values + (size_t)i * D, (size_t)D);
-    }
+    const size_t off = ((size_t)k0 * Hkv + c->kv_head) * D * esz;
+    c->w->kern->load(L->dtype, (const char *)c->t->k + off, (const char *)c->t->v + off, (size_t)Hkv * D, n, D,
+                     c->w->panel, c->w->keys, c->w->values);
     for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
       const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
       c->w->visible[row - c->row0] = hi < 0 ? 0 : (hi > n ? n : hi);
@@ -498,7 +500,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim},
                      .num_units = in->num_reqs * L->num_kv_heads};
-  workspace_shape(&job.shape, in, L);
+  workspace_shape(&job.shape, in, L, uattn_kernels_select(NULL));
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   atomic_init(&job.next_unit, 0);
   atomic_init(&job.out_of_memory, 0);
