@@ -121,6 +121,12 @@ typedef struct uattn_plan_config {
    * 0 means the default, 256 MiB. */
   size_t shared_bias_byte_limit;
   const uattn_allocator *allocator; /* NULL: malloc-based */
+  /* Split-K for long decodes: a decode (or verification of up to 15 drafts) whose context reaches
+   * split_min_keys keys is computed as ranges of split_keys keys in parallel and merged in a fixed order.
+   * Decided by the context, never by the thread count: results do not depend on it. 0 = the defaults,
+   * 8192 and 4096. */
+  int32_t split_min_keys;
+  int32_t split_keys;
 } uattn_plan_config;
 
 /* A config with the given cache geometry and limits and defaults for the rest (no bucketing). */
@@ -307,8 +313,11 @@ typedef struct uattn_runtime_config {
    * the whole binding. Copied at creation. */
   const char *cpuset;
   bool pin;        /* bind each worker 1.. to its own core (default true) */
-  bool pin_caller; /* also bind the thread that calls uattn_runtime_create to worker 0's PU, for good
-                      (default false: the engine's thread is left as it is) */
+  /* Also bind the thread that calls uattn_runtime_create to worker 0's PU (caller_pu) for the runtime's
+   * life; uattn_runtime_destroy, called from that same thread, gives it back its previous binding. Default
+   * false: the engine's thread is left as it is. Note that while a process's only thread is pinned, the
+   * process's binding is that one PU, and a runtime created then sees one core. */
+  bool pin_caller;
   int32_t spin_us; /* idle spin before sleeping, in [0, 1000000]; 0 = sleep at once; default 50 */
   /* Optional: the runtime's own memory and the workers' scratch. The hooks are called from the worker
    * threads, concurrently: they must be thread-safe. NULL = malloc-based. */
@@ -347,6 +356,10 @@ typedef struct uattn_topology {
   int32_t l3_cores;
   int32_t num_workers;
   bool pinned;         /* config.pin */
+  /* The PU of worker 0's core, which no other worker takes unless oversubscribed: an engine that pins its
+   * own thread (the caller of uattn_runtime_run) should put it there. Without it the scheduler may run the
+   * caller on a worker's core, and each call then costs a few microseconds more. */
+  int32_t caller_pu;
   bool oversubscribed; /* more workers than usable cores: some share a core */
   /* For each worker (the first UATTN_TOPOLOGY_MAX_WORKERS): the OS index of the PU it is bound to and that
    * PU's NUMA node (OS index); -1 for an unbound worker (worker 0 without pin_caller; all without pin). */

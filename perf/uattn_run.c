@@ -335,7 +335,7 @@ static int read_config(run *r) {
   if (get_float(o, "scale", -3.4e38, &r->scale) || get_float(o, "soft_cap", 0.0, &r->soft_cap) ||
       get_int(o, "sliding_window", true, 0, 0, &r->sliding_window) ||
       get_int(o, "causal_width", false, 0, 0, &r->causal_width) ||
-      get_int(o, "chunk_size", false, 0, 0, &r->chunk_size) || get_int(o, "threads", false, 0, 0, &r->threads))
+      get_int(o, "chunk_size", false, 0, 0, &r->chunk_size) || get_int(o, "threads", false, 0, 1, &r->threads))
     return -1;
   return 0;
 }

@@ -260,6 +260,7 @@ typedef struct step_ctx {
   workspace *w;
   int32_t kv_head, req, row0, rows; /* the tile: rows [row0, row0 + rows) of request req */
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys */
+  int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
 } step_ctx;
 
 /* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
@@ -364,6 +365,7 @@ static void shared_part(const step_ctx *c) {
   for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->token_end <= c->row0 || sp->token_begin >= c->row0 + c->rows) continue;
+    if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
     if (chunk > 0 && sp->shared_index / chunk != current_chunk) {
       if (current_chunk >= 0) merge_chunk(c);
       current_chunk = sp->shared_index / chunk;
@@ -379,6 +381,7 @@ static void unique_part(const step_ctx *c) {
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
     for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
+      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       load_block(c, u->block, in->block_size);
       attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
     }
@@ -420,9 +423,10 @@ static void merge_tile(const step_ctx *c) {
 
 /* ---- the call ---------------------------------------------------------------------------------------- */
 
-/* One forward call, shared by its workers. Work units are (request, KV head) pairs, handed out largest
- * request first; each unit writes only its own rows and heads, so the answer does not depend on which
- * worker runs it, or on how many there are. */
+/* One forward call, shared by its workers. Work units are (request, KV head, split) triples, handed out
+ * largest request first; a unit writes only its own rows and heads, or, for a split of a long decode, its
+ * own slot of partial states, which a second pass merges in split order. So the answer does not depend on
+ * which worker runs a unit, or on how many workers there are. */
 typedef struct forward_job {
   const uattn_plan *plan;
   const uattn_layer *L;
@@ -430,46 +434,111 @@ typedef struct forward_job {
   uattn_runtime *rt;
   cache_view cache;
   workspace shape;
-  size_t scratch_bytes;
-  int32_t num_units;
+  size_t scratch_bytes;  /* a worker's workspace */
+  size_t split_floats;   /* one split slot: [UATTN_SPLIT_MAX_ROWS][group][shared, unique][m, l, o[D]] */
+  float *splits;         /* all split slots, after worker 0's workspace */
+  int32_t num_units, num_split_reqs;
   atomic_int next_unit;
   atomic_int out_of_memory;
 } forward_job;
 
-/* First pass: every worker gets its scratch before anything is written, so a failure changes nothing. */
+static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
+
+/* The partial state of (row, head, part) in a split slot. */
+static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t row, int32_t head,
+                               int part) {
+  const int32_t D = job->L->head_dim, G = job->shape.group;
+  float *x = job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
+             (((size_t)row * G + head) * 2 + part) * split_state_floats(D);
+  uattn_state s = {x[0], x[1], x + 2};
+  return s;
+}
+
+static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t row, int32_t head,
+                              int part, const uattn_state *st) {
+  const int32_t D = job->L->head_dim, G = job->shape.group;
+  float *x = job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
+             (((size_t)row * G + head) * 2 + part) * split_state_floats(D);
+  x[0] = st->m;
+  x[1] = st->l;
+}
+
+/* First pass: every worker gets its scratch before anything is written, so a failure changes nothing.
+ * Worker 0's also holds the split slots, which every worker writes. */
 static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
-  if (!uattn_worker_scratch(job->rt, worker, job->scratch_bytes)) atomic_store(&job->out_of_memory, 1);
+  const size_t slots = (size_t)job->plan->split_slot[job->plan->info.num_reqs] * job->L->num_kv_heads;
+  const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
+  char *p = uattn_worker_scratch(job->rt, worker, bytes);
+  if (!p) atomic_store(&job->out_of_memory, 1);
+  else if (worker == 0) job->splits = (float *)(p + job->scratch_bytes);
+}
+
+static void load_queries(const forward_job *job, workspace *w, int32_t row0, int32_t rows, int32_t g) {
+  const uattn_layer *L = job->L;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads;
+  const size_t qsz = uattn_dtype_size(L->dtype);
+  for (int32_t i = 0; i < rows; i++)
+    for (int32_t h = 0; h < w->group; h++) {
+      float *q = w->q + ((size_t)i * w->group + h) * D;
+      uattn_widen(L->dtype, (const char *)job->t->q + (((size_t)(row0 + i) * Hq) + g * w->group + h) * D * qsz, q,
+                  (size_t)D);
+      for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
+    }
+}
+
+/* Unit u: the position in reqs_by_cost, the KV head and the split it stands for. */
+static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split) {
+  const int32_t *begin = job->plan->split_begin, x = u / job->L->num_kv_heads;
+  int32_t lo = 0, hi = job->plan->info.num_reqs; /* the last pos with begin[pos] <= x */
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (begin[mid] <= x) lo = mid;
+    else hi = mid;
+  }
+  *pos = lo;
+  *kv_head = u % job->L->num_kv_heads;
+  *split = x - begin[lo];
 }
 
 static void run_unit(forward_job *job, workspace *w, int32_t unit) {
-  const uattn_plan_info *in = &job->plan->info;
+  const uattn_plan *plan = job->plan;
+  const uattn_plan_info *in = &plan->info;
   const uattn_layer *L = job->L;
-  const int32_t D = L->head_dim, Hq = L->num_q_heads, r = job->plan->reqs_by_cost[unit / L->num_kv_heads],
-                g = unit % L->num_kv_heads;
-  const int32_t qs = in->query_start_loc[r], qe = in->query_start_loc[r + 1];
-  const size_t qsz = uattn_dtype_size(L->dtype);
+  const int32_t D = L->head_dim;
+  int32_t pos, g, split;
+  unit_of(job, unit, &pos, &g, &split);
+  const int32_t r = plan->reqs_by_cost[pos], qs = in->query_start_loc[r], qe = in->query_start_loc[r + 1];
+  const bool split_unit = plan->split_begin[pos + 1] - plan->split_begin[pos] > 1;
   const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
   for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
-    step_ctx c = {job->plan, in, L, job->t, job->cache, w, g, r, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
-                  qs, qe, in->token_positions[qs]};
-    for (int32_t i = 0; i < c.rows; i++)
-      for (int32_t h = 0; h < w->group; h++) {
-        float *q = w->q + ((size_t)i * w->group + h) * D;
-        uattn_widen(L->dtype, (const char *)job->t->q + (((size_t)(row0 + i) * Hq) + g * w->group + h) * D * qsz, q,
-                    (size_t)D);
-        for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
-      }
+    step_ctx c = {plan, in, L, job->t, job->cache, w, g, r, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
+                  qs, qe, in->token_positions[qs], 0, INT32_MAX};
+    if (split_unit) c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
+    load_queries(job, w, row0, c.rows, g);
     for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c.rows, D);
     if (cross) {
       cross_part(&c);
     } else {
-      causal_part(&c);
+      causal_part(&c); /* split units are decodes: nothing to do here */
       shared_part(&c);
       unique_part(&c);
     }
-    merge_tile(&c);
+    if (!split_unit) {
+      merge_tile(&c);
+      continue;
+    }
+    /* a split keeps its shared and unique states for the merge pass */
+    const int32_t slot = plan->split_slot[pos] + split;
+    for (int32_t i = 0; i < c.rows; i++)
+      for (int32_t h = 0; h < w->group; h++)
+        for (int part = 0; part < 2; part++) {
+          const uattn_state from = part_state(w, part == 0 ? PART_SHARED : PART_UNIQUE, i, h, D);
+          uattn_state to = split_state(job, slot, g, row0 - qs + i, h, part);
+          memcpy(to.o, from.o, sizeof(float) * (size_t)D);
+          store_split_state(job, slot, g, row0 - qs + i, h, part, &from);
+        }
   }
 }
 
@@ -482,6 +551,44 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
     const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
     if (unit >= job->num_units) break;
     run_unit(job, &w, unit);
+  }
+}
+
+/* The merge pass over split requests: each (request, KV head) folds its splits in split order, then the
+ * seed's merge writes the rows. */
+static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)worker, (void)num_workers;
+  forward_job *job = ctx;
+  const uattn_plan *plan = job->plan;
+  const uattn_plan_info *in = &plan->info;
+  const uattn_layer *L = job->L;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads, G = job->shape.group;
+  static const float zeros[4096];
+  float row_out[4096];
+  for (;;) {
+    const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
+    if (unit >= in->num_reqs * L->num_kv_heads) break;
+    const int32_t pos = unit / L->num_kv_heads, g = unit % L->num_kv_heads;
+    const int32_t splits = plan->split_begin[pos + 1] - plan->split_begin[pos];
+    if (splits <= 1) continue;
+    const int32_t r = plan->reqs_by_cost[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
+    for (int32_t row = qs; row < in->query_start_loc[r + 1]; row++)
+      for (int32_t h = 0; h < G; h++) {
+        uattn_state parts[3];
+        parts[0] = (uattn_state){-INFINITY, 0.0f, (float *)zeros}; /* a decode has no causal part */
+        for (int part = 0; part < 2; part++) {
+          parts[1 + part] = split_state(job, slot0, g, row - qs, h, part);
+          for (int32_t sp = 1; sp < splits; sp++) {
+            const uattn_state b = split_state(job, slot0 + sp, g, row - qs, h, part);
+            uattn_state_merge(&parts[1 + part], &b, D);
+          }
+        }
+        const int32_t head = g * G + h;
+        const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
+        uattn_narrow(L->dtype, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(L->dtype),
+                     (size_t)D);
+        if (job->t->lse) job->t->lse[(size_t)row * Hq + head] = lse;
+      }
   }
 }
 
@@ -499,9 +606,10 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim},
-                     .num_units = in->num_reqs * L->num_kv_heads};
+                     .num_units = plan->split_begin[in->num_reqs] * L->num_kv_heads};
   workspace_shape(&job.shape, in, L, uattn_kernels_select(NULL));
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
+  job.split_floats = (size_t)UATTN_SPLIT_MAX_ROWS * job.shape.group * 2 * split_state_floats(L->head_dim);
   atomic_init(&job.next_unit, 0);
   atomic_init(&job.out_of_memory, 0);
   uattn_runtime_run(rt, reserve_scratch, &job);
@@ -512,5 +620,9 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
   uattn_runtime_run(rt, attention_job, &job);
+  if (plan->split_slot[in->num_reqs] > 0) {
+    atomic_store(&job.next_unit, 0);
+    uattn_runtime_run(rt, merge_splits_job, &job);
+  }
   return UATTN_OK;
 }

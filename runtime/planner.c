@@ -18,6 +18,8 @@
 #include "planner.h"
 
 #define UATTN_DEFAULT_SHARED_BIAS_LIMIT ((size_t)256 << 20)
+#define UATTN_DEFAULT_SPLIT_MIN_KEYS 8192
+#define UATTN_DEFAULT_SPLIT_KEYS 4096
 
 uattn_plan_config uattn_plan_config_default(int32_t block_size, int32_t num_blocks, int32_t max_num_seqs,
                                             int32_t max_num_batched_tokens, int32_t max_model_len) {
@@ -30,6 +32,8 @@ uattn_plan_config uattn_plan_config_default(int32_t block_size, int32_t num_bloc
   c.max_model_len = max_model_len;
   c.bucketing.mode = UATTN_BUCKETING_NONE;
   c.shared_bias_byte_limit = UATTN_DEFAULT_SHARED_BIAS_LIMIT;
+  c.split_min_keys = UATTN_DEFAULT_SPLIT_MIN_KEYS;
+  c.split_keys = UATTN_DEFAULT_SPLIT_KEYS;
   return c;
 }
 
@@ -51,6 +55,9 @@ static uattn_status validate_config(const uattn_plan_config *c) {
                       c->max_model_len);
   if (c->chunk_size < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.chunk_size must be >= 0 (got %d)", c->chunk_size);
+  if (c->split_min_keys < 0 || c->split_keys < 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.split_min_keys (%d) and split_keys (%d) must be >= 0",
+                      c->split_min_keys, c->split_keys);
   int32_t slots;
   if (!uattn_mul_i32(c->num_blocks, c->block_size, &slots))
     return uattn_fail(UATTN_ERR_OVERFLOW, "config: num_blocks * block_size (%d * %d) overflows int32",
@@ -86,7 +93,7 @@ static uattn_status plan_array(uattn_plan *p, void **ptr, size_t count, size_t s
   X(num_output_tokens, nr) X(is_prompt, nr) X(step_scheduled, nr) X(token_groups, nt) X(token_offsets, nt) X(token_positions, nt) \
   X(token_ids, nt) X(token_context_lens, nt) X(slot_mapping, nt) X(logits_indices, nt)                      \
   X(logits_groups, nt) X(new_token_positions, nt) X(span_req_begin, nr) X(unique_row_begin, nt) X(reqs_by_cost, nr) \
-  X(cost_keys, nr)
+  X(cost_keys, nr) X(split_begin, nr) X(split_slot, nr)
 
 static void plan_free(uattn_plan *p) {
   size_t nb = (size_t)p->config.num_blocks, nr = (size_t)p->config.max_num_seqs + 1,
@@ -140,6 +147,8 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
   p->config = *config;
   p->config.allocator = NULL; /* the hooks live in p->alloc; the caller's struct may go away */
   if (p->config.shared_bias_byte_limit == 0) p->config.shared_bias_byte_limit = UATTN_DEFAULT_SHARED_BIAS_LIMIT;
+  if (p->config.split_min_keys == 0) p->config.split_min_keys = UATTN_DEFAULT_SPLIT_MIN_KEYS;
+  if (p->config.split_keys == 0) p->config.split_keys = UATTN_DEFAULT_SPLIT_KEYS;
   p->alloc = alloc;
 
   size_t nb = (size_t)config->num_blocks, nr = (size_t)config->max_num_seqs + 1,
@@ -517,6 +526,17 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
   for (int32_t r = 0; r < s->num_reqs; r++) keys[r] = (uattn_cost_key){request_cost(p, r), r};
   if (s->num_reqs > 1) qsort(keys, (size_t)s->num_reqs, sizeof *keys, compare_cost);
   for (int32_t r = 0; r < s->num_reqs; r++) p->reqs_by_cost[r] = keys[r].req;
+
+  p->split_begin[0] = p->split_slot[0] = 0;
+  for (int32_t i = 0; i < s->num_reqs; i++) {
+    const int32_t r = p->reqs_by_cost[i], rows = p->query_start_loc[r + 1] - p->query_start_loc[r];
+    const int32_t splits =
+        !p->is_prompt[r] && rows <= UATTN_SPLIT_MAX_ROWS && p->cached[r] >= p->config.split_min_keys
+            ? uattn_ceil_div_i32(p->cached[r], p->config.split_keys)
+            : 1;
+    p->split_begin[i + 1] = p->split_begin[i] + splits;
+    p->split_slot[i + 1] = p->split_slot[i] + (splits > 1 ? splits : 0);
+  }
 }
 
 /* ---- the step ------------------------------------------------------------------------------------- */

@@ -30,6 +30,9 @@ typedef struct uattn_seed_buffers {
 
 typedef struct uattn_cost_key uattn_cost_key;
 
+/* Split-K applies to non-prompt requests of at most this many rows (decodes, verification). */
+#define UATTN_SPLIT_MAX_ROWS 16
+
 struct uattn_plan {
   uattn_plan_config config;
   uattn_alloc alloc;
@@ -55,6 +58,12 @@ struct uattn_plan {
   int32_t *span_req_begin;   /* [max_num_seqs + 1] */
   int32_t *unique_row_begin; /* [max_num_batched_tokens + 1] */
   int32_t *reqs_by_cost;     /* [max_num_seqs] */
+  /* split-K: a decode over a long context is cut into key ranges of config.split_keys, computed as separate
+   * work units and merged in a fixed order. Decided by the context alone, never by the thread count, so the
+   * answer does not depend on it. By position i in reqs_by_cost: splits [split_begin[i], split_begin[i+1]);
+   * split_slot[i]: the request's first slot among split requests' splits (for their partial states). */
+  int32_t *split_begin;      /* [max_num_seqs + 1] */
+  int32_t *split_slot;       /* [max_num_seqs + 1] */
   struct uattn_cost_key {
     int64_t cost;
     int32_t req;

@@ -150,6 +150,8 @@ void attention_run_build(attention_run *run, const attention_case *c) {
 
   uattn_plan_config pc =
       uattn_plan_config_default(c->block_size, run->num_blocks, RB_MAX_REQS, RB_MAX_TOKENS, RB_MAX_LEN);
+  pc.split_min_keys = c->split_min_keys;
+  pc.split_keys = c->split_keys;
   cr_assert_eq(uattn_plan_create(&pc, &run->plan), UATTN_OK, "%s: %s", c->name, uattn_last_error());
   uattn_step step = rb_step(&run->batch);
   cr_assert_eq(uattn_plan_step(run->plan, &step), UATTN_OK, "%s: %s", c->name, uattn_last_error());

@@ -31,6 +31,7 @@ typedef struct attention_case {
   bool sinks, alibi;
   int32_t chunk_size, causal_width;
   uint64_t seed;
+  int32_t split_min_keys, split_keys; /* plan tunables; 0 = defaults */
 } attention_case;
 
 /* Everything one case builds; kept so a test can run uattn_forward again with other settings. */

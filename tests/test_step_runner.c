@@ -1049,7 +1049,7 @@ Test(step_runner, repeat_keeps_first_outputs_and_writes_timing) {
   cr_assert(cJSON_GetObjectItem(t, "forward_ms")->valuedouble >= 0);
   cr_assert(cJSON_GetObjectItem(t, "plan_ms")->valuedouble >= 0);
   cr_assert_eq(cJSON_GetObjectItem(t, "repeat")->valueint, 3);
-  cr_assert_eq(cJSON_GetObjectItem(t, "threads")->valueint, 1);
+  cr_assert(cJSON_GetObjectItem(t, "threads")->valueint >= 1, "the workers that ran");
   cJSON_Delete(t);
   spec_free(&s);
 }
