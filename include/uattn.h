@@ -303,14 +303,22 @@ typedef struct uattn_runtime uattn_runtime;
  * 0's core is left to the caller. More workers than usable cores is allowed: they then share cores
  * round-robin (uattn_topology.oversubscribed says so). Without pin, workers may run on any usable PU.
  *
+ * "The process's binding" is hwloc's: the union of the bindings of all its threads when the runtime is
+ * created. taskset, or sched_setaffinity before other threads start, restricts it; one thread binding itself
+ * while others stay unbound does not.
+ *
  * Idle workers spin for spin_us microseconds after a job, then sleep in the kernel (a futex) until the next
- * one: a short spin makes back-to-back calls cheap without stealing the engine's cores between steps. */
+ * one: back-to-back calls cost well under a microsecond, and nothing spins on the engine's cores for longer
+ * than spin_us between calls. Waking a sleeping worker costs the OS's wake-up latency (tens of microseconds
+ * on a VM). Inside uattn_runtime_run the caller waits for the workers by spinning (pause for spin_us, then
+ * sched_yield) rather than sleeping, since it is its own core and a wake-up would cost more than the job; with
+ * spin_us == 0 it sleeps too. */
 typedef struct uattn_runtime_config {
   int32_t num_threads; /* workers, worker 0 included; 0 = $UATTN_NUM_THREADS, else one per usable core */
   /* OS indices of the PUs the runtime may use, like taskset -c: "0-3,8" (ranges "a-b" with a <= b, single
    * indices, separated by single commas). Every PU must lie in the process's binding (sched_setaffinity,
    * taskset, cgroups), else creation fails with UATTN_ERR_OUT_OF_RANGE. NULL or "" = $UATTN_CPUSET, else
-   * the whole binding. Copied at creation. */
+   * the whole binding. Read during creation only. */
   const char *cpuset;
   bool pin;        /* bind each worker 1.. to its own core (default true) */
   /* Also bind the thread that calls uattn_runtime_create to worker 0's PU (caller_pu) for the runtime's
@@ -319,8 +327,9 @@ typedef struct uattn_runtime_config {
    * process's binding is that one PU, and a runtime created then sees one core. */
   bool pin_caller;
   int32_t spin_us; /* idle spin before sleeping, in [0, 1000000]; 0 = sleep at once; default 50 */
-  /* Optional: the runtime's own memory and the workers' scratch. The hooks are called from the worker
-   * threads, concurrently: they must be thread-safe. NULL = malloc-based. */
+  /* Optional: the runtime's own memory and the workers' scratch (hwloc's topology and the runtime's
+   * copy of it use malloc). The hooks are called from the worker threads, concurrently: they must be
+   * thread-safe. NULL = malloc-based. */
   const uattn_allocator *allocator;
 } uattn_runtime_config;
 
@@ -328,9 +337,9 @@ typedef struct uattn_runtime_config {
 UATTN_API uattn_runtime_config uattn_runtime_config_default(void);
 
 /* Loads the machine's topology (hwloc), intersects it with the process's binding and the cpuset, starts the
- * workers and waits until each has bound itself. config NULL = the defaults (environment included). An
- * engine creates one runtime and keeps it; several runtimes may coexist (each has its own threads, which
- * then share cores). */
+ * workers and waits until each has bound itself: about 10 ms on a 2-vCPU VM, mostly hwloc's discovery of
+ * the machine. config NULL = the defaults (environment included). An engine creates one runtime and keeps
+ * it; several runtimes may coexist (each has its own threads, which then share cores). */
 UATTN_API uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runtime **out);
 /* Stops and joins the workers and frees everything. No call on rt may be running. NULL is a no-op. */
 UATTN_API void uattn_runtime_destroy(uattn_runtime *rt);
@@ -356,11 +365,11 @@ typedef struct uattn_topology {
   int32_t l3_cores;
   int32_t num_workers;
   bool pinned;         /* config.pin */
+  bool oversubscribed; /* more workers than usable cores: some share a core */
   /* The PU of worker 0's core, which no other worker takes unless oversubscribed: an engine that pins its
-   * own thread (the caller of uattn_runtime_run) should put it there. Without it the scheduler may run the
+   * own thread (the caller of uattn_runtime_run) should put it there. Unpinned, the scheduler may run the
    * caller on a worker's core, and each call then costs a few microseconds more. */
   int32_t caller_pu;
-  bool oversubscribed; /* more workers than usable cores: some share a core */
   /* For each worker (the first UATTN_TOPOLOGY_MAX_WORKERS): the OS index of the PU it is bound to and that
    * PU's NUMA node (OS index); -1 for an unbound worker (worker 0 without pin_caller; all without pin). */
   int32_t worker_pu[UATTN_TOPOLOGY_MAX_WORKERS];

@@ -46,6 +46,11 @@ static void free_runtime(uattn_runtime *rt) {
   pthread_mutex_destroy(&rt->run_lock);
   pthread_mutex_destroy(&rt->start_lock);
   pthread_cond_destroy(&rt->start_cond);
+  /* pthread_self() is compared, never another thread's handle used: that thread may have exited */
+  if (rt->caller_bound && pthread_equal(rt->caller_thread, pthread_self()))
+    uattn_topo_bind_thread(&rt->topo, rt->caller_prev);
+  hwloc_bitmap_free(rt->caller_prev);
+  hwloc_bitmap_free(rt->worker_pus);
   uattn_topo_release(&rt->topo);
   uattn_alloc_release(&alloc, rt->workers, (size_t)rt->num_workers * sizeof *rt->workers);
   uattn_alloc_release(&alloc, rt, sizeof *rt);
@@ -59,6 +64,7 @@ static uattn_status place_workers(uattn_runtime *rt, const uattn_runtime_config 
   info->num_workers = rt->num_workers;
   info->pinned = c->pin;
   info->oversubscribed = rt->oversubscribed;
+  info->caller_pu = t->core_pu_os[0];
   for (int32_t k = 0; k < rt->num_workers; k++) {
     uattn_worker *w = &rt->workers[k];
     int32_t core = k % t->num_cores;
@@ -69,17 +75,24 @@ static uattn_status place_workers(uattn_runtime *rt, const uattn_runtime_config 
     /* Without pin the workers still bind to the usable set: a thread inherits the binding of the thread
      * that created it, which may be an engine thread pinned to one core. */
     w->bind_set = k == 0 ? NULL : (c->pin ? t->core_pu[core] : t->usable);
+    w->pu = bound ? t->core_pu_os[core] : -1;
+    if (k > 0 && bound) hwloc_bitmap_set(rt->worker_pus, (unsigned)w->pu);
     if (k < UATTN_TOPOLOGY_MAX_WORKERS) {
-      info->worker_pu[k] = bound ? t->core_pu_os[core] : -1;
+      info->worker_pu[k] = w->pu;
       info->worker_numa[k] = bound ? t->core_numa[core] : -1;
     }
   }
   for (int32_t k = rt->num_workers; k < UATTN_TOPOLOGY_MAX_WORKERS; k++) info->worker_pu[k] = info->worker_numa[k] = -1;
   if (c->pin_caller) {
-    int err = uattn_topo_bind_thread(t, t->core_pu[0]);
+    if (!(rt->caller_prev = hwloc_bitmap_alloc()))
+      return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory creating a runtime");
+    int err = hwloc_get_cpubind(t->topo, rt->caller_prev, HWLOC_CPUBIND_THREAD) != 0 ? errno : 0;
+    if (!err) err = uattn_topo_bind_thread(t, t->core_pu[0]);
     if (err)
       return uattn_fail(UATTN_ERR_UNSUPPORTED, "pin_caller: could not bind the calling thread to PU %d: %s",
                         t->core_pu_os[0], strerror(err));
+    rt->caller_bound = true;
+    rt->caller_thread = pthread_self();
   }
   return UATTN_OK;
 }
@@ -116,6 +129,10 @@ uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runt
   if ((st = uattn_topo_load(&rt->topo, c.cpuset, cpuset_from)) != UATTN_OK) {
     free_runtime(rt);
     return st;
+  }
+  if (!(rt->worker_pus = hwloc_bitmap_alloc())) {
+    free_runtime(rt);
+    return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory creating a runtime");
   }
   uattn_topo_describe(&rt->topo, &rt->info);
   int32_t n = c.num_threads ? c.num_threads : rt->topo.num_cores;

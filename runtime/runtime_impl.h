@@ -39,6 +39,7 @@ typedef struct uattn_worker {
   _Alignas(64) uattn_runtime *rt;
   int32_t index;
   hwloc_const_bitmap_t bind_set; /* where the thread binds itself; NULL = leave it as created */
+  int32_t pu;                    /* the one PU it is pinned to, -1 if none */
   pthread_t thread;
   bool started; /* thread created (joined at destroy) */
   uattn_alloc alloc; /* the runtime's hooks with this worker's own counters: no sharing between threads */
@@ -52,6 +53,7 @@ struct uattn_runtime {
   _Atomic uint32_t sleepers; /* workers asleep (or about to be) on generation */
   uattn_job_fn job;
   void *job_ctx;
+  int32_t caller_cpu; /* where the caller was when it published the job, -1 if unknown */
   bool stop;
 
   /* Written by finishing workers, read by the waiting caller. */
@@ -60,7 +62,8 @@ struct uattn_runtime {
 
   _Alignas(64) int32_t num_workers;
   int64_t spin_ns;
-  bool oversubscribed; /* spinning workers yield the CPU: a core may have several of them */
+  bool oversubscribed; /* a core has several workers: they spin with yields */
+  hwloc_bitmap_t worker_pus; /* PUs of the pinned workers 1.., to tell whether the caller shares one */
   pthread_mutex_t run_lock; /* serializes uattn_runtime_run from several engine threads */
 
   /* creation: workers report that they are bound (or why not) */
@@ -69,6 +72,11 @@ struct uattn_runtime {
   int32_t started;
   int32_t bind_errno; /* first failure */
   int32_t bind_failed_worker;
+
+  /* pin_caller: the thread bound at creation and its binding before, restored by destroy on that thread */
+  bool caller_bound;
+  pthread_t caller_thread;
+  hwloc_bitmap_t caller_prev;
 
   uattn_alloc alloc;
   uattn_worker *workers; /* [num_workers]; workers[0] is the caller's slot (scratch only) */

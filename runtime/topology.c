@@ -135,8 +135,8 @@ static uattn_status load(uattn_topo *t, const char *cpuset, const char *cpuset_f
     return uattn_fail(UATTN_ERR_UNSUPPORTED, "hwloc could not read the machine's topology (%s)", strerror(errno));
 
   hwloc_const_bitmap_t machine = hwloc_topology_get_topology_cpuset(t->topo);
-  /* PROCESS: the union of every thread's binding, so an engine thread that pinned itself (or a runtime
-   * created with pin_caller) does not shrink what a later runtime may use. */
+  /* PROCESS: the union of every thread's binding, so that one engine thread that pinned itself (or was
+   * pinned by pin_caller) does not shrink what a runtime may use while the process has other threads. */
   if (hwloc_get_cpubind(t->topo, t->binding, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(t->binding))
     hwloc_bitmap_copy(t->binding, hwloc_topology_get_allowed_cpuset(t->topo));
   hwloc_bitmap_and(t->binding, t->binding, machine);
