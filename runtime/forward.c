@@ -20,6 +20,7 @@
 #include "kernels.h"
 
 #define UATTN_DEFAULT_CAUSAL_WIDTH 512
+#define UATTN_MAX_NODES 16 /* NUMA nodes the work handout distinguishes; more share queues */
 
 uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, uattn_dtype dtype) {
   uattn_layer l;
@@ -437,12 +438,23 @@ typedef struct forward_job {
   size_t scratch_bytes;  /* a worker's workspace */
   size_t split_floats;   /* one split slot: [UATTN_SPLIT_MAX_ROWS][group][shared, unique][m, l, o[D]] */
   float *splits;         /* all split slots, after worker 0's workspace */
-  int32_t num_units, num_split_reqs;
+  /* NUMA: KV head g belongs to node g % num_nodes; a worker takes its node's units first, then helps the
+   * others, so on a multi-node machine each node mostly reads its own heads. One node: one queue. */
+  int32_t num_nodes;
+  atomic_int node_next[UATTN_MAX_NODES];
   atomic_int next_unit;
   atomic_int out_of_memory;
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
+
+/* Unit j of node n's queue: the split index and the n-th share of the KV heads. Returns -1 past its end. */
+static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
+  const int32_t Hkv = job->L->num_kv_heads, n = job->num_nodes;
+  const int32_t heads = Hkv / n + (node < Hkv % n); /* g = node, node + n, ... */
+  if (heads == 0 || j >= job->plan->split_begin[job->plan->info.num_reqs] * heads) return -1;
+  return (j / heads) * Hkv + node + (j % heads) * n;
+}
 
 /* The partial state of (row, head, part) in a split slot. */
 static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t row, int32_t head,
@@ -547,10 +559,15 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
   forward_job *job = ctx;
   workspace w = job->shape;
   workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->L->head_dim);
-  for (;;) {
-    const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
-    if (unit >= job->num_units) break;
-    run_unit(job, &w, unit);
+  int32_t nodes;
+  const int32_t home = uattn_worker_node(job->rt, worker, &nodes);
+  for (int32_t k = 0; k < job->num_nodes; k++) { /* home first, then the others */
+    const int32_t node = (home + k) % job->num_nodes;
+    for (;;) {
+      const int32_t unit = node_unit(job, node, atomic_fetch_add(&job->node_next[node], 1));
+      if (unit < 0) break;
+      run_unit(job, &w, unit);
+    }
   }
 }
 
@@ -605,12 +622,14 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
 
   forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
-                               L->num_kv_heads, L->head_dim},
-                     .num_units = plan->split_begin[in->num_reqs] * L->num_kv_heads};
+                               L->num_kv_heads, L->head_dim}};
   workspace_shape(&job.shape, in, L, uattn_kernels_select(NULL));
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)UATTN_SPLIT_MAX_ROWS * job.shape.group * 2 * split_state_floats(L->head_dim);
   atomic_init(&job.next_unit, 0);
+  uattn_worker_node(rt, 0, &job.num_nodes);
+  if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;
+  for (int32_t n = 0; n < UATTN_MAX_NODES; n++) atomic_init(&job.node_next[n], 0);
   atomic_init(&job.out_of_memory, 0);
   uattn_runtime_run(rt, reserve_scratch, &job);
   if (atomic_load(&job.out_of_memory))

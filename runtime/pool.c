@@ -231,6 +231,25 @@ void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
 
 int32_t uattn_runtime_workers(const uattn_runtime *rt) { return rt ? rt->num_workers : 1; }
 
+int32_t uattn_worker_node(const uattn_runtime *rt, int32_t worker, int32_t *num_nodes) {
+  *num_nodes = 1;
+  if (!rt) return 0;
+  const int32_t listed = rt->num_workers < UATTN_TOPOLOGY_MAX_WORKERS ? rt->num_workers : UATTN_TOPOLOGY_MAX_WORKERS;
+  const int32_t *numa = rt->info.worker_numa;
+  /* compact indices in order of first appearance among the workers */
+  int32_t nodes = 0, mine = 0;
+  for (int32_t w = 0; w < listed; w++) {
+    if (numa[w] < 0) continue;
+    bool seen = false;
+    for (int32_t v = 0; v < w && !seen; v++) seen = numa[v] == numa[w];
+    if (seen) continue;
+    if (worker < listed && numa[worker] == numa[w]) mine = nodes;
+    nodes++;
+  }
+  if (nodes > 1) *num_nodes = nodes;
+  return nodes > 1 ? mine : 0;
+}
+
 /* ---- scratch ---------------------------------------------------------------------------------------------- */
 
 /* Without a runtime: one buffer per thread, freed by a thread-exit destructor. The main thread's buffer is

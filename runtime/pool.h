@@ -20,4 +20,9 @@ int32_t uattn_runtime_workers(const uattn_runtime *rt);
  * NULL, a thread-local buffer of the calling thread. */
 void *uattn_worker_scratch(uattn_runtime *rt, int32_t worker, size_t bytes);
 
+/* The NUMA node of a worker as a compact index in [0, *num_nodes), for handing out work node by node.
+ * Workers whose node is unknown (unbound ones, such as the caller) get node 0; a single-node machine or rt
+ * NULL gives *num_nodes 1. */
+int32_t uattn_worker_node(const uattn_runtime *rt, int32_t worker, int32_t *num_nodes);
+
 #endif
