@@ -453,6 +453,10 @@ typedef struct uattn_tensors {
 UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t,
                                      uattn_runtime *rt);
 
+/* The name of the kernel set uattn_forward runs on this CPU ("avx2", "portable"), and in *why (when not
+ * NULL) how it was chosen: the best set the CPU runs, or forced by the environment variable UATTN_ISA. */
+UATTN_API const char *uattn_kernel_set(const char **why);
+
 /* Merges partial attention results of the same rows computed over disjoint key sets (several calls, or
  * ranks of context parallelism): out = sum_i out_i * exp(lse_i - lse), lse = log(sum_i exp(lse_i)).
  * outs[i] and lses[i] are fp32 [rows, heads, head_dim] and [rows, heads]; out may alias outs[0]. */

@@ -124,8 +124,10 @@ int main(int argc, char **argv) {
   printf("uattn %s demo: serving %d steps through one attention layer\n", uattn_version(), steps);
   printf("  layer: %d query heads, %d KV heads, head dim %d, bf16 in and in the paged cache (block %d, %d blocks)\n",
          HQ, HKV, HEAD_DIM, BLOCK, num_blocks);
-  printf("  runtime: %d threads on %d cores (L2 %zu KiB, L3 %zu MiB)\n", topo.num_workers, topo.usable.cores,
-         topo.l2_bytes >> 10, topo.l3_bytes >> 20);
+  const char *why;
+  const char *kernels = uattn_kernel_set(&why);
+  printf("  runtime: %d threads on %d cores (L2 %zu KiB, L3 %zu MiB); kernels: %s (%s)\n", topo.num_workers,
+         topo.usable.cores, topo.l2_bytes >> 10, topo.l3_bytes >> 20, kernels, why);
   printf("  trace: up to %d sequences and %d tokens a step, a %d-token system prompt shared by every request,\n"
          "         chunked prefills, decodes, and spec-decode verification of up to %d drafts\n\n",
          max_seqs, budget, tc.system_prompt_len, tc.num_spec_tokens);
@@ -187,8 +189,8 @@ int main(int argc, char **argv) {
   }
   if (tty) printf("\n");
 
-  printf("\nsummary (%d steps in %.1f s, %d threads, portable C kernels)\n", done, now_s() - t_start,
-         topo.num_workers);
+  printf("\nsummary (%d steps in %.1f s, %d threads, the %s kernel set)\n", done, now_s() - t_start,
+         topo.num_workers, uattn_kernel_set(NULL));
   printf("  %-22s %6s %8s %12s %12s\n", "", "steps", "tokens", "tokens/s", "GFLOP/s");
   for (int i = 0; i < 3; i++)
     if (phases[i].steps)

@@ -645,3 +645,5 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   }
   return UATTN_OK;
 }
+
+const char *uattn_kernel_set(const char **why) { return uattn_kernels_select(why)->name; }
