@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "kernels.h"
 
 /* The sets, best first; a set's probe says whether this CPU runs it (NULL: always). The portable set is
@@ -12,6 +13,7 @@ typedef struct candidate {
 } candidate;
 
 static const candidate candidates[] = {
+    {&uattn_kernels_avx2, uattn_avx2_runs_here},
     {&uattn_kernels_portable, NULL},
 };
 

@@ -1,0 +1,216 @@
+/* uattn-kernel-bench: the kernel sets' load and attend on one thread, portable against avx2, on the shapes
+ * the forward hands them, head dim 128: a decode (1 row x 4 heads of a KV head against a 128-key bf16
+ * block; also MHA and GQA 8), spec-decode verification (4 rows), a prefill tile (128 rows x 4 heads against
+ * 128 keys, all visible or causal) and the forward's causal slice (512 x 4 against 512 keys). Attend is
+ * reported in GFLOP/s (4 x head_dim flops per visible query-key pair and head) and against this core's fp32
+ * FMA peak, measured in the same run; load in GB/s of cache bytes read (one head of a 128-key block, keys
+ * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
+ * call). Medians of RUNS runs of at least 20 ms each.
+ *
+ *   uattn-kernel-bench [RUNS]      (RUNS: how many timed runs per figure, 7 by default) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "avx2.h"
+#include "convert.h"
+#include "kernels.h"
+
+enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
+
+static int runs = 7;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static uint64_t rng = 42;
+static float unit(void) {
+  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
+}
+
+/* Median seconds per call of fn(arg, i) (i counts calls), each run at least 20 ms. */
+static double time_calls(void (*fn)(void *, long), void *arg) {
+  double t[64];
+  long calls = 1;
+  for (;;) { /* calibrate */
+    const double t0 = now_s();
+    for (long i = 0; i < calls; i++) fn(arg, i);
+    if (now_s() - t0 > 0.02) break;
+    calls *= 2;
+  }
+  for (int r = 0; r < runs; r++) {
+    const double t0 = now_s();
+    for (long i = 0; i < calls; i++) fn(arg, i);
+    t[r] = (now_s() - t0) / calls;
+  }
+  qsort(t, (size_t)runs, sizeof *t, compare_double);
+  return t[runs / 2];
+}
+
+/* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static void fma_loop(void *arg, long call) {
+  (void)call;
+  __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
+  for (int i = 0; i < 100000; i++) /* 12 independent chains cover the FMA latency on two ports */
+    for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], b, c);
+  __m256 s = a[0];
+  for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
+  _mm256_storeu_ps(arg, s);
+}
+#else
+static void fma_loop(void *arg, long call) { /* never reached: main needs the avx2 set */
+  (void)call;
+  ((float *)arg)[0] = 0.0f;
+}
+#endif
+
+/* ---- attend ----------------------------------------------------------------------------------------------- */
+
+typedef struct attend_case {
+  const uattn_kernels *set;
+  uattn_panel_job job;
+  float *keys, *values;
+} attend_case;
+
+static void run_attend(void *arg, long call) {
+  (void)call;
+  const attend_case *c = arg;
+  c->set->attend(&c->job, c->job.num_keys);
+}
+
+/* Times set->attend on rows x group query vectors against a panel of `keys` loaded from bf16; causal: row r
+ * sees r + 1 keys (else all). Returns GFLOP/s. */
+static double bench_attend(const uattn_kernels *set, int32_t rows, int32_t group, int32_t keys, int causal) {
+  const size_t n = (size_t)keys * D, nx = (size_t)rows * group, floats = set->panel_floats(keys, D);
+  uint16_t *k = malloc(2 * n), *v = malloc(2 * n);
+  for (size_t i = 0; i < n; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
+  attend_case c = {set, {0}, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+  set->load(UATTN_BF16, k, v, D, keys, D, keys, c.keys, c.values);
+  float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
+  float *o = calloc(nx * D, sizeof(float)), *scores = malloc(sizeof(float) * keys);
+  int32_t *pos = malloc(sizeof(int32_t) * rows), *vis = malloc(sizeof(int32_t) * rows);
+  for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+  for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
+  double pairs = 0;
+  for (int32_t r = 0; r < rows; r++) {
+    vis[r] = causal ? (r + 1 < keys ? r + 1 : keys) : keys;
+    pos[r] = causal ? r : keys;
+    pairs += vis[r];
+  }
+  c.job = (uattn_panel_job){.rows = rows,
+                            .group = group,
+                            .head_dim = D,
+                            .q = q,
+                            .query_pos = pos,
+                            .visible = vis,
+                            .num_keys = keys,
+                            .key_pos0 = 0,
+                            .keys = c.keys,
+                            .values = c.values,
+                            .m = m,
+                            .l = l,
+                            .o = o,
+                            .scores = scores};
+  const double seconds = time_calls(run_attend, &c);
+  free(k), free(v), free(c.keys), free(c.values), free(q), free(m), free(l), free(o), free(scores), free(pos),
+      free(vis);
+  return pairs * group * 4.0 * D / seconds * 1e-9;
+}
+
+/* ---- load ---------------------------------------------------------------------------------------------------- */
+
+typedef struct load_case {
+  const uattn_kernels *set;
+  const uint16_t *k, *v; /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  long blocks;           /* 1: the same block each call (hot) */
+  int hnd;               /* [blocks][KV_HEADS][KEYS][D] instead */
+  float *keys, *values;
+} load_case;
+
+static void run_load(void *arg, long call) {
+  const load_case *c = arg;
+  /* a pseudo-random walk over the blocks, so the prefetchers cannot run ahead */
+  const size_t b = (size_t)((call * 7919) % c->blocks), off = b * KEYS * KV_HEADS * D;
+  c->set->load(UATTN_BF16, c->k + off, c->v + off, c->hnd ? (size_t)D : (size_t)KV_HEADS * D, KEYS, D, KEYS, c->keys,
+               c->values);
+}
+
+/* GB/s of bf16 cache read by set->load of one head of a 128-key block. */
+static double bench_load(const uattn_kernels *set, const uint16_t *k, const uint16_t *v, long blocks, int hnd) {
+  const size_t floats = set->panel_floats(KEYS, D);
+  load_case c = {set, k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+  const double seconds = time_calls(run_load, &c);
+  free(c.keys), free(c.values);
+  return 2.0 * KEYS * D * 2 / seconds * 1e-9;
+}
+
+static void row(const char *name, const char *unit_name, double portable, double avx2) {
+  printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, portable, avx2, unit_name, avx2 / portable);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) runs = atoi(argv[1]);
+  if (runs < 1 || runs > 64) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)]\n");
+    return 2;
+  }
+  if (!uattn_avx2_runs_here()) {
+    fprintf(stderr, "uattn-kernel-bench: this CPU lacks AVX2, FMA or F16C; nothing to compare\n");
+    return 1;
+  }
+  const uattn_kernels *p = &uattn_kernels_portable, *a = &uattn_kernels_avx2;
+  float sink[8];
+  for (const double t0 = now_s(); now_s() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
+  const double peak = 2.0 * 8 * 12 * 100000 / time_calls(fma_loop, sink) * 1e-9;
+  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs\n", D,
+         GROUP, KEYS, runs);
+  printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
+  printf("  %-44s %9s %9s %s %9s\n", "", "portable", "avx2", "     ", "speedup");
+
+  struct {
+    const char *name;
+    int32_t rows, group, keys;
+    int causal;
+  } att[] = {{"attend decode (1 row x 4 heads, 128 keys)", 1, GROUP, KEYS, 0},
+             {"attend decode, MHA (1 row x 1 head)", 1, 1, KEYS, 0},
+             {"attend decode, GQA 8 (1 row x 8 heads)", 1, 8, KEYS, 0},
+             {"attend 4 rows (spec-decode verification)", 4, GROUP, KEYS, 0},
+             {"attend prefill tile (128 x 4, all visible)", 128, GROUP, KEYS, 0},
+             {"attend prefill tile (128 x 4, causal)", 128, GROUP, KEYS, 1},
+             {"attend causal slice (512 x 4, 512 keys)", 512, GROUP, MAX_KEYS, 1}};
+  double best = 0;
+  for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
+    const double gp = bench_attend(p, att[i].rows, att[i].group, att[i].keys, att[i].causal),
+                 ga = bench_attend(a, att[i].rows, att[i].group, att[i].keys, att[i].causal);
+    row(att[i].name, "GFLOP/s", gp, ga);
+    if (ga > best) best = ga;
+  }
+  const size_t block = (size_t)KEYS * KV_HEADS * D;
+  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
+  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = v[i] = (uint16_t)(0x3c00u + (i & 0xff));
+  row("load bf16 block, hot", "GB/s   ", bench_load(p, k, v, 1, 0), bench_load(a, k, v, 1, 0));
+  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", bench_load(p, k, v, COLD_BLOCKS, 0),
+      bench_load(a, k, v, COLD_BLOCKS, 0));
+  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", bench_load(p, k, v, COLD_BLOCKS, 1),
+      bench_load(a, k, v, COLD_BLOCKS, 1));
+  free(k), free(v);
+  printf("\n  best avx2 attend: %.0f%% of the FMA peak\n", 100.0 * best / peak);
+  return 0;
+}

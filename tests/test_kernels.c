@@ -1,0 +1,504 @@
+/* The kernel sets against each other: the avx2 set's load and attend against the portable set on thousands
+ * of random panel jobs (every shape, rule and dtype the forward can hand them), its loads bit for bit, its
+ * vector exp and tanh against libm, and the selection. The avx2 cases skip themselves on a CPU without
+ * AVX2, FMA and F16C. Tolerance of attend: max |out - ref| <= 1e-5 * max |ref| over a job (out = o / l),
+ * the fp32 rounding of a different summation order with FMA; exact_job and the test say where the fp32
+ * conditioning of a job needs more (outputs cancelling to far less than their terms, scores of size 300).
+ * Every timed test has the same timeout: two tests with different ones running side by side (--jobs 2) make
+ * Criterion 2.4's runner leak a timer, which fails the suite under ASan. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/avx2.h"
+#include "../kernels/convert.h"
+#include "../kernels/kernels.h"
+#include "support.h"
+
+/* Sanitized builds run the sweeps thinner (every SPARSE-th point more) and fewer random jobs. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARSE 8
+#else
+#define SPARSE 1
+#endif
+
+static void need_avx2(void) {
+  if (!uattn_avx2_runs_here()) cr_skip_test("this CPU lacks AVX2, FMA or F16C");
+}
+
+static float uniform(test_rng *rng, float lo, float hi) { return lo + (hi - lo) * (float)test_rng_unit(rng); }
+
+/* Where the avx2 set puts key i, dim d and value i, dim d (its layout; see kernels/avx2.c). */
+static const float *aligned64(const float *p) { return (const float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* ---- random panel jobs ------------------------------------------------------------------------------ */
+
+typedef struct job_case {
+  int32_t rows, group, D, num_keys, count, panel_keys, key_pos0, window, kv_heads;
+  uattn_dtype dtype;
+  bool nhd;
+  float soft_cap;
+  float alibi[8];
+  bool has_alibi;
+  int32_t query_pos[64], visible[64];
+  /* the cache-like sources: count keys, each row `stride` elements apart */
+  char *k_base, *v_base; /* kv_heads heads a row; the job reads one of them */
+  const void *k_src, *v_src;
+  size_t stride;
+  float *q;            /* [rows][group][D] */
+  float *m0, *l0, *o0; /* the state before the call */
+} job_case;
+
+static const int32_t head_dims[] = {64, 80, 96, 128, 192, 256, 4, 24, 72, 1, 3, 13, 33, 200};
+
+static void store_elem(uattn_dtype t, void *dst, size_t i, float f) {
+  if (t == UATTN_F32) {
+    ((float *)dst)[i] = f;
+  } else if (t == UATTN_BF16) {
+    ((uint16_t *)dst)[i] = uattn_f32_to_bf16(f);
+  } else {
+    ((uint16_t *)dst)[i] = uattn_f32_to_f16(f);
+  }
+}
+
+static void make_case(job_case *c, test_rng *rng) {
+  memset(c, 0, sizeof *c);
+  c->rows = test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
+  c->group = test_rng_range(rng, 1, 8);
+  c->D = head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+  const int32_t dt = test_rng_range(rng, 0, 2);
+  c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
+  /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
+  c->num_keys = test_rng_range(rng, 0, 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
+  /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
+  c->panel_keys =
+      c->num_keys + (test_rng_range(rng, 0, 3) == 0 ? test_rng_range(rng, 0, 300) : test_rng_range(rng, 0, 9));
+  /* a cache block past the end of a sequence is loaded partly and attended with num_keys = block size, every
+   * row seeing no more than was loaded */
+  const bool partial = test_rng_range(rng, 0, 4) == 0;
+  c->count = partial ? test_rng_range(rng, 1, c->num_keys) : c->num_keys;
+  c->key_pos0 = test_rng_range(rng, 0, 2000);
+  c->window = test_rng_range(rng, 0, 2) == 0 ? test_rng_range(rng, 1, 300) : 0;
+  c->soft_cap = test_rng_range(rng, 0, 2) == 0 ? uniform(rng, 2.0f, 50.0f) : 0.0f;
+  c->has_alibi = test_rng_range(rng, 0, 2) == 0;
+  for (int32_t h = 0; h < c->group; h++) c->alibi[h] = c->has_alibi ? uniform(rng, 0.0f, 0.5f) : 0.0f;
+  for (int32_t r = 0; r < c->rows; r++) {
+    const int32_t kind = test_rng_range(rng, 0, 5);
+    int32_t vis = kind == 0   ? 0
+                  : kind == 1 ? c->num_keys + test_rng_range(rng, 0, 10)
+                              : test_rng_range(rng, 0, c->num_keys);
+    if (partial && vis > c->count) vis = c->count;
+    c->visible[r] = vis;
+    /* positions around the panel, so windows cut through it, before it and after it */
+    c->query_pos[r] = c->key_pos0 + test_rng_range(rng, -20, c->num_keys + 80);
+  }
+  c->nhd = test_rng_range(rng, 0, 1);
+  c->kv_heads = c->nhd ? test_rng_range(rng, 1, 4) : 1;
+  c->stride = (size_t)c->kv_heads * c->D;
+  const size_t esz = uattn_dtype_size(c->dtype), n = (size_t)c->count * c->stride;
+  c->k_base = malloc(n * esz);
+  c->v_base = malloc(n * esz);
+  for (size_t i = 0; i < n; i++) {
+    store_elem(c->dtype, c->k_base, i, uniform(rng, -1.0f, 1.0f));
+    store_elem(c->dtype, c->v_base, i, uniform(rng, -1.0f, 1.0f));
+  }
+  const size_t head = (size_t)test_rng_range(rng, 0, c->kv_heads - 1) * c->D; /* the head the job reads */
+  c->k_src = c->k_base + head * esz, c->v_src = c->v_base + head * esz;
+  /* queries pre-scaled as the forward does, sometimes far sharper than 1/sqrt(D) */
+  const float sharp = (float)(test_rng_range(rng, 0, 2) == 0 ? 8.0 : 1.0) / sqrtf((float)c->D);
+  const size_t nx = (size_t)c->rows * c->group;
+  c->q = malloc(sizeof(float) * nx * c->D);
+  c->m0 = malloc(sizeof(float) * nx), c->l0 = malloc(sizeof(float) * nx), c->o0 = malloc(sizeof(float) * nx * c->D);
+  for (size_t i = 0; i < nx * c->D; i++) c->q[i] = uniform(rng, -1.0f, 1.0f) * sharp;
+  const bool fresh = test_rng_range(rng, 0, 1);
+  for (size_t x = 0; x < nx; x++) {
+    c->m0[x] = fresh ? -INFINITY : uniform(rng, -3.0f, 3.0f);
+    c->l0[x] = fresh ? 0.0f : uniform(rng, 0.5f, 4.0f);
+    for (int32_t d = 0; d < c->D; d++) c->o0[x * c->D + d] = fresh ? 0.0f : uniform(rng, -1.0f, 1.0f) * c->l0[x];
+  }
+}
+
+static void free_case(job_case *c) {
+  free(c->k_base), free(c->v_base);
+  free(c->q), free(c->m0), free(c->l0), free(c->o0);
+}
+
+typedef struct job_result {
+  float *m, *l, *o;
+} job_result;
+
+/* Runs a case through a kernel set: load into fresh panels (poisoned with NaN, so anything the set reads
+ * that it did not write shows), then attend from the case's initial state. */
+static job_result run_set(const uattn_kernels *set, const job_case *c) {
+  const size_t floats = set->panel_floats(c->panel_keys, c->D), nx = (size_t)c->rows * c->group;
+  const size_t canary = 64;
+  float *keys = malloc(sizeof(float) * (floats + canary)), *values = malloc(sizeof(float) * (floats + canary));
+  for (size_t i = 0; i < floats + canary; i++) keys[i] = values[i] = NAN;
+  set->load(c->dtype, c->k_src, c->v_src, c->stride, c->count, c->D, c->panel_keys, keys, values);
+  for (size_t i = floats; i < floats + canary; i++)
+    cr_assert(isnan(keys[i]) && isnan(values[i]), "%s: load wrote past panel_floats", set->name);
+  job_result r = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx), malloc(sizeof(float) * nx * c->D)};
+  memcpy(r.m, c->m0, sizeof(float) * nx);
+  memcpy(r.l, c->l0, sizeof(float) * nx);
+  memcpy(r.o, c->o0, sizeof(float) * nx * c->D);
+  float *scores = malloc(sizeof(float) * (size_t)c->panel_keys);
+  const uattn_panel_job job = {
+      .rows = c->rows,
+      .group = c->group,
+      .head_dim = c->D,
+      .q = c->q,
+      .query_pos = c->query_pos,
+      .visible = c->visible,
+      .num_keys = c->num_keys,
+      .key_pos0 = c->key_pos0,
+      .keys = keys,
+      .values = values,
+      .soft_cap = c->soft_cap,
+      .window = c->window,
+      .alibi = c->has_alibi ? c->alibi : NULL,
+      .m = r.m,
+      .l = r.l,
+      .o = r.o,
+      .scores = scores,
+  };
+  set->attend(&job, c->panel_keys);
+  free(scores), free(keys), free(values);
+  return r;
+}
+
+static void free_result(job_result *r) { free(r->m), free(r->l), free(r->o); }
+
+/* The case in fp64 from the same widened inputs: out[x * D + d] (NaN where the vector sees nothing),
+ * score_size[x] (the largest sum_d |q_d k_d| + |score| of the vector's keys, what the fp32 rounding of a
+ * score is proportional to), and the scale errors are measured against: the larger of max |out| and max over (x, d) of
+ * the weighted sum of the terms' magnitudes, (|o0| e^(m0 - M) + sum_j p_j |v_jd|) / l. The second is what fp32 rounding
+ * of any summation order is proportional to; it only matters when a tiny head dim lets the terms cancel to an output
+ * far smaller than themselves (D 1, 230 keys: max |out| 1e-3 of the terms). */
+static double exact_job(const job_case *c, double *out, double *score_size) {
+  const int32_t D = c->D;
+  const size_t esz = uattn_dtype_size(c->dtype);
+  float *kf = malloc(sizeof(float) * (size_t)c->count * D), *vf = malloc(sizeof(float) * (size_t)c->count * D);
+  for (int32_t j = 0; j < c->count; j++) {
+    uattn_widen(c->dtype, (const char *)c->k_src + (size_t)j * c->stride * esz, kf + (size_t)j * D, (size_t)D);
+    uattn_widen(c->dtype, (const char *)c->v_src + (size_t)j * c->stride * esz, vf + (size_t)j * D, (size_t)D);
+  }
+  double scale = 0;
+  double *o = malloc(sizeof(double) * D), *mag = malloc(sizeof(double) * D);
+  double *s = malloc(sizeof(double) * (size_t)c->num_keys);
+  for (int32_t row = 0; row < c->rows; row++)
+    for (int32_t h = 0; h < c->group; h++) {
+      const size_t x = (size_t)row * c->group + h;
+      int32_t lo = 0, hi = c->visible[row] < c->num_keys ? c->visible[row] : c->num_keys;
+      if (c->window > 0 && c->query_pos[row] - c->window + 1 - c->key_pos0 > lo)
+        lo = c->query_pos[row] - c->window + 1 - c->key_pos0;
+      double M = c->m0[x];
+      score_size[x] = 0;
+      for (int32_t j = lo; j < hi; j++) {
+        double dot = 0, size = 0;
+        for (int32_t d = 0; d < D; d++) {
+          dot += (double)c->q[x * D + d] * kf[(size_t)j * D + d];
+          size += fabs((double)c->q[x * D + d] * kf[(size_t)j * D + d]);
+        }
+        if (c->soft_cap > 0) dot = c->soft_cap * tanh(dot / c->soft_cap);
+        if (c->has_alibi) dot += c->alibi[h] * (double)(c->key_pos0 + j - c->query_pos[row]);
+        s[j] = dot;
+        if (dot > M) M = dot;
+        score_size[x] = fmax(score_size[x], size + fabs(dot));
+      }
+      if (M == -INFINITY) {
+        for (int32_t d = 0; d < D; d++) out[x * D + d] = NAN;
+        continue;
+      }
+      const double a = c->m0[x] == -INFINITY ? 0 : exp(c->m0[x] - M);
+      double l = c->l0[x] * a;
+      for (int32_t d = 0; d < D; d++) o[d] = c->o0[x * D + d] * a, mag[d] = fabs(o[d]);
+      for (int32_t j = lo; j < hi; j++) {
+        const double p = exp(s[j] - M);
+        l += p;
+        for (int32_t d = 0; d < D; d++) {
+          o[d] += p * vf[(size_t)j * D + d];
+          mag[d] += p * fabs(vf[(size_t)j * D + d]);
+        }
+      }
+      for (int32_t d = 0; d < D; d++) {
+        out[x * D + d] = o[d] / l;
+        scale = fmax(scale, fmax(fabs(o[d]), mag[d]) / l);
+      }
+    }
+  free(o), free(mag), free(s), free(kf), free(vf);
+  return scale;
+}
+
+/* max over (x, d) of |o / l - ref| / scale, over the vectors that saw something. */
+static double error_against(const job_case *c, const job_result *r, const double *ref, double scale) {
+  const size_t n = (size_t)c->rows * c->group * c->D;
+  double err = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isnan(ref[i])) err = fmax(err, fabs(r->o[i] / r->l[i / c->D] - ref[i]));
+  return scale > 0 ? err / scale : err;
+}
+
+/* Checks the states a case leaves: those that saw nothing bit for bit, the maxima and sums of the others
+ * against the portable set's. e^(s - m) turns the absolute rounding error of a score (a few ulps of its
+ * size) into a relative error of l: the bound on l grows with the scores' size, as the one on m does. */
+static void check_states(const job_case *c, const job_result *ref, const job_result *got, const double *score_size,
+                         int index) {
+  const size_t nx = (size_t)c->rows * c->group;
+  for (size_t x = 0; x < nx; x++) {
+    const bool untouched = ref->m[x] == c->m0[x] && ref->l[x] == c->l0[x] &&
+                           !memcmp(ref->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D);
+    if (untouched && c->m0[x] == -INFINITY) { /* nothing seen: bit for bit */
+      cr_assert(got->m[x] == -INFINITY && got->l[x] == 0.0f, "case %d vector %zu: an empty state changed", index, x);
+      cr_assert(!memcmp(got->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D), "case %d: o of an empty state",
+                index);
+      continue;
+    }
+    cr_assert(fabsf(got->m[x] - ref->m[x]) <= 1e-5f * fmaxf(1.0f, fabsf(ref->m[x])),
+              "case %d vector %zu: m %.9g, portable %.9g", index, x, got->m[x], ref->m[x]);
+    /* l is relative to e^m; with m equal up to rounding, l agrees to the same relative precision */
+    const double lr = ref->l[x] * exp((double)ref->m[x] - (double)got->m[x]);
+    const double tol = 1e-5 + 16 * FLT_EPSILON * score_size[x];
+    cr_assert(fabs(got->l[x] - lr) <= tol * lr, "case %d vector %zu: l %.9g, portable %.9g (scores of size %.3g)",
+              index, x, got->l[x], lr, score_size[x]);
+  }
+}
+
+Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  test_rng rng = {20240611};
+  /* $UATTN_TEST_KERNEL_CASES: more (a soak) or fewer */
+  const char *env = getenv("UATTN_TEST_KERNEL_CASES");
+  const int cases = env ? atoi(env) : 3000 / SPARSE;
+  double worst = 0, worst_portable = 0, worst_avx2 = 0, worst_tol = 0;
+  int worst_case = -1;
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng);
+    job_result ref = run_set(&uattn_kernels_portable, &c), got = run_set(&uattn_kernels_avx2, &c);
+    const size_t nx = (size_t)c.rows * c.group;
+    double *exact = malloc(sizeof(double) * nx * c.D), *size = malloc(sizeof(double) * nx);
+    const double scale = exact_job(&c, exact, size);
+    check_states(&c, &ref, &got, size, i);
+    /* The bound: 1e-5, plus one ulp of the largest score. A score is rounded to fp32 (to a few ulps of its
+     * size) before e^(s - m) makes that absolute error a relative one of its weight: with ALiBi over long
+     * distances (scores near -300) that alone is 3e-5, in any summation order. */
+    double score_max = 0;
+    for (size_t x = 0; x < nx; x++) score_max = fmax(score_max, size[x]);
+    const double tol = 1e-5 + FLT_EPSILON * score_max;
+    free(size);
+    /* the portable output as the reference, the fp64 one for the scale */
+    double *port = exact;
+    const double ep = error_against(&c, &ref, exact, scale), ea = error_against(&c, &got, exact, scale);
+    for (size_t k = 0; k < (size_t)c.rows * c.group * c.D; k++)
+      if (!isnan(port[k])) port[k] = ref.o[k] / ref.l[k / c.D];
+    const double e = error_against(&c, &got, port, scale);
+    free(exact);
+    if (e > worst) worst = e, worst_case = i;
+    if (ep > worst_portable) worst_portable = ep;
+    if (ea > worst_avx2) worst_avx2 = ea;
+    if (tol > worst_tol) worst_tol = tol;
+    cr_assert(e <= tol,
+              "case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound %.3g; "
+              "against fp64: avx2 %.3g, portable %.3g)",
+              i, c.rows, c.group, c.D, c.num_keys, c.panel_keys,
+              c.dtype == UATTN_F32    ? "f32"
+              : c.dtype == UATTN_BF16 ? "bf16"
+                                      : "f16",
+              c.soft_cap, c.window, c.has_alibi, e, tol, ea, ep);
+    /* the same job again: the same bits (no state, no data-dependent order) */
+    job_result again = run_set(&uattn_kernels_avx2, &c);
+    cr_assert(!memcmp(again.o, got.o, sizeof(float) * nx * c.D) && !memcmp(again.m, got.m, sizeof(float) * nx) &&
+                  !memcmp(again.l, got.l, sizeof(float) * nx),
+              "case %d: two runs differ", i);
+    free_result(&again), free_result(&ref), free_result(&got);
+    free_case(&c);
+  }
+  fprintf(stderr,
+          "avx2 vs portable: worst error %.3g of the output scale (case %d of %d; the loosest bound %.3g); "
+          "against fp64: avx2 %.3g, portable %.3g\n",
+          worst, worst_case, cases, worst_tol, worst_avx2, worst_portable);
+  /* as accurate as the reference: a different order, not a lossier one */
+  cr_assert(worst_avx2 <= 1.5 * worst_portable, "avx2 is %.3g from fp64, portable %.3g", worst_avx2, worst_portable);
+}
+
+/* ---- vector math ------------------------------------------------------------------------------------- */
+
+/* Distance in ulps between two non-negative floats (their bit patterns are ordered like their values). */
+static int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  memcpy(&ia, &a, 4);
+  memcpy(&ib, &b, 4);
+  return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = 300) {
+  need_avx2();
+  /* every 7th float of [-104, 0] (subnormal results included), and a few special points */
+  enum { N = 1 << 16 };
+  static float x[N], y[N];
+  int64_t worst = 0, worst_exact = 0;
+  float worst_x = 0;
+  const uint32_t first = 0x80000000u, last = 0xC2D00000u; /* -0 .. -104 */
+  uint32_t u = first;
+  while (u <= last) {
+    size_t n = 0;
+    for (; n < N && u <= last; n++, u += 7 * SPARSE) memcpy(&x[n], &u, 4);
+    uattn_avx2_exp(x, y, n);
+    for (size_t i = 0; i < n; i++) {
+      const int64_t e = ulps(y[i], expf(x[i]));
+      const int64_t ex = ulps(y[i], (float)exp((double)x[i]));
+      if (e > worst) worst = e, worst_x = x[i];
+      if (ex > worst_exact) worst_exact = ex;
+    }
+  }
+  cr_log_info("exp: worst %lld ulps from expf (at %.9g), %lld from the rounded exact value", (long long)worst, worst_x,
+              (long long)worst_exact);
+  fprintf(stderr, "exp: worst %lld ulps from expf (at %.9g), %lld from the rounded exact value\n", (long long)worst,
+          worst_x, (long long)worst_exact);
+  cr_assert(worst <= 2, "exp is %lld ulps from expf at %.9g", (long long)worst, worst_x);
+  const float special[] = {-INFINITY, -1000.0f, -110.0f, 0.0f, -0.0f, 1.0f, 10.0f, 88.0f};
+  float out[8];
+  uattn_avx2_exp(special, out, 8);
+  cr_assert(out[0] == 0.0f && out[1] == 0.0f && out[2] == 0.0f, "exp of masked scores must be 0");
+  cr_assert(out[3] == 1.0f && out[4] == 1.0f, "exp(0) must be exactly 1");
+  for (int i = 5; i < 8; i++) cr_assert(ulps(out[i], expf(special[i])) <= 2, "exp(%g)", special[i]);
+}
+
+/* ---- loads ----------------------------------------------------------------------------------------------- */
+
+/* Random bits in every element (NaNs, infinities, subnormals included), random shapes and strides: the avx2
+ * panels hold exactly what the portable widening gives, where its layout puts it, and zeros in the padding
+ * it promises. F16C quiets signaling NaNs, so a 16-bit NaN need only stay a NaN of the same sign. */
+Test(kernels, avx2_load_is_bit_exact, .timeout = 300) {
+  need_avx2();
+  test_rng rng = {77};
+  for (int it = 0; it < 600 / SPARSE; it++) {
+    const uattn_dtype t = it % 3 == 0 ? UATTN_F32 : it % 3 == 1 ? UATTN_BF16 : UATTN_F16;
+    const int32_t D = head_dims[test_rng_range(&rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+    const int32_t count = test_rng_range(&rng, 0, 300), panel = count + test_rng_range(&rng, 0, 40);
+    const size_t stride = (size_t)D * test_rng_range(&rng, 1, 3) + (size_t)test_rng_range(&rng, 0, 5);
+    const size_t esz = uattn_dtype_size(t), n = (size_t)(count ? count - 1 : 0) * stride + D;
+    uint8_t *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t i = 0; i < n * esz; i++) k[i] = (uint8_t)test_rng_next(&rng), v[i] = (uint8_t)test_rng_next(&rng);
+    const size_t floats = uattn_kernels_avx2.panel_floats(panel, D);
+    float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
+    for (size_t i = 0; i < floats; i++) keys[i] = values[i] = NAN;
+    uattn_kernels_avx2.load(t, k, v, stride, count, D, panel, keys, values);
+    int32_t ks, vs;
+    uattn_avx2_layout(panel, D, &ks, &vs);
+    cr_assert(ks >= panel && vs >= D, "strides below the panel size");
+    const float *kp = aligned64(keys), *vp = aligned64(values);
+    cr_assert((size_t)(kp - keys) + (size_t)D * ks <= floats && (size_t)(vp - values) + (size_t)panel * vs <= floats,
+              "the layout does not fit panel_floats");
+    float *want = malloc(sizeof(float) * 2 * D);
+    for (int32_t i = 0; i < count; i++) {
+      uattn_widen(t, k + (size_t)i * stride * esz, want, (size_t)D);
+      uattn_widen(t, v + (size_t)i * stride * esz, want + D, (size_t)D);
+      for (int32_t d = 0; d < D; d++) {
+        const float a[2] = {kp[(size_t)d * ks + i], vp[(size_t)i * vs + d]}, b[2] = {want[d], want[D + d]};
+        for (int w = 0; w < 2; w++) {
+          if (t != UATTN_F32 && isnan(b[w])) {
+            cr_assert(isnan(a[w]) && signbit(a[w]) == signbit(b[w]), "load %d: a NaN changed", it);
+          } else {
+            cr_assert(!memcmp(&a[w], &b[w], 4), "load %d (%s, D %d, %d keys): %s %d, dim %d: %a, want %a", it,
+                      t == UATTN_F32    ? "f32"
+                      : t == UATTN_BF16 ? "bf16"
+                                        : "f16",
+                      D, count, w ? "value" : "key", i, d, a[w], b[w]);
+          }
+        }
+      }
+      for (int32_t d = D; d < ((D + 7) & ~7); d++) cr_assert(vp[(size_t)i * vs + d] == 0.0f, "value padding");
+    }
+    for (int32_t d = 0; d < D; d++)
+      for (int32_t i = count; i < ((count + 7) & ~7); i++) cr_assert(kp[(size_t)d * ks + i] == 0.0f, "key padding");
+    free(want), free(keys), free(values), free(k), free(v);
+  }
+}
+
+/* Every f16 and bf16 value through the 8 x 8 transposes and the row widening. */
+Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
+  need_avx2();
+  enum { D = 256, KEYS = 256 }; /* 65536 elements */
+  uint16_t *src = malloc(sizeof(uint16_t) * D * KEYS);
+  for (uint32_t i = 0; i < D * KEYS; i++) src[i] = (uint16_t)i;
+  const size_t floats = uattn_kernels_avx2.panel_floats(KEYS, D);
+  float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
+  int32_t ks, vs;
+  uattn_avx2_layout(KEYS, D, &ks, &vs);
+  const float *kp = aligned64(keys), *vp = aligned64(values);
+  for (int t = UATTN_BF16; t <= UATTN_F16; t++) {
+    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, keys, values);
+    for (int32_t i = 0; i < KEYS; i++)
+      for (int32_t d = 0; d < D; d++) {
+        float want;
+        uattn_widen((uattn_dtype)t, src + (size_t)i * D + d, &want, 1);
+        const float a = kp[(size_t)d * ks + i], b = vp[(size_t)i * vs + d];
+        if (isnan(want)) {
+          cr_assert(isnan(a) && isnan(b) && signbit(a) == signbit(want) && signbit(b) == signbit(want),
+                    "a NaN changed");
+        } else {
+          cr_assert(!memcmp(&a, &want, 4) && !memcmp(&b, &want, 4), "dtype %d, 0x%04x: %a %a, want %a", t,
+                    src[(size_t)i * D + d], a, b, want);
+        }
+      }
+  }
+  free(src), free(keys), free(values);
+}
+
+/* The soft cap's tanh is computed in fp64 and rounded once: every 5th float of [-20, 20] (tiny magnitudes
+ * included) within 1 ulp of the correctly rounded value (within half an ulp but for near-ties), and tanhf's
+ * own error on top. */
+Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = 300) {
+  need_avx2();
+  enum { N = 1 << 16 };
+  static float x[N], y[N];
+  int64_t worst = 0, worst_libm = 0;
+  float worst_x = 0;
+  for (int neg = 0; neg < 2; neg++) {
+    const uint32_t sign = neg ? 0x80000000u : 0u, last = 0x41A00000u; /* 20 */
+    uint32_t u = 0;
+    while (u <= last) {
+      size_t n = 0;
+      for (; n < N && u <= last; n++, u += 5 * SPARSE) {
+        const uint32_t b = u | sign;
+        memcpy(&x[n], &b, 4);
+      }
+      uattn_avx2_tanh(x, y, n);
+      for (size_t i = 0; i < n; i++) {
+        const float want = (float)tanh((double)x[i]);
+        cr_assert(signbit(y[i]) == signbit(x[i]), "tanh(%a) has the wrong sign", x[i]);
+        const int64_t e = ulps(fabsf(y[i]), fabsf(want)), el = ulps(fabsf(y[i]), fabsf(tanhf(x[i])));
+        if (e > worst) worst = e, worst_x = x[i];
+        if (el > worst_libm) worst_libm = el;
+      }
+    }
+  }
+  fprintf(stderr, "tanh: worst %lld ulps from the rounded exact value (at %.9g), %lld from tanhf\n", (long long)worst,
+          worst_x, (long long)worst_libm);
+  cr_assert(worst <= 1, "tanh is %lld ulps off at %.9g", (long long)worst, worst_x);
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e30f, -1e30f, 1e-30f, 1e-45f};
+  float out[8];
+  uattn_avx2_tanh(special, out, 8);
+  cr_assert(out[0] == 0.0f && !signbit(out[0]) && out[1] == 0.0f && signbit(out[1]), "tanh(+-0)");
+  cr_assert(out[2] == 1.0f && out[3] == -1.0f && out[4] == 1.0f && out[5] == -1.0f, "tanh at the ends");
+  cr_assert(out[6] == 1e-30f && out[7] == 1e-45f, "tanh of tiny values");
+}
+
+/* The best set the CPU runs is the default; UATTN_ISA picks another by name (each test is its own process). */
+Test(kernels, selection) {
+  const char *why;
+  unsetenv("UATTN_ISA");
+  const uattn_kernels *best = uattn_kernels_select(&why);
+  cr_assert_str_eq(best->name, uattn_avx2_runs_here() ? "avx2" : "portable");
+  setenv("UATTN_ISA", "portable", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why)->name, "portable");
+  cr_assert_str_eq(why, "forced by UATTN_ISA");
+  setenv("UATTN_ISA", "avx2", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why)->name, best->name);
+  setenv("UATTN_ISA", "no-such-set", 1);
+  cr_assert_eq(uattn_kernels_select(&why), best);
+}
