@@ -6,30 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "timing.h"
 #include "uattn.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define UATTN_BENCH_X86 1
 #endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, compare_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 /* ---- the machine's limits ---------------------------------------------------------------------------- */
 
@@ -105,13 +89,13 @@ static double run_threads(void *(*fn)(void *), limit_job *job, int threads) {
   pthread_t t[64];
   limit_arg args[64];
   job->threads = threads;
-  const double t0 = now_s();
+  const double t0 = perf_seconds();
   for (int i = 0; i < threads; i++) {
     args[i] = (limit_arg){job, i};
     pthread_create(&t[i], NULL, fn, &args[i]);
   }
   for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-  return now_s() - t0;
+  return perf_seconds() - t0;
 }
 
 typedef struct limits {
@@ -223,14 +207,14 @@ static int run_case(const bench_case *c, uattn_runtime *one, uattn_runtime *all,
     uattn_runtime *rt = which == 0 ? one : all;
     uattn_forward(plan, &L, &t, rt); /* warm-up: pages, scratch */
     for (int r = 0; r < runs; r++) {
-      const double t0 = now_s();
+      const double t0 = perf_seconds();
       if (uattn_forward(plan, &L, &t, rt)) {
         fprintf(stderr, "uattn-bench: %s: %s\n", c->name, uattn_last_error());
         return -1;
       }
-      times[r] = now_s() - t0;
+      times[r] = perf_seconds() - t0;
     }
-    (which == 0 ? &res->ms_1 : &res->ms_all)[0] = median(times, runs) * 1e3;
+    (which == 0 ? &res->ms_1 : &res->ms_all)[0] = perf_median(times, runs) * 1e3;
   }
   /* the bytes that must be read: every distinct cached block once per KV head, K and V */
   const double distinct_keys = (double)c->prefix + (double)c->num_reqs * (c->context - c->prefix);

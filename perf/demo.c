@@ -7,20 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ref/dense_oracle.h"
+#include "timing.h"
 #include "trace.h"
 #include "uattn.h"
 
 enum { HQ = 32, HKV = 8, HEAD_DIM = 128, BLOCK = 128 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int fail(const char *what) {
   fprintf(stderr, "uattn-demo: %s: %s\n", what, uattn_last_error());
@@ -137,15 +131,15 @@ int main(int argc, char **argv) {
   double worst_error = 0, plan_seconds = 0;
   int checked = 0;
   long long finished = 0, prefill_tokens = 0, decode_tokens = 0, spec_tokens = 0, shared_blocks = 0;
-  const double t_start = now_s();
+  const double t_start = perf_seconds();
   int32_t done = 0;
   for (; done < steps; done++) {
     uattn_step step;
     trace_step_mix mix;
     if (!trace_next(tr, &step, &mix)) break;
-    double t0 = now_s();
+    double t0 = perf_seconds();
     if (uattn_plan_step(plan, &step) != UATTN_OK) return fail("plan_step");
-    plan_seconds += now_s() - t0;
+    plan_seconds += perf_seconds() - t0;
     uattn_plan_info in;
     uattn_plan_get_info(plan, &in);
     fill_bf16(q, (size_t)in.num_tokens * HQ * HEAD_DIM);
@@ -153,9 +147,9 @@ int main(int argc, char **argv) {
     fill_bf16(v, (size_t)in.num_tokens * HKV * HEAD_DIM);
     uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
                        .num_blocks = num_blocks, .block_size = BLOCK, .out = out};
-    t0 = now_s();
+    t0 = perf_seconds();
     if (uattn_forward(plan, &L, &t, rt) != UATTN_OK) return fail("forward");
-    const double seconds = now_s() - t0;
+    const double seconds = perf_seconds() - t0;
 
     const int kind = mix.prefill_tokens * 2 > in.num_tokens ? 0 : (mix.prefills > 0 ? 1 : 2);
     phases[kind].steps++;
@@ -177,7 +171,7 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
-    const double elapsed = now_s() - t_start, eta = elapsed / (done + 1) * (steps - done - 1);
+    const double elapsed = perf_seconds() - t_start, eta = elapsed / (done + 1) * (steps - done - 1);
     if (tty)
       printf("\r  step %3d/%d  %3d reqs  %4d tokens (%3d prefill, %2d decode, %2d verify)  %6.1f ms  eta %4.0f s ",
              done + 1, steps, in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens,
@@ -189,7 +183,7 @@ int main(int argc, char **argv) {
   }
   if (tty) printf("\n");
 
-  printf("\nsummary (%d steps in %.1f s, %d threads, the %s kernel set)\n", done, now_s() - t_start,
+  printf("\nsummary (%d steps in %.1f s, %d threads, the %s kernel set)\n", done, perf_seconds() - t_start,
          topo.num_workers, uattn_kernel_set(NULL));
   printf("  %-22s %6s %8s %12s %12s\n", "", "steps", "tokens", "tokens/s", "GFLOP/s");
   for (int i = 0; i < 3; i++)

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "timing.h"
 #include "trace.h"
 #include "uattn.h"
 
@@ -18,22 +18,6 @@ typedef struct options {
   int repeat, seed_repeat, json;
   const char *python, *reference;
 } options;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, compare_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 typedef struct counting {
   uattn_allocator hooks;
@@ -201,18 +185,18 @@ int main(int argc, char **argv) {
   const long allocs_before = counter.allocs;
   double *t = malloc(sizeof(double) * (size_t)o.repeat);
   for (int i = 0; i < o.repeat; i++) {
-    double t0 = now_us();
+    double t0 = (perf_seconds() * 1e6);
     uattn_plan_step(plan, &step);
-    t[i] = now_us() - t0;
+    t[i] = (perf_seconds() * 1e6) - t0;
   }
-  const double plan_us = median(t, o.repeat);
+  const double plan_us = perf_median(t, o.repeat);
   for (int i = 0; i < o.repeat; i++) {
-    double t0 = now_us();
+    double t0 = (perf_seconds() * 1e6);
     uattn_plan_step(plan, &step);
     uattn_plan_materialize(plan, seed_cpu_tensors, &tensors);
-    t[i] = now_us() - t0;
+    t[i] = (perf_seconds() * 1e6) - t0;
   }
-  const double bias_us = median(t, o.repeat);
+  const double bias_us = perf_median(t, o.repeat);
   const long step_allocs = counter.allocs - allocs_before;
   free(t);
 
