@@ -5,7 +5,7 @@
  * reported in GFLOP/s (4 x head_dim flops per visible query-key pair and head) and against this core's fp32
  * FMA peak, measured in the same run; load in GB/s of cache bytes read (one head of a 128-key block, keys
  * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
- * call). Medians of RUNS runs of at least 20 ms each.
+ * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved.
  *
  *   uattn-kernel-bench [RUNS]      (RUNS: how many timed runs per figure, 7 by default) */
 #include <math.h>
@@ -41,23 +41,28 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-/* Median seconds per call of fn(arg, i) (i counts calls), each run at least 20 ms. */
-static double time_calls(void (*fn)(void *, long), void *arg) {
-  double t[64];
-  long calls = 1;
-  for (;;) { /* calibrate */
-    const double t0 = now_s();
-    for (long i = 0; i < calls; i++) fn(arg, i);
-    if (now_s() - t0 > 0.02) break;
-    calls *= 2;
+/* Median seconds per call of fn(arg[s], i) for both sets, their runs interleaved (portable, avx2, portable,
+ * ...) so that both see the same machine: on a shared host its speed drifts by tens of % within a minute. */
+static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2]) {
+  double t[2][64];
+  long calls[2] = {1, 1};
+  for (int s = 0; s < 2; s++)
+    for (;;) { /* calibrate */
+      const double t0 = now_s();
+      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
+      if (now_s() - t0 > 0.02) break;
+      calls[s] *= 2;
+    }
+  for (int r = 0; r < runs; r++)
+    for (int s = 0; s < 2; s++) {
+      const double t0 = now_s();
+      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
+      t[s][r] = (now_s() - t0) / calls[s];
+    }
+  for (int s = 0; s < 2; s++) {
+    qsort(t[s], (size_t)runs, sizeof *t[s], compare_double);
+    seconds[s] = t[s][runs / 2];
   }
-  for (int r = 0; r < runs; r++) {
-    const double t0 = now_s();
-    for (long i = 0; i < calls; i++) fn(arg, i);
-    t[r] = (now_s() - t0) / calls;
-  }
-  qsort(t, (size_t)runs, sizeof *t, compare_double);
-  return t[runs / 2];
 }
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
@@ -95,43 +100,51 @@ static void run_attend(void *arg, long call) {
   c->set->attend(&c->job, c->job.num_keys);
 }
 
-/* Times set->attend on rows x group query vectors against a panel of `keys` loaded from bf16; causal: row r
- * sees r + 1 keys (else all). Returns GFLOP/s. */
-static double bench_attend(const uattn_kernels *set, int32_t rows, int32_t group, int32_t keys, int causal) {
-  const size_t n = (size_t)keys * D, nx = (size_t)rows * group, floats = set->panel_floats(keys, D);
+/* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from bf16;
+ * causal: row r sees r + 1 keys (else all). */
+static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_t group, int32_t keys, int causal,
+                         double gflops[2]) {
+  const size_t n = (size_t)keys * D, nx = (size_t)rows * group;
   uint16_t *k = malloc(2 * n), *v = malloc(2 * n);
   for (size_t i = 0; i < n; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
-  attend_case c = {set, {0}, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
-  set->load(UATTN_BF16, k, v, D, keys, D, keys, c.keys, c.values);
-  float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
-  float *o = calloc(nx * D, sizeof(float)), *scores = malloc(sizeof(float) * keys);
+  float *q = malloc(sizeof(float) * nx * D), *scores = malloc(sizeof(float) * keys);
   int32_t *pos = malloc(sizeof(int32_t) * rows), *vis = malloc(sizeof(int32_t) * rows);
   for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
-  for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
   double pairs = 0;
   for (int32_t r = 0; r < rows; r++) {
     vis[r] = causal ? (r + 1 < keys ? r + 1 : keys) : keys;
     pos[r] = causal ? r : keys;
     pairs += vis[r];
   }
-  c.job = (uattn_panel_job){.rows = rows,
-                            .group = group,
-                            .head_dim = D,
-                            .q = q,
-                            .query_pos = pos,
-                            .visible = vis,
-                            .num_keys = keys,
-                            .key_pos0 = 0,
-                            .keys = c.keys,
-                            .values = c.values,
-                            .m = m,
-                            .l = l,
-                            .o = o,
-                            .scores = scores};
-  const double seconds = time_calls(run_attend, &c);
-  free(k), free(v), free(c.keys), free(c.values), free(q), free(m), free(l), free(o), free(scores), free(pos),
-      free(vis);
-  return pairs * group * 4.0 * D / seconds * 1e-9;
+  attend_case c[2];
+  for (int s = 0; s < 2; s++) {
+    const size_t floats = set[s]->panel_floats(keys, D);
+    c[s] = (attend_case){set[s], {0}, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+    set[s]->load(UATTN_BF16, k, v, D, keys, D, keys, c[s].keys, c[s].values);
+    float *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx), *o = calloc(nx * D, sizeof(float));
+    for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
+    c[s].job = (uattn_panel_job){.rows = rows,
+                                 .group = group,
+                                 .head_dim = D,
+                                 .q = q,
+                                 .query_pos = pos,
+                                 .visible = vis,
+                                 .num_keys = keys,
+                                 .key_pos0 = 0,
+                                 .keys = c[s].keys,
+                                 .values = c[s].values,
+                                 .m = m,
+                                 .l = l,
+                                 .o = o,
+                                 .scores = scores};
+  }
+  double seconds[2];
+  time_both(run_attend, (void *const[2]){&c[0], &c[1]}, seconds);
+  for (int s = 0; s < 2; s++) {
+    gflops[s] = pairs * group * 4.0 * D / seconds[s] * 1e-9;
+    free(c[s].keys), free(c[s].values), free(c[s].job.m), free(c[s].job.l), free(c[s].job.o);
+  }
+  free(k), free(v), free(q), free(scores), free(pos), free(vis);
 }
 
 /* ---- load ---------------------------------------------------------------------------------------------------- */
@@ -152,17 +165,24 @@ static void run_load(void *arg, long call) {
                c->values);
 }
 
-/* GB/s of bf16 cache read by set->load of one head of a 128-key block. */
-static double bench_load(const uattn_kernels *set, const uint16_t *k, const uint16_t *v, long blocks, int hnd) {
-  const size_t floats = set->panel_floats(KEYS, D);
-  load_case c = {set, k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
-  const double seconds = time_calls(run_load, &c);
-  free(c.keys), free(c.values);
-  return 2.0 * KEYS * D * 2 / seconds * 1e-9;
+/* GB/s of bf16 cache read by each set's load of one head of a 128-key block. */
+static void bench_load(const uattn_kernels *const set[2], const uint16_t *k, const uint16_t *v, long blocks, int hnd,
+                       double gbs[2]) {
+  load_case c[2];
+  for (int s = 0; s < 2; s++) {
+    const size_t floats = set[s]->panel_floats(KEYS, D);
+    c[s] = (load_case){set[s], k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+  }
+  double seconds[2];
+  time_both(run_load, (void *const[2]){&c[0], &c[1]}, seconds);
+  for (int s = 0; s < 2; s++) {
+    gbs[s] = 2.0 * KEYS * D * 2 / seconds[s] * 1e-9;
+    free(c[s].keys), free(c[s].values);
+  }
 }
 
-static void row(const char *name, const char *unit_name, double portable, double avx2) {
-  printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, portable, avx2, unit_name, avx2 / portable);
+static void row(const char *name, const char *unit_name, const double x[2]) {
+  printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, x[0], x[1], unit_name, x[1] / x[0]);
 }
 
 int main(int argc, char **argv) {
@@ -175,10 +195,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "uattn-kernel-bench: this CPU lacks AVX2, FMA or F16C; nothing to compare\n");
     return 1;
   }
-  const uattn_kernels *p = &uattn_kernels_portable, *a = &uattn_kernels_avx2;
+  const uattn_kernels *const sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
   float sink[8];
   for (const double t0 = now_s(); now_s() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
-  const double peak = 2.0 * 8 * 12 * 100000 / time_calls(fma_loop, sink) * 1e-9;
+  void *const sinks[2] = {sink, sink};
+  double fma_seconds[2];
+  time_both(fma_loop, sinks, fma_seconds);
+  const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
   printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs\n", D,
          GROUP, KEYS, runs);
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
@@ -195,21 +218,21 @@ int main(int argc, char **argv) {
              {"attend prefill tile (128 x 4, all visible)", 128, GROUP, KEYS, 0},
              {"attend prefill tile (128 x 4, causal)", 128, GROUP, KEYS, 1},
              {"attend causal slice (512 x 4, 512 keys)", 512, GROUP, MAX_KEYS, 1}};
-  double best = 0;
+  double best = 0, x[2];
   for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
-    const double gp = bench_attend(p, att[i].rows, att[i].group, att[i].keys, att[i].causal),
-                 ga = bench_attend(a, att[i].rows, att[i].group, att[i].keys, att[i].causal);
-    row(att[i].name, "GFLOP/s", gp, ga);
-    if (ga > best) best = ga;
+    bench_attend(sets, att[i].rows, att[i].group, att[i].keys, att[i].causal, x);
+    row(att[i].name, "GFLOP/s", x);
+    if (x[1] > best) best = x[1];
   }
   const size_t block = (size_t)KEYS * KV_HEADS * D;
   uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
   for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = v[i] = (uint16_t)(0x3c00u + (i & 0xff));
-  row("load bf16 block, hot", "GB/s   ", bench_load(p, k, v, 1, 0), bench_load(a, k, v, 1, 0));
-  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", bench_load(p, k, v, COLD_BLOCKS, 0),
-      bench_load(a, k, v, COLD_BLOCKS, 0));
-  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", bench_load(p, k, v, COLD_BLOCKS, 1),
-      bench_load(a, k, v, COLD_BLOCKS, 1));
+  bench_load(sets, k, v, 1, 0, x);
+  row("load bf16 block, hot", "GB/s   ", x);
+  bench_load(sets, k, v, COLD_BLOCKS, 0, x);
+  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", x);
+  bench_load(sets, k, v, COLD_BLOCKS, 1, x);
+  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x);
   free(k), free(v);
   printf("\n  best avx2 attend: %.0f%% of the FMA peak\n", 100.0 * best / peak);
   return 0;
