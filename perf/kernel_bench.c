@@ -12,26 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "avx2.h"
 #include "convert.h"
 #include "kernels.h"
+#include "timing.h"
 
 enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
 
 static int runs = 7;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int compare_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static uint64_t rng = 42;
 static float unit(void) {
@@ -48,19 +37,19 @@ static void time_both(void (*fn)(void *, long), void *const arg[2], double secon
   long calls[2] = {1, 1};
   for (int s = 0; s < 2; s++)
     for (;;) { /* calibrate */
-      const double t0 = now_s();
+      const double t0 = perf_seconds();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      if (now_s() - t0 > 0.02) break;
+      if (perf_seconds() - t0 > 0.02) break;
       calls[s] *= 2;
     }
   for (int r = 0; r < runs; r++)
     for (int s = 0; s < 2; s++) {
-      const double t0 = now_s();
+      const double t0 = perf_seconds();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      t[s][r] = (now_s() - t0) / calls[s];
+      t[s][r] = (perf_seconds() - t0) / calls[s];
     }
   for (int s = 0; s < 2; s++) {
-    qsort(t[s], (size_t)runs, sizeof *t[s], compare_double);
+    qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
     seconds[s] = t[s][runs / 2];
   }
 }
@@ -197,7 +186,7 @@ int main(int argc, char **argv) {
   }
   const uattn_kernels *const sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
   float sink[8];
-  for (const double t0 = now_s(); now_s() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
+  for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
   void *const sinks[2] = {sink, sink};
   double fma_seconds[2];
   time_both(fma_loop, sinks, fma_seconds);

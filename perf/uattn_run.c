@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "npy.h"
+#include "timing.h"
 #include "uattn.h"
 
 #define EXIT_BAD 2
@@ -777,22 +777,6 @@ static int dump_biases(run *r) {
 
 /* ---- running ------------------------------------------------------------------------------------------ */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int compare_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, compare_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 static uattn_step make_step(const run *r) {
   uattn_step s;
   memset(&s, 0, sizeof s);
@@ -887,22 +871,22 @@ static int execute(run *r) {
   for (int i = 0; i < r->repeat; i++) {
     memcpy(r->key_cache, r->t[T_KC].a.data, cache_bytes);
     memcpy(r->value_cache, r->t[T_VC].a.data, cache_bytes);
-    const double t0 = now_ms();
+    const double t0 = (perf_seconds() * 1e3);
     if ((st = uattn_plan_step(r->plan, &step))) {
       fail_lib("uattn_plan_step (repeat)", st);
       goto done;
     }
-    const double t1 = now_ms();
+    const double t1 = (perf_seconds() * 1e3);
     if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) {
       fail_lib("uattn_forward (repeat)", st);
       goto done;
     }
     plan_ms[i] = t1 - t0;
-    fwd_ms[i] = now_ms() - t1;
+    fwd_ms[i] = (perf_seconds() * 1e3) - t1;
   }
   cJSON *timing = cJSON_CreateObject();
-  if (!timing || !cJSON_AddNumberToObject(timing, "forward_ms", median(fwd_ms, r->repeat)) ||
-      !cJSON_AddNumberToObject(timing, "plan_ms", median(plan_ms, r->repeat)) ||
+  if (!timing || !cJSON_AddNumberToObject(timing, "forward_ms", perf_median(fwd_ms, r->repeat)) ||
+      !cJSON_AddNumberToObject(timing, "plan_ms", perf_median(plan_ms, r->repeat)) ||
       !cJSON_AddNumberToObject(timing, "repeat", r->repeat) ||
       !cJSON_AddNumberToObject(timing, "threads", runtime_workers(r->rt))) {
     cJSON_Delete(timing);
