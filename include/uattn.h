@@ -713,6 +713,13 @@ UATTN_API uattn_status uattn_select_seq_len_block_table(const uattn_attention_me
                                                         uattn_seq_len_block_table *out);
 /* END batch utilities */
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Tuning files                                                                                     */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* BEGIN tuning */
+/* END tuning */
+
 #ifdef __cplusplus
 }
 #endif
