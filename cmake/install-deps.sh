@@ -3,7 +3,7 @@
 # Called by `make`; safe to run again (it does nothing when all are present).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libxsmm-dev libhwloc-dev hwloc libcriterion-dev libcjson-dev
-          python3-numpy)
+          python3-numpy gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
