@@ -16,6 +16,9 @@ int uattn_avx2_runs_here(void);
 void uattn_avx2_exp(const float *x, float *y, size_t n);  /* e^x, inputs <= 88 */
 void uattn_avx2_tanh(const float *x, float *y, size_t n); /* tanh x */
 
+/* Floats each panel of the set needs (its panel_floats; the generated buckets share the layout). */
+size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim);
+
 /* The panel layout, for the tests: key i, dim d at keys[d * *key_stride + i] and value i, dim d at
  * values[i * *value_stride + d], both panels starting at the first 64-byte boundary of their buffer. */
 void uattn_avx2_layout(int32_t panel_keys, int32_t head_dim, int32_t *key_stride, int32_t *value_stride);

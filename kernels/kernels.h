@@ -1,8 +1,10 @@
 /* A kernel set: how one implementation loads key/value panels and attends rows to them. The forward picks
- * one set per call (the best the CPU runs, or the one UATTN_ISA forces) and uses nothing else, so each set is
- * free to choose its own panel layout. */
+ * one set per call (a generated bucket's, else the best generic set the CPU runs, or the one UATTN_ISA
+ * forces) and uses nothing else, so each set is free to choose its own panel layout. */
 #ifndef UATTN_KERNELS_H
 #define UATTN_KERNELS_H
+
+#include <stdbool.h>
 
 #include "portable.h"
 #include "uattn.h"
@@ -13,8 +15,11 @@ typedef struct uattn_kernels {
    * head_dim long) into the panels, in this set's layout for a panel of panel_keys keys. */
   void (*load)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
                int32_t head_dim, int32_t panel_keys, float *keys, float *values);
-  /* uattn_panel_job semantics, with job->keys/values as load produced them (num_keys <= panel_keys). */
-  void (*attend)(const uattn_panel_job *job, int32_t panel_keys);
+  /* uattn_panel_job semantics, with job->keys/values as load produced them (num_keys <= panel_keys), one
+   * entry per part of the attention (uattn_part): a generic set has the same function thrice, a bucket its
+   * own specialized and separately named ones, so a profile says which part and which bucket ran. The
+   * unique part's jobs have one row. */
+  void (*attend[UATTN_NUM_PARTS])(const uattn_panel_job *job, int32_t panel_keys);
   /* Floats each panel needs for panel_keys keys (a set may pad). */
   size_t (*panel_floats)(int32_t panel_keys, int32_t head_dim);
 } uattn_kernels;
@@ -22,8 +27,33 @@ typedef struct uattn_kernels {
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;
 
-/* The set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2"). A name the
- * CPU cannot run falls back to the best one, and *why says so (NULL when not asked). */
-const uattn_kernels *uattn_kernels_select(const char **why);
+/* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2").
+ * A name the CPU cannot run falls back to the best one, and *why says so (NULL when not asked). *forced
+ * (when not NULL) says whether UATTN_ISA chose it. */
+const uattn_kernels *uattn_kernels_select(const char **why, bool *forced);
+
+/* A generated bucket: kernels specialized at build time for one (block_size, head_dim, cache dtype,
+ * chunk_size) by gen/generate.py, for one ISA. */
+typedef struct uattn_bucket_kernels {
+  int32_t block_size, head_dim;
+  uattn_dtype dtype; /* of the cache */
+  int32_t chunk_size;
+  const char *isa;         /* the generic set it specializes ("avx2") */
+  int (*runs_here)(void);  /* whether this CPU runs it */
+  const char *part_names[UATTN_NUM_PARTS]; /* its attend functions' names, e.g. uattn_bf16_unique_b128_d128_c0__avx2 */
+  uattn_kernels set;
+} uattn_bucket_kernels;
+
+/* The registry the generator writes (build/gen/registry.c): every generated bucket, best ISA first. */
+extern const uattn_bucket_kernels *const uattn_bucket_registry[];
+extern const size_t uattn_bucket_registry_size;
+
+/* The kernels for a layer's shape, and why: the bucket of (block_size, head_dim, cache dtype, chunk_size)
+ * when one was generated for an ISA this CPU runs (and UATTN_ISA forces no generic set), else the generic
+ * set of uattn_kernels_select. *bucket is the bucket used (NULL for a generic set); why (>= 160 bytes) says
+ * which and why in words. */
+const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
+                                            int32_t chunk_size, const uattn_bucket_kernels **bucket, char *why,
+                                            size_t why_size);
 
 #endif

@@ -125,4 +125,5 @@ static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) {
   return (size_t)panel_keys * head_dim;
 }
 
-const uattn_kernels uattn_kernels_portable = {"portable", portable_load, portable_attend, portable_panel_floats};
+const uattn_kernels uattn_kernels_portable = {
+    "portable", portable_load, {portable_attend, portable_attend, portable_attend}, portable_panel_floats};

@@ -1,4 +1,5 @@
-/* uattn-kernel-bench: the kernel sets' load and attend on one thread, portable against avx2, on the shapes
+/* uattn-kernel-bench: the kernel sets' load and attend on one thread, portable against avx2 (or, with
+ * --bucket, the generic avx2 set against the generated bf16 bucket of block size 128, head dim 128), on the shapes
  * the forward hands them, head dim 128: a decode (1 row x 4 heads of a KV head against a 128-key bf16
  * block; also MHA and GQA 8), spec-decode verification (4 rows), a prefill tile (128 rows x 4 heads against
  * 128 keys, all visible or causal) and the forward's causal slice (512 x 4 against 512 keys). Attend is
@@ -7,7 +8,7 @@
  * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
  * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved.
  *
- *   uattn-kernel-bench [RUNS]      (RUNS: how many timed runs per figure, 7 by default) */
+ *   uattn-kernel-bench [RUNS] [--bucket]     (RUNS: how many timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,7 @@ typedef struct attend_case {
 static void run_attend(void *arg, long call) {
   (void)call;
   const attend_case *c = arg;
-  c->set->attend(&c->job, c->job.num_keys);
+  c->set->attend[c->job.rows == 1 ? UATTN_PART_UNIQUE : UATTN_PART_SHARED](&c->job, c->job.num_keys);
 }
 
 /* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from bf16;
@@ -174,17 +175,38 @@ static void row(const char *name, const char *unit_name, const double x[2]) {
   printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, x[0], x[1], unit_name, x[1] / x[0]);
 }
 
+/* The generated bucket of this bench's shape, or NULL. */
+static const uattn_kernels *bench_bucket(void) {
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+    const uattn_bucket_kernels *e = uattn_bucket_registry[i];
+    if (e->dtype == UATTN_BF16 && e->block_size == KEYS && e->head_dim == D && e->chunk_size == 0 && e->runs_here())
+      return &e->set;
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1) runs = atoi(argv[1]);
+  int bucket = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--bucket")) bucket = 1;
+    else runs = atoi(argv[i]);
+  }
   if (runs < 1 || runs > 64) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)]\n");
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket]\n");
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
     fprintf(stderr, "uattn-kernel-bench: this CPU lacks AVX2, FMA or F16C; nothing to compare\n");
     return 1;
   }
-  const uattn_kernels *const sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
+  const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
+  if (bucket) {
+    sets[0] = &uattn_kernels_avx2;
+    if (!(sets[1] = bench_bucket())) {
+      fprintf(stderr, "uattn-kernel-bench: no bf16 bucket of block size %d, head dim %d was generated\n", KEYS, D);
+      return 1;
+    }
+  }
   float sink[8];
   for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
   void *const sinks[2] = {sink, sink};
@@ -194,7 +216,7 @@ int main(int argc, char **argv) {
   printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs\n", D,
          GROUP, KEYS, runs);
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
-  printf("  %-44s %9s %9s %s %9s\n", "", "portable", "avx2", "     ", "speedup");
+  printf("  %-44s %9s %9s %s %9s\n", "", bucket ? "avx2" : "portable", bucket ? "bucket" : "avx2", "     ", "speedup");
 
   struct {
     const char *name;
@@ -223,6 +245,6 @@ int main(int argc, char **argv) {
   bench_load(sets, k, v, COLD_BLOCKS, 1, x);
   row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x);
   free(k), free(v);
-  printf("\n  best avx2 attend: %.0f%% of the FMA peak\n", 100.0 * best / peak);
+  printf("\n  best %s attend: %.0f%% of the FMA peak\n", bucket ? "bucket" : "avx2", 100.0 * best / peak);
   return 0;
 }

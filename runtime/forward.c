@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "describe.h"
 #include "planner.h"
 #include "pool.h"
 #include "kernels.h"
@@ -180,6 +181,7 @@ static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const u
 /* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
 typedef struct workspace {
   const uattn_kernels *kern;
+  int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
   size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
   int32_t tile;      /* query rows per tile (the causal width) */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
@@ -192,7 +194,13 @@ typedef struct workspace {
   int32_t *visible;  /* [tile]: keys of the current panel each row sees */
 } workspace;
 
+/* The workspace's partial states: the three parts of the attention and the scratch of a shared chunk. */
 enum { PART_CAUSAL, PART_SHARED, PART_UNIQUE, PART_CHUNK, NUM_PARTS };
+
+/* The kernel entry (uattn_part) that attends into a workspace part. */
+static uattn_part kernel_part(int part) {
+  return part == PART_CAUSAL ? UATTN_PART_CAUSAL : part == PART_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
+}
 
 static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k) {
   w->kern = k;
@@ -268,7 +276,7 @@ typedef struct step_ctx {
  * panel now loaded, into `part`. */
 static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
                          int32_t key_pos0) {
-  const workspace *w = c->w;
+  workspace *w = c->w;
   const int32_t D = c->L->head_dim, first = row_lo - c->row0;
   const size_t idx = state_index(w, part, first, 0);
   const uattn_panel_job job = {
@@ -290,7 +298,9 @@ static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t ro
       .o = w->state_o + idx * D,
       .scores = w->scores,
   };
-  w->kern->attend(&job, w->panel);
+  const uattn_part kp = kernel_part(part);
+  w->calls[kp]++;
+  w->kern->attend[kp](&job, w->panel);
 }
 
 /* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
@@ -444,6 +454,7 @@ typedef struct forward_job {
   atomic_int node_next[UATTN_MAX_NODES];
   atomic_int next_unit;
   atomic_int out_of_memory;
+  atomic_llong part_calls[UATTN_NUM_PARTS];
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
@@ -569,6 +580,7 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
       run_unit(job, &w, unit);
     }
   }
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_fetch_add(&job->part_calls[p], w.calls[p]);
 }
 
 /* The merge pass over split requests: each (request, KV head) folds its splits in split order, then the
@@ -618,18 +630,24 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   if ((st = validate_layer(L))) return st;
   const uattn_plan_info *in = &plan->info;
   if ((st = validate_tensors(in, &plan->config, L, t))) return st;
-  if (in->num_tokens == 0) return UATTN_OK;
+  uattn_kernel_report report;
+  const uattn_kernels *kernels = uattn_describe_choose(L, t->block_size, &report);
+  if (in->num_tokens == 0) {
+    uattn_describe_keep(&report);
+    return UATTN_OK;
+  }
 
   forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim}};
-  workspace_shape(&job.shape, in, L, uattn_kernels_select(NULL));
+  workspace_shape(&job.shape, in, L, kernels);
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)UATTN_SPLIT_MAX_ROWS * job.shape.group * 2 * split_state_floats(L->head_dim);
   atomic_init(&job.next_unit, 0);
   uattn_worker_node(rt, 0, &job.num_nodes);
   if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;
   for (int32_t n = 0; n < UATTN_MAX_NODES; n++) atomic_init(&job.node_next[n], 0);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_init(&job.part_calls[p], 0);
   atomic_init(&job.out_of_memory, 0);
   uattn_runtime_run(rt, reserve_scratch, &job);
   if (atomic_load(&job.out_of_memory))
@@ -643,7 +661,23 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);
   }
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) report.part_calls[p] = atomic_load(&job.part_calls[p]);
+  report.workspace_bytes = job.scratch_bytes;
+  report.workers = uattn_runtime_workers(rt);
+  uattn_describe_keep(&report);
   return UATTN_OK;
 }
 
-const char *uattn_kernel_set(const char **why) { return uattn_kernels_select(why)->name; }
+const char *uattn_kernel_set(const char **why) { return uattn_kernels_select(why, NULL)->name; }
+
+uattn_status uattn_describe_kernels(const uattn_layer *layer, int32_t block_size, uattn_kernel_report *out) {
+  uattn_clear_error();
+  UATTN_CHECK_PTR(layer, "layer");
+  UATTN_CHECK_PTR(out, "out");
+  uattn_status st;
+  if ((st = validate_layer(layer))) return st;
+  if (block_size <= 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size = %d must be > 0", block_size);
+  uattn_describe_choose(layer, block_size, out);
+  return UATTN_OK;
+}

@@ -1,12 +1,14 @@
 /* The kernel sets against each other: the avx2 set's load and attend against the portable set on thousands
- * of random panel jobs (every shape, rule and dtype the forward can hand them), its loads bit for bit, its
- * vector exp and tanh against libm, and the selection. The avx2 cases skip themselves on a CPU without
+ * of random panel jobs (every shape, rule and dtype the forward can hand them), every part of every generated
+ * bucket in the registry on jobs of its shape, the avx2 loads bit for bit, its vector exp and tanh against
+ * libm, and the selection. The avx2 cases skip themselves on a CPU without
  * AVX2, FMA and F16C. Tolerance of attend: max |out - ref| <= 1e-5 * max |ref| over a job (out = o / l),
  * the fp32 rounding of a different summation order with FMA; exact_job and the test say where the fp32
  * conditioning of a job needs more (outputs cancelling to far less than their terms, scores of size 300).
  * Every timed test has the same timeout: two tests with different ones running side by side (--jobs 2) make
  * Criterion 2.4's runner leak a timer, which fails the suite under ASan. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,15 +66,27 @@ static void store_elem(uattn_dtype t, void *dst, size_t i, float f) {
   }
 }
 
-static void make_case(job_case *c, test_rng *rng) {
+/* What a kernel under test is specialized for (a generated bucket), so its random jobs have that shape;
+ * zeros: any shape. */
+typedef struct case_limits {
+  int32_t head_dim;   /* every job's */
+  int32_t block_size; /* most jobs load exactly one block of this many keys in the dtype below */
+  uattn_dtype dtype;
+  bool one_row; /* jobs of one row (the unique part) */
+} case_limits;
+
+static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   memset(c, 0, sizeof *c);
-  c->rows = test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
+  c->rows = lim->one_row || test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
   c->group = test_rng_range(rng, 1, 8);
-  c->D = head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+  c->D = lim->head_dim ? lim->head_dim
+                       : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
   const int32_t dt = test_rng_range(rng, 0, 2);
   c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
   c->num_keys = test_rng_range(rng, 0, 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
+  if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
+    c->num_keys = lim->block_size, c->dtype = lim->dtype;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
   c->panel_keys =
       c->num_keys + (test_rng_range(rng, 0, 3) == 0 ? test_rng_range(rng, 0, 300) : test_rng_range(rng, 0, 9));
@@ -132,7 +146,7 @@ typedef struct job_result {
 
 /* Runs a case through a kernel set: load into fresh panels (poisoned with NaN, so anything the set reads
  * that it did not write shows), then attend from the case's initial state. */
-static job_result run_set(const uattn_kernels *set, const job_case *c) {
+static job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c) {
   const size_t floats = set->panel_floats(c->panel_keys, c->D), nx = (size_t)c->rows * c->group;
   const size_t canary = 64;
   float *keys = malloc(sizeof(float) * (floats + canary)), *values = malloc(sizeof(float) * (floats + canary));
@@ -164,7 +178,7 @@ static job_result run_set(const uattn_kernels *set, const job_case *c) {
       .o = r.o,
       .scores = scores,
   };
-  set->attend(&job, c->panel_keys);
+  set->attend[part](&job, c->panel_keys);
   free(scores), free(keys), free(values);
   return r;
 }
@@ -266,18 +280,18 @@ static void check_states(const job_case *c, const job_result *ref, const job_res
   }
 }
 
-Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
-  need_avx2();
-  test_rng rng = {20240611};
-  /* $UATTN_TEST_KERNEL_CASES: more (a soak) or fewer */
-  const char *env = getenv("UATTN_TEST_KERNEL_CASES");
-  const int cases = env ? atoi(env) : 3000 / SPARSE;
-  double worst = 0, worst_portable = 0, worst_avx2 = 0, worst_tol = 0;
+/* Runs `cases` random jobs of the limits' shape through one part of a set and the portable set: each within
+ * the bound of the fp32 rounding of a different order, as accurate against fp64 as the portable set, the
+ * same bits when run twice. */
+static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const char *label,
+                                     const case_limits *lim, int cases, uint64_t seed) {
+  test_rng rng = {seed};
+  double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;
-    make_case(&c, &rng);
-    job_result ref = run_set(&uattn_kernels_portable, &c), got = run_set(&uattn_kernels_avx2, &c);
+    make_case(&c, &rng, lim);
+    job_result ref = run_set(&uattn_kernels_portable, part, &c), got = run_set(set, part, &c);
     const size_t nx = (size_t)c.rows * c.group;
     double *exact = malloc(sizeof(double) * nx * c.D), *size = malloc(sizeof(double) * nx);
     const double scale = exact_job(&c, exact, size);
@@ -298,30 +312,68 @@ Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
     free(exact);
     if (e > worst) worst = e, worst_case = i;
     if (ep > worst_portable) worst_portable = ep;
-    if (ea > worst_avx2) worst_avx2 = ea;
+    if (ea > worst_set) worst_set = ea;
     if (tol > worst_tol) worst_tol = tol;
     cr_assert(e <= tol,
-              "case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound %.3g; "
-              "against fp64: avx2 %.3g, portable %.3g)",
-              i, c.rows, c.group, c.D, c.num_keys, c.panel_keys,
+              "%s: case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
+              "%.3g; against fp64: %.3g, portable %.3g)",
+              label, i, c.rows, c.group, c.D, c.num_keys, c.panel_keys,
               c.dtype == UATTN_F32    ? "f32"
               : c.dtype == UATTN_BF16 ? "bf16"
                                       : "f16",
               c.soft_cap, c.window, c.has_alibi, e, tol, ea, ep);
     /* the same job again: the same bits (no state, no data-dependent order) */
-    job_result again = run_set(&uattn_kernels_avx2, &c);
+    job_result again = run_set(set, part, &c);
     cr_assert(!memcmp(again.o, got.o, sizeof(float) * nx * c.D) && !memcmp(again.m, got.m, sizeof(float) * nx) &&
                   !memcmp(again.l, got.l, sizeof(float) * nx),
-              "case %d: two runs differ", i);
+              "%s: case %d: two runs differ", label, i);
     free_result(&again), free_result(&ref), free_result(&got);
     free_case(&c);
   }
   fprintf(stderr,
-          "avx2 vs portable: worst error %.3g of the output scale (case %d of %d; the loosest bound %.3g); "
-          "against fp64: avx2 %.3g, portable %.3g\n",
-          worst, worst_case, cases, worst_tol, worst_avx2, worst_portable);
+          "%s vs portable: worst error %.3g of the output scale (case %d of %d; the loosest bound %.3g); "
+          "against fp64: %.3g, portable %.3g\n",
+          label, worst, worst_case, cases, worst_tol, worst_set, worst_portable);
   /* as accurate as the reference: a different order, not a lossier one */
-  cr_assert(worst_avx2 <= 1.5 * worst_portable, "avx2 is %.3g from fp64, portable %.3g", worst_avx2, worst_portable);
+  cr_assert(worst_set <= 1.5 * worst_portable + 1e-7, "%s is %.3g from fp64, portable %.3g", label, worst_set,
+            worst_portable);
+}
+
+Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  /* $UATTN_TEST_KERNEL_CASES: more (a soak) or fewer */
+  const char *env = getenv("UATTN_TEST_KERNEL_CASES");
+  const case_limits any = {0};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_SHARED, "avx2", &any, env ? atoi(env) : 3000 / SPARSE,
+                           20240611);
+}
+
+/* ---- the generated buckets ----------------------------------------------------------------------------- */
+
+/* One (bucket, part) of the registry a test. */
+typedef struct bucket_param {
+  int32_t index;
+  uattn_part part;
+} bucket_param;
+
+enum { MAX_BUCKET_PARAMS = 3 * 1024 };
+static bucket_param bucket_params[MAX_BUCKET_PARAMS];
+
+ParameterizedTestParameters(buckets, match_portable_on_random_jobs) {
+  size_t n = 0;
+  for (size_t i = 0; i < uattn_bucket_registry_size && n + UATTN_NUM_PARTS <= MAX_BUCKET_PARAMS; i++)
+    for (int p = 0; p < UATTN_NUM_PARTS; p++) bucket_params[n++] = (bucket_param){(int32_t)i, (uattn_part)p};
+  return cr_make_param_array(bucket_param, bucket_params, n);
+}
+
+/* Every part of every generated bucket against the portable set, on random jobs of the bucket's head dim,
+ * mostly whole blocks of its block size and dtype (the unique part: one row a job). */
+ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = 300) {
+  const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
+  if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
+  const case_limits lim = {b->head_dim, b->block_size, b->dtype, param->part == UATTN_PART_UNIQUE};
+  check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, 60 / SPARSE + 4,
+                           1000u + 7u * (uint64_t)param->index + (uint64_t)param->part);
 }
 
 /* ---- vector math ------------------------------------------------------------------------------------- */
@@ -492,13 +544,13 @@ Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = 3
 Test(kernels, selection) {
   const char *why;
   unsetenv("UATTN_ISA");
-  const uattn_kernels *best = uattn_kernels_select(&why);
+  const uattn_kernels *best = uattn_kernels_select(&why, NULL);
   cr_assert_str_eq(best->name, uattn_avx2_runs_here() ? "avx2" : "portable");
   setenv("UATTN_ISA", "portable", 1);
-  cr_assert_str_eq(uattn_kernels_select(&why)->name, "portable");
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, "portable");
   cr_assert_str_eq(why, "forced by UATTN_ISA");
   setenv("UATTN_ISA", "avx2", 1);
-  cr_assert_str_eq(uattn_kernels_select(&why)->name, best->name);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, best->name);
   setenv("UATTN_ISA", "no-such-set", 1);
-  cr_assert_eq(uattn_kernels_select(&why), best);
+  cr_assert_eq(uattn_kernels_select(&why, NULL), best);
 }

@@ -1,0 +1,56 @@
+/* One generated bucket of the avx2 set: included by a source gen/generate.py writes, after it has defined
+ *   BUCKET_DTYPE, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, BUCKET_CHUNK_SIZE   the bucket;
+ *   BUCKET_LOAD, BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE              its functions' names;
+ *   BUCKET_ENTRY                                                         its registry entry's name.
+ * The bodies are avx2_body.h's with the head dim (and, where the call allows, the dtype and the block size)
+ * constant, so score and P V loops are unrolled to the head dim and the ragged-edge code folds away. The
+ * panel layout is the generic avx2 set's. The three attend functions are separate copies under their own
+ * names so a profile shows each part; the unique part's jobs have a single row (one decode row at a time),
+ * which its copy is compiled for. */
+#include "avx2.h"
+#include "avx2_body.h"
+
+#define BUCKET_STR_(x) #x
+#define BUCKET_STR(x) BUCKET_STR_(x)
+
+/* External names (hidden by the build's visibility preset), so a profiler sees them. */
+void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                 int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys);
+void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys);
+void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys);
+
+AVX2_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                             int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
+  (void)head_dim; /* BUCKET_HEAD_DIM: the dispatch matched it */
+  if (dtype == BUCKET_DTYPE && count == BUCKET_BLOCK_SIZE) /* a whole cache block, the common call */
+    avx2_load_body(BUCKET_DTYPE, k_src, v_src, stride, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, panel_keys, keys, values);
+  else /* this step's keys (the causal part, in the layer's dtype) or a partial block */
+    avx2_load_body(dtype, k_src, v_src, stride, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
+}
+
+AVX2_TARGET void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys) {
+  avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
+}
+
+AVX2_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
+  avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
+}
+
+AVX2_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
+  if (job->rows == 1)
+    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 1);
+  else /* not what the forward sends, but still right */
+    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
+}
+
+const uattn_bucket_kernels BUCKET_ENTRY = {
+    BUCKET_BLOCK_SIZE,
+    BUCKET_HEAD_DIM,
+    BUCKET_DTYPE,
+    BUCKET_CHUNK_SIZE,
+    "avx2",
+    uattn_avx2_runs_here,
+    {BUCKET_STR(BUCKET_CAUSAL), BUCKET_STR(BUCKET_SHARED), BUCKET_STR(BUCKET_UNIQUE)},
+    {"avx2", BUCKET_LOAD, {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE}, uattn_avx2_panel_floats},
+};
