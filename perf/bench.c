@@ -1,297 +1,381 @@
-/* uattn-bench: the attention on named cases, as fractions of this machine's own limits measured in the same
- * run — read bandwidth (one thread and all) for memory-bound decodes, fp32 FMA peak for compute-bound
- * prefills — and the speedup of all threads over one. Medians of several runs. */
-#include <math.h>
-#include <pthread.h>
+/* uattn-bench: uattn's attention on the scenarios of a serving engine — decode-heavy, prefill, chunked
+ * prefill over a long context, a mixed continuous-batching step, a shared prefix, spec-decode verification,
+ * long-context decodes — for model presets, each as a fraction of this machine's own limit measured in the
+ * same run: read bandwidth for a memory-bound case, fp32 FMA peak for a compute-bound one, with one thread
+ * and with all. Medians of several runs, each on cold caches.
+ *
+ *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
+ *               [--block-size N] [--dtype bf16|f16|f32] [--json] [--plot FILE.png] [--list] */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bench_limits.h"
+#include "bench_plot.h"
+#include "scenarios.h"
 #include "timing.h"
 #include "uattn.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define UATTN_BENCH_X86 1
-#endif
+enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
 
-/* ---- the machine's limits ---------------------------------------------------------------------------- */
-
-/* The limits run on plain threads, so they measure the machine rather than the library. */
-typedef struct limit_job {
-  const float *data;
-  size_t n;
-  int threads;
-  double result[64];
-} limit_job;
-
-typedef struct limit_arg {
-  limit_job *job;
-  int id;
-} limit_arg;
-
-#ifdef UATTN_BENCH_X86
-__attribute__((target("avx2"))) static double read_sum(const float *x, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
-  }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-/* 12 independent FMA chains: enough to cover the FMA latency on two ports. */
-__attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
-  __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
-  for (long i = 0; i < iters; i++)
-    for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], b, c);
-  float t[8];
-  __m256 s = a[0];
-  for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
-  _mm256_storeu_ps(t, s);
-  return t[0];
-}
-#else
-static double read_sum(const float *x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += x[i];
-  return s;
-}
-static double fma_loop(long iters) {
-  float a[12] = {0};
-  for (long i = 0; i < iters; i++)
-    for (int k = 0; k < 12; k++) a[k] = a[k] * 0.999999f + 1e-7f;
-  return a[0];
-}
-#endif
-
-static void *read_thread(void *p) {
-  limit_arg *a = p;
-  const size_t part = a->job->n / (size_t)a->job->threads;
-  a->job->result[a->id] = read_sum(a->job->data + part * (size_t)a->id, part);
-  return NULL;
-}
-
-static void *fma_thread(void *p) {
-  limit_arg *a = p;
-  a->job->result[a->id] = fma_loop(20000000);
-  return NULL;
-}
-
-/* Runs fn on `threads` threads at once; returns the wall time. */
-static double run_threads(void *(*fn)(void *), limit_job *job, int threads) {
-  pthread_t t[64];
-  limit_arg args[64];
-  job->threads = threads;
-  const double t0 = perf_seconds();
-  for (int i = 0; i < threads; i++) {
-    args[i] = (limit_arg){job, i};
-    pthread_create(&t[i], NULL, fn, &args[i]);
-  }
-  for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-  return perf_seconds() - t0;
-}
-
-typedef struct limits {
-  double read_gbs_1, read_gbs_all; /* GB/s */
-  double fma_gflops_1, fma_gflops_all;
-} limits;
-
-/* The best of several runs: a limit is what the machine can do, and a busy neighbour only ever lowers it. */
-static double fastest(const double *t, int n) {
-  double m = t[0];
-  for (int i = 1; i < n; i++) m = t[i] < m ? t[i] : m;
-  return m;
-}
-
-static limits measure_limits(int threads, int runs) {
-  limits L;
-  const size_t n = (size_t)64 << 20; /* 256 MiB: far past the caches */
-  float *x = aligned_alloc(64, n * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7);
-  limit_job job = {x, n, 1, {0}};
-  double t[32];
-  for (int k = 0; k < 2; k++) {
-    const int th = k == 0 ? 1 : threads;
-    for (int r = 0; r < runs; r++) t[r] = run_threads(read_thread, &job, th);
-    const double gbs = (double)(n / (size_t)th * (size_t)th) * sizeof(float) / fastest(t, runs) * 1e-9;
-    if (k == 0) L.read_gbs_1 = gbs;
-    else L.read_gbs_all = gbs;
-    for (int r = 0; r < runs; r++) t[r] = run_threads(fma_thread, &job, th);
-    const double flops = 20000000.0 * 12 * 8 * 2 * th;
-    if (k == 0) L.fma_gflops_1 = flops / fastest(t, runs) * 1e-9;
-    else L.fma_gflops_all = flops / fastest(t, runs) * 1e-9;
-  }
-  free(x);
-  return L;
-}
-
-/* ---- attention cases --------------------------------------------------------------------------------- */
-
-typedef struct bench_case {
-  const char *name;
-  const char *bound; /* "memory" or "compute" */
-  int32_t num_reqs, block_size, hq, hkv, head_dim;
-  int32_t context;  /* cached keys per request */
-  int32_t prefix;   /* of those, shared by all requests (block-aligned) */
-  int32_t queries;  /* rows per request */
-  bool prompt;      /* the rows are a prompt (causal part), else decode/verification */
-} bench_case;
-
-static const bench_case cases[] = {
-    {"decode 1 x 32k", "memory", 1, 16, 32, 8, 128, 32768, 0, 1, false},
-    {"decode 32 x 4k", "memory", 32, 16, 32, 8, 128, 4096, 0, 1, false},
-    {"prefill 2048", "compute", 1, 16, 32, 8, 128, 0, 0, 2048, true},
-    {"64 decodes, shared 4k prefix", "compute", 64, 16, 32, 8, 128, 4096 + 64, 4096, 1, false},
-    {"spec decode 16 x 4", "compute", 16, 16, 32, 8, 128, 2048, 0, 4, false},
-    {"spec decode 16 x 16", "compute", 16, 16, 32, 8, 128, 2048, 0, 16, false},
-    {"spec decode 8 x 63", "compute", 8, 16, 32, 8, 128, 2048, 0, 63, false},
-};
+typedef struct options {
+  int runs, threads, block_size, json;
+  uattn_dtype dtype;
+  const char *scenario; /* a part of the case names to run; NULL: all */
+  const char *plot;
+  bool preset[16];
+} options;
 
 typedef struct case_result {
+  const bench_preset *preset;
+  const bench_case *c;
+  char what[200];
+  bench_work work;
   double ms_1, ms_all;
-  double kv_bytes, flops;
 } case_result;
 
-static uint16_t bf16_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+static const char *const dtype_names[] = {"f32", "bf16", "f16"};
+
+static int bad_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "uattn-bench: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return 2;
 }
 
-static int run_case(const bench_case *c, uattn_runtime *one, uattn_runtime *all, int runs, case_result *res) {
-  const int32_t bs = c->block_size, seq = c->context + c->queries;
-  const int32_t per_req = (seq + bs - 1) / bs, prefix_blocks = c->prefix / bs;
-  const int32_t num_blocks = prefix_blocks + c->num_reqs * (per_req - prefix_blocks) + 1;
-  int32_t *table = malloc(sizeof(int32_t) * (size_t)c->num_reqs * per_req);
-  int32_t nc[1024], ns[1024], np[1024];
-  int32_t next = prefix_blocks;
-  for (int32_t r = 0; r < c->num_reqs; r++) {
-    for (int32_t b = 0; b < per_req; b++) table[r * per_req + b] = b < prefix_blocks ? b : next++;
-    nc[r] = c->context;
-    ns[r] = c->queries;
-    np[r] = c->prompt ? seq : 1;
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  const long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_presets(const char *s, options *o) {
+  if (!strcmp(s, "all")) {
+    for (int p = 0; p < bench_num_presets; p++) o->preset[p] = true;
+    return 0;
   }
-  const int32_t T = c->num_reqs * c->queries;
-  uattn_plan_config pc = uattn_plan_config_default(bs, num_blocks, c->num_reqs, T, seq);
-  uattn_plan *plan;
-  uattn_step step = {.num_reqs = c->num_reqs, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                     .block_table = table, .block_table_stride = per_req};
-  if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &step)) {
-    fprintf(stderr, "uattn-bench: %s: %s\n", c->name, uattn_last_error());
+  while (*s) {
+    const size_t len = strcspn(s, ",");
+    int p = 0;
+    while (p < bench_num_presets && (strlen(bench_presets[p].name) != len || strncmp(bench_presets[p].name, s, len))) p++;
+    if (p == bench_num_presets) return bad_usage("unknown preset '%.*s' (--list shows them)", (int)len, s);
+    o->preset[p] = true;
+    s += len + (s[len] == ',');
+  }
+  return 0;
+}
+
+static void print_list(void) {
+  printf("scenarios (--scenario matches a part of a case's name):\n");
+  for (int i = 0; i < bench_num_cases; i++)
+    printf("  %-16s %-24s %s\n", i && !strcmp(bench_cases[i].scenario, bench_cases[i - 1].scenario) ? "" :
+           bench_cases[i].scenario, bench_cases[i].name, bench_cases[i].what);
+  printf("presets (--preset NAME[,NAME..] or all; default %s):\n", bench_presets[0].name);
+  for (int p = 0; p < bench_num_presets; p++) printf("  %-16s %s\n", bench_presets[p].name, bench_presets[p].what);
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, options *o) {
+  *o = (options){.runs = 5, .block_size = 128, .dtype = UATTN_BF16};
+  const char *presets = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    static const char *const with_value[] = {"--runs", "--threads", "--block-size", "--dtype", "--preset",
+                                             "--scenario", "--case", "--plot"};
+    int takes_value = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) takes_value |= !strcmp(a, with_value[k]);
+    if (takes_value && !v) return bad_usage("%s needs a value", a);
+    if (!strcmp(a, "--json")) o->json = 1;
+    else if (!strcmp(a, "--list")) return print_list(), 0;
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
+             "                   [--block-size N] [--dtype bf16|f16|f32] [--json] [--plot FILE.png] [--list]\n");
+      return 0;
+    } else if (!strcmp(a, "--runs")) {
+      if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
+    } else if (!strcmp(a, "--threads")) {
+      if (parse_int(v, 1, BENCH_LIMITS_MAX_THREADS, &o->threads))
+        return bad_usage("--threads wants 1 to %d, not '%s'", BENCH_LIMITS_MAX_THREADS, v);
+    } else if (!strcmp(a, "--block-size")) {
+      if (parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
+        return bad_usage("--block-size wants 1 to %d, not '%s'", MAX_BLOCK_SIZE, v);
+    } else if (!strcmp(a, "--dtype")) {
+      int d = 0;
+      while (d < 3 && strcmp(v, dtype_names[d])) d++;
+      if (d == 3) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
+      o->dtype = (uattn_dtype)d;
+    } else if (!strcmp(a, "--preset")) presets = v;
+    else if (!strcmp(a, "--scenario") || !strcmp(a, "--case")) o->scenario = v;
+    else if (!strcmp(a, "--plot")) {
+      if (!*v || strpbrk(v, "'\"\n\\")) return bad_usage("--plot wants a file name without quotes, not '%s'", v);
+      o->plot = v;
+    } else return bad_usage("unknown option '%s' (--help lists them)", a);
+    i += takes_value;
+  }
+  if (presets) {
+    const int rc = parse_presets(presets, o);
+    if (rc) return rc;
+  } else o->preset[0] = true;
+  int matched = 0;
+  for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
+  if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
+  if (o->plot && !bench_plot_available()) {
+    fprintf(stderr, "uattn-bench: --plot needs gnuplot, which is not on PATH "
+                    "(Debian: apt-get install gnuplot-nox, or make deps)\n");
+    return 1;
+  }
+  return -1;
+}
+
+/* Random elements of the dtype, magnitudes in [1/16, 1), either sign, drawn as bit patterns. */
+static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const uint32_t sign = (uint32_t)(z >> 63), exponent = (uint32_t)((z >> 60) & 3) + 1; /* 2^-4 .. 2^-1 */
+    const uint32_t f32 = sign << 31 | (127 - exponent) << 23 | (uint32_t)(z & 0x7fffff);
+    if (dt == UATTN_F32) ((uint32_t *)x)[i] = f32;
+    else if (dt == UATTN_BF16) ((uint16_t *)x)[i] = (uint16_t)(f32 >> 16);
+    else ((uint16_t *)x)[i] = (uint16_t)(sign << 15 | (15 - exponent) << 10 | (uint32_t)(z & 0x3ff));
+  }
+}
+
+static int progress_on;
+
+static void progress(const char *fmt, ...) {
+  if (!progress_on) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\r\033[K");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
+
+/* The median milliseconds of `runs` forwards on rt, each after a cache flush, after one warm-up; -1 on error. */
+static double time_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt,
+                           int runs, const bench_flush *flush) {
+  double times[MAX_RUNS];
+  if (uattn_forward(plan, L, t, rt)) return -1; /* warm-up: page faults, scratch */
+  for (int r = 0; r < runs; r++) {
+    bench_flush_caches(flush);
+    const double t0 = perf_seconds();
+    if (uattn_forward(plan, L, t, rt)) return -1;
+    times[r] = perf_seconds() - t0;
+  }
+  return perf_median(times, runs) * 1e3;
+}
+
+typedef struct bench_env {
+  const options *o;
+  uattn_runtime *one, *all;
+  bench_flush flush;
+} bench_env;
+
+static int run_case(const bench_env *env, const bench_preset *p, const bench_case *c, case_result *res) {
+  const options *o = env->o;
+  char err[160] = "out of memory";
+  bench_step s;
+  if (bench_step_build(c, o->block_size, &s, err, sizeof err)) {
+    fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
     return -1;
   }
-  const size_t cache_elems = (size_t)num_blocks * bs * c->hkv * c->head_dim;
-  uint16_t *kc = malloc(cache_elems * 2), *vc = malloc(cache_elems * 2);
-  uint16_t *q = malloc((size_t)T * c->hq * c->head_dim * 2), *k = malloc((size_t)T * c->hkv * c->head_dim * 2);
-  uint16_t *v = malloc((size_t)T * c->hkv * c->head_dim * 2), *out = malloc((size_t)T * c->hq * c->head_dim * 2);
-  uint64_t s = 1;
-  for (size_t i = 0; i < cache_elems; i++) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    kc[i] = bf16_of((float)((s >> 40) & 0xffff) / 65536.0f - 0.5f);
-    vc[i] = kc[i] ^ 0x0101;
+  uattn_plan_config pc = uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens,
+                                                   s.max_model_len);
+  uattn_plan *plan = NULL;
+  const size_t elem = o->dtype == UATTN_F32 ? 4 : 2, bs = (size_t)o->block_size, D = (size_t)p->head_dim;
+  const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
+  void *kc = malloc(cache_elems * elem), *vc = malloc(cache_elems * elem);
+  void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
+  void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
+  int rc = -1;
+  if (!kc || !vc || !q || !out || !k || !v) goto done;
+  if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
+    snprintf(err, sizeof err, "%s", uattn_last_error());
+    goto done;
   }
-  for (size_t i = 0; i < (size_t)T * c->hq * c->head_dim; i++) q[i] = bf16_of((float)(i % 97) / 97.0f - 0.5f);
-  for (size_t i = 0; i < (size_t)T * c->hkv * c->head_dim; i++) k[i] = v[i] = bf16_of((float)(i % 89) / 89.0f - 0.5f);
-  uattn_layer L = uattn_layer_default(c->hq, c->hkv, c->head_dim, UATTN_BF16);
-  uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = num_blocks,
-                     .block_size = bs, .out = out};
-  double times[32];
-  for (int which = 0; which < 2; which++) {
-    uattn_runtime *rt = which == 0 ? one : all;
-    uattn_forward(plan, &L, &t, rt); /* warm-up: pages, scratch */
-    for (int r = 0; r < runs; r++) {
-      const double t0 = perf_seconds();
-      if (uattn_forward(plan, &L, &t, rt)) {
-        fprintf(stderr, "uattn-bench: %s: %s\n", c->name, uattn_last_error());
-        return -1;
-      }
-      times[r] = perf_seconds() - t0;
-    }
-    (which == 0 ? &res->ms_1 : &res->ms_all)[0] = perf_median(times, runs) * 1e3;
-  }
-  /* the bytes that must be read: every distinct cached block once per KV head, K and V */
-  const double distinct_keys = (double)c->prefix + (double)c->num_reqs * (c->context - c->prefix);
-  res->kv_bytes = distinct_keys * c->hkv * c->head_dim * 2.0 * 2.0;
-  double pairs = 0;
-  for (int32_t i = 0; i < c->queries; i++) pairs += c->context + i + 1;
-  res->flops = pairs * c->num_reqs * c->hq * 4.0 * c->head_dim;
-  free(table), free(kc), free(vc), free(q), free(k), free(v), free(out);
+  uint64_t rng = 1;
+  fill_random(kc, cache_elems, o->dtype, &rng);
+  fill_random(vc, cache_elems, o->dtype, &rng);
+  fill_random(q, T * (size_t)p->hq * D, o->dtype, &rng);
+  fill_random(k, T * (size_t)p->hkv * D, o->dtype, &rng);
+  fill_random(v, T * (size_t)p->hkv * D, o->dtype, &rng);
+  uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
+  L.soft_cap = p->soft_cap;
+  const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = kc, .value_cache = vc,
+                           .num_blocks = s.num_blocks, .block_size = o->block_size, .out = out};
+  res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
+  res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
+  if (res->ms_all < 0) snprintf(err, sizeof err, "%s", uattn_last_error());
+  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0) rc = 0;
+  res->preset = p;
+  res->c = c;
+  snprintf(res->what, sizeof res->what, "%s", s.what);
+done:
+  if (rc) fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, err);
   uattn_plan_destroy(plan);
-  return 0;
+  free(kc), free(vc), free(q), free(out), free(k), free(v);
+  bench_step_free(&s);
+  return rc;
+}
+
+/* What a result achieved against the limits: a case is memory-bound when moving its bytes at the read
+ * bandwidth takes longer than its flops at the FMA peak (all threads), and its fraction is of that limit. */
+typedef struct rates {
+  bool memory;
+  double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all;
+} rates;
+
+static rates rates_of(const case_result *r, const bench_limits *lim) {
+  const double bytes = r->work.cache_bytes + r->work.io_bytes;
+  rates x = {.memory = bytes / lim->read_gbs_all >= r->work.flops / lim->fma_gflops_all,
+             .gbs_1 = bytes / r->ms_1 * 1e-6, .gbs_all = bytes / r->ms_all * 1e-6,
+             .gflops_1 = r->work.flops / r->ms_1 * 1e-6, .gflops_all = r->work.flops / r->ms_all * 1e-6};
+  x.frac_1 = x.memory ? x.gbs_1 / lim->read_gbs_1 : x.gflops_1 / lim->fma_gflops_1;
+  x.frac_all = x.memory ? x.gbs_all / lim->read_gbs_all : x.gflops_all / lim->fma_gflops_all;
+  return x;
+}
+
+static void load_average(char *buf, size_t size) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  double a = 0, b = 0, c = 0;
+  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
+  else snprintf(buf, size, "unknown");
+  if (f) fclose(f);
+}
+
+static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo,
+                        const case_result *res, int n, const char *load0, const char *load1) {
+  printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d; medians of %d cold-cache "
+         "runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, dtype_names[o->dtype],
+         o->block_size, o->runs);
+  printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
+         o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
+         lim->threads);
+  printf("load average: %s at the start, %s at the end\n", load0, load1);
+  const bench_preset *last = NULL;
+  for (int i = 0; i < n; i++) {
+    const case_result *r = &res[i];
+    if (r->preset != last) {
+      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s %7s\n", r->preset->what, "case", "tokens", "bound",
+             "1 thr ms", "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim", "speedup");
+      last = r->preset;
+    }
+    const rates x = rates_of(r, lim);
+    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%% %6.2fx\n", r->c->name, r->work.tokens,
+           x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
+           100 * x.frac_all, r->ms_1 / r->ms_all);
+  }
+  printf("\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
+         "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
+         "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+  for (int i = 0; i < n; i++) /* the trace's step depends on the block size only: once is enough */
+    if (res[i].c->from_trace) {
+      printf("%s: %s\n", res[i].c->name, res[i].what);
+      break;
+    }
+}
+
+static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
+                       const char *load1) {
+  printf("{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
+         "\"block_size\": %d, \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
+         "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f},\n \"cases\": [",
+         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, load0,
+         load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all);
+  for (int i = 0; i < n; i++) {
+    const case_result *r = &res[i];
+    const rates x = rates_of(r, lim);
+    printf("%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
+           "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
+           "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
+           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"speedup\": %.3f}",
+           i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
+           r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
+           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, r->ms_1 / r->ms_all);
+  }
+  printf("]}\n");
+}
+
+static int plot(const options *o, const bench_limits *lim, const case_result *res, int n) {
+  bench_bar *bars = calloc((size_t)n, sizeof *bars);
+  char (*labels)[96] = calloc((size_t)n, sizeof *labels);
+  int rc = -1;
+  if (bars && labels) {
+    for (int i = 0; i < n; i++) {
+      const rates x = rates_of(&res[i], lim);
+      const bool one_preset = res[0].preset == res[n - 1].preset; /* then the title names it */
+      snprintf(labels[i], sizeof labels[i], "%s%s%s (%s)", one_preset ? "" : res[i].preset->name,
+               one_preset ? "" : " ", res[i].c->name, x.memory ? "mem" : "fma");
+      bars[i] = (bench_bar){labels[i], x.frac_1, x.frac_all};
+    }
+    char title[256];
+    snprintf(title, sizeof title,
+             "uattn %s%s%s: fraction of read bandwidth (mem) or fp32 FMA peak (fma); 1 thread and %d, %s, block %d",
+             uattn_version(), res[0].preset == res[n - 1].preset ? ", " : "",
+             res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, dtype_names[o->dtype],
+             o->block_size);
+    rc = bench_plot(o->plot, title, bars, n);
+  } else fprintf(stderr, "uattn-bench: out of memory\n");
+  free(bars), free(labels);
+  return rc;
 }
 
 int main(int argc, char **argv) {
-  int runs = 5, json = 0;
-  const char *only = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = 1;
-    else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
-    else {
-      fprintf(stderr, "usage: uattn-bench [--runs N] [--case NAME-PART] [--json]\n");
-      return 2;
-    }
-  }
-  if (runs < 1 || runs > 31) runs = 5;
-  uattn_runtime_config one_cfg = uattn_runtime_config_default();
+  options o;
+  const int parsed = parse_args(argc, argv, &o);
+  if (parsed >= 0) return parsed;
+  progress_on = isatty(STDERR_FILENO);
+
+  bench_env env = {.o = &o};
+  uattn_runtime_config one_cfg = uattn_runtime_config_default(), all_cfg = uattn_runtime_config_default();
   one_cfg.num_threads = 1;
-  uattn_runtime *one, *all;
-  if (uattn_runtime_create(&one_cfg, &one) || uattn_runtime_create(NULL, &all)) {
+  all_cfg.num_threads = o.threads; /* 0: $UATTN_NUM_THREADS, else one per core */
+  uattn_topology topo;
+  if (uattn_runtime_create(&one_cfg, &env.one) || uattn_runtime_create(&all_cfg, &env.all) ||
+      uattn_runtime_get_topology(env.all, &topo)) {
     fprintf(stderr, "uattn-bench: %s\n", uattn_last_error());
     return 1;
   }
-  uattn_topology topo;
-  uattn_runtime_get_topology(all, &topo);
-  fprintf(stderr, "uattn-bench: measuring the machine's limits...\n");
-  const limits lim = measure_limits(topo.num_workers, runs);
-
-  size_t n = 0;
-  bench_case chosen[16];
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-    if (!only || strstr(cases[i].name, only)) chosen[n++] = cases[i];
-  case_result res[16];
-  for (size_t i = 0; i < n; i++) {
-    fprintf(stderr, "\ruattn-bench: case %zu/%zu: %-32s", i + 1, n, chosen[i].name);
-    if (run_case(&chosen[i], one, all, runs, &res[i])) return 1;
+  const size_t l3 = topo.l3_bytes ? topo.l3_bytes : (size_t)32 << 20;
+  case_result *res = calloc((size_t)bench_num_presets * bench_num_cases, sizeof *res);
+  bench_limits lim;
+  char load0[64], load1[64];
+  load_average(load0, sizeof load0);
+  progress("uattn-bench: measuring the machine's limits");
+  const int threads = topo.num_workers < BENCH_LIMITS_MAX_THREADS ? topo.num_workers : BENCH_LIMITS_MAX_THREADS;
+  if (!res || bench_flush_init(&env.flush, 4 * l3 > ((size_t)64 << 20) ? 4 * l3 : (size_t)64 << 20) ||
+      bench_measure_limits(threads, o.runs, &lim)) {
+    fprintf(stderr, "uattn-bench: out of memory\n");
+    return 1;
   }
-  fprintf(stderr, "\n");
 
-  if (json) {
-    printf("{\"threads\": %d, \"limits\": {\"read_gbs_1\": %.2f, \"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, "
-           "\"fma_gflops_all\": %.2f},\n \"cases\": [",
-           topo.num_workers, lim.read_gbs_1, lim.read_gbs_all, lim.fma_gflops_1, lim.fma_gflops_all);
-    for (size_t i = 0; i < n; i++)
-      printf("%s\n  {\"name\": \"%s\", \"bound\": \"%s\", \"ms_1\": %.3f, \"ms_all\": %.3f, \"gbs_all\": %.2f, "
-             "\"gflops_all\": %.2f, \"fraction_of_read_bw\": %.3f, \"fraction_of_fma_peak\": %.3f, \"speedup\": %.2f}",
-             i ? "," : "", chosen[i].name, chosen[i].bound, res[i].ms_1, res[i].ms_all,
-             res[i].kv_bytes / res[i].ms_all * 1e-6, res[i].flops / res[i].ms_all * 1e-6,
-             res[i].kv_bytes / res[i].ms_all * 1e-6 / lim.read_gbs_all,
-             res[i].flops / res[i].ms_all * 1e-6 / lim.fma_gflops_all, res[i].ms_1 / res[i].ms_all);
-    printf("]}\n");
-  } else {
-    printf("uattn-bench: cases are medians of %d runs, limits the best of them; bf16 caches, %d threads (%d cores)\n",
-           runs, topo.num_workers,
-           topo.usable.cores);
-    printf("  machine: read %.1f GB/s (1 thread), %.1f GB/s (all); fp32 FMA %.1f GFLOP/s (1), %.1f (all)\n\n",
-           lim.read_gbs_1, lim.read_gbs_all, lim.fma_gflops_1, lim.fma_gflops_all);
-    printf("  %-30s %8s %10s %10s %9s %9s %8s\n", "case", "bound", "1 thr ms", "all ms", "of read", "of peak",
-           "speedup");
-    for (size_t i = 0; i < n; i++)
-      printf("  %-30s %8s %10.2f %10.2f %8.1f%% %8.1f%% %7.2fx\n", chosen[i].name, chosen[i].bound, res[i].ms_1,
-             res[i].ms_all, 100 * res[i].kv_bytes / res[i].ms_all * 1e-6 / lim.read_gbs_all,
-             100 * res[i].flops / res[i].ms_all * 1e-6 / lim.fma_gflops_all, res[i].ms_1 / res[i].ms_all);
-    printf("\n  'of read': KV bytes that must be read / time, over all-thread read bandwidth;\n"
-           "  'of peak': attention flops (4 x head_dim per visible query-key pair and head) / time, over all-thread\n"
-           "  fp32 FMA peak; speedup: one thread's time over all threads'.\n");
-  }
-  uattn_runtime_destroy(one);
-  uattn_runtime_destroy(all);
-  return 0;
+  int todo = 0, n = 0;
+  for (int p = 0; p < bench_num_presets; p++)
+    for (int c = 0; c < bench_num_cases; c++) todo += o.preset[p] && (!o.scenario || strstr(bench_cases[c].name, o.scenario));
+  for (int p = 0; p < bench_num_presets; p++)
+    for (int c = 0; c < bench_num_cases; c++) {
+      if (!o.preset[p] || (o.scenario && !strstr(bench_cases[c].name, o.scenario))) continue;
+      progress("uattn-bench: %d/%d %s %s", n + 1, todo, bench_presets[p].name, bench_cases[c].name);
+      if (run_case(&env, &bench_presets[p], &bench_cases[c], &res[n])) return 1;
+      n++;
+    }
+  progress("");
+  load_average(load1, sizeof load1);
+
+  if (o.json) print_json(&o, &lim, res, n, load0, load1);
+  else print_table(&o, &lim, &topo, res, n, load0, load1);
+  const int rc = o.plot && plot(&o, &lim, res, n) ? 1 : 0;
+  bench_flush_free(&env.flush);
+  free(res);
+  uattn_runtime_destroy(env.one);
+  uattn_runtime_destroy(env.all);
+  return rc;
 }

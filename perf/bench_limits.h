@@ -1,0 +1,35 @@
+/* The machine's own limits for uattn-bench, measured in the same run as the cases they judge: read
+ * bandwidth and fp32 FMA peak, with one thread and with all. They run on plain threads, so they measure the
+ * machine rather than the library. */
+#ifndef UATTN_PERF_BENCH_LIMITS_H
+#define UATTN_PERF_BENCH_LIMITS_H
+
+#include <stddef.h>
+
+/* The most threads the limits are measured with. */
+#define BENCH_LIMITS_MAX_THREADS 256
+
+typedef struct bench_limits {
+  int threads;                        /* what "all" means */
+  double read_gbs_1, read_gbs_all;    /* GB/s of a streaming read of 256 MiB */
+  double fma_gflops_1, fma_gflops_all; /* fp32 FMA, 2 flops per lane */
+} bench_limits;
+
+/* Each limit is the best of `runs` runs: a busy neighbour only ever lowers what the machine can do.
+ * Returns 0, or -1 when out of memory. threads in [1, BENCH_LIMITS_MAX_THREADS]. */
+int bench_measure_limits(int threads, int runs, bench_limits *out);
+
+/* A buffer read before each timed run so that the run finds the caches cold, as a layer's KV cache is in
+ * an engine (every other layer ran in between). */
+typedef struct bench_flush {
+  float *data;
+  size_t n;
+} bench_flush;
+
+/* bytes: at least a few times the last-level cache. Returns 0, or -1 when out of memory. */
+int bench_flush_init(bench_flush *f, size_t bytes);
+/* Returns the sum it read, so that the reads cannot be optimized away. */
+double bench_flush_caches(const bench_flush *f);
+void bench_flush_free(bench_flush *f);
+
+#endif
