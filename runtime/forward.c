@@ -1,6 +1,6 @@
 /* uattn_forward: the cache update and the attention of one planned step, in portable C.
  *
- * The seed's decomposition (unified.py), computed per (request, KV head, query tile) over only the pairs
+ * The seed's decomposition (unified.py), computed per (work item, KV head, query tile) over only the pairs
  * that are visible, with masks derived from positions and per-row usages rather than bias tensors:
  *  - causal: a prompt's rows against this step's keys of the same request, read from k/v;
  *  - shared: context blocks read by several rows (processed whole, or chunk_size blocks at a time and
@@ -387,6 +387,49 @@ static void shared_part(const step_ctx *c) {
   if (current_chunk >= 0) merge_chunk(c);
 }
 
+/* The shared part of a group of decodes (requests [first, end), consecutive, all reading the cache only):
+ * their span lists merged by shared block, so each block is loaded once for every row of the tile that
+ * reads it. A row that does not read the block sees none of it (visible 0). */
+static void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
+  const uattn_plan_info *in = c->in;
+  const int32_t chunk = c->L->chunk_size, *order = c->plan->spans_by_req.data, *begin = c->plan->span_req_begin;
+  const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
+  int32_t cursor[UATTN_GROUP_MAX_ROWS]; /* each request's next span (a group has at most that many) */
+  for (int32_t r = first; r < end; r++) cursor[r - first] = begin[r];
+  int32_t current_chunk = -1;
+  for (;;) {
+    int32_t next = INT32_MAX; /* the lowest shared block any request has left */
+    for (int32_t r = first; r < end; r++)
+      if (cursor[r - first] < begin[r + 1] && in->shared_spans[order[cursor[r - first]]].shared_index < next)
+        next = in->shared_spans[order[cursor[r - first]]].shared_index;
+    if (next == INT32_MAX) break;
+    int32_t lo = INT32_MAX, hi = INT32_MIN, block_start = 0; /* the tile's rows that read it */
+    for (int32_t r = first; r < end; r++) {
+      if (cursor[r - first] >= begin[r + 1]) continue;
+      const uattn_shared_span *sp = &in->shared_spans[order[cursor[r - first]]];
+      if (sp->shared_index != next) continue;
+      cursor[r - first]++;
+      const int32_t a = sp->token_begin > c->row0 ? sp->token_begin : c->row0;
+      const int32_t b = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
+      if (a >= b) continue;
+      if (lo == INT32_MAX)
+        for (int32_t i = 0; i < c->rows; i++) c->w->visible[i] = 0;
+      block_start = sp->block_start; /* the same in every request that holds the block */
+      for (int32_t row = a; row < b; row++) c->w->visible[row - c->row0] = context_usage(c, row, block_start);
+      if (a < lo) lo = a;
+      if (b > hi) hi = b;
+    }
+    if (lo >= hi) continue;
+    if (chunk > 0 && next / chunk != current_chunk) {
+      if (current_chunk >= 0) merge_chunk(c);
+      current_chunk = next / chunk;
+    }
+    load_block(c, in->shared_blocks[next], in->block_size);
+    attend_panel(c, part, lo, hi, in->block_size, block_start);
+  }
+  if (current_chunk >= 0) merge_chunk(c);
+}
+
 static void unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
@@ -434,10 +477,11 @@ static void merge_tile(const step_ctx *c) {
 
 /* ---- the call ---------------------------------------------------------------------------------------- */
 
-/* One forward call, shared by its workers. Work units are (request, KV head, split) triples, handed out
- * largest request first; a unit writes only its own rows and heads, or, for a split of a long decode, its
- * own slot of partial states, which a second pass merges in split order. So the answer does not depend on
- * which worker runs a unit, or on how many workers there are. */
+/* One forward call, shared by its workers. Work units are (item, KV head, split) triples, handed out
+ * largest item first (an item is a request, or a group of decodes on a common prefix: see planner.h); a
+ * unit writes only its own rows and heads, or, for a split of a long decode, its own slot of partial
+ * states, which a second pass merges in split order. Items and splits are the plan's, so the answer does
+ * not depend on which worker runs a unit, or on how many workers there are. */
 typedef struct forward_job {
   const uattn_plan *plan;
   const uattn_layer *L;
@@ -463,7 +507,7 @@ static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
 static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
   const int32_t Hkv = job->L->num_kv_heads, n = job->num_nodes;
   const int32_t heads = Hkv / n + (node < Hkv % n); /* g = node, node + n, ... */
-  if (heads == 0 || j >= job->plan->split_begin[job->plan->info.num_reqs] * heads) return -1;
+  if (heads == 0 || j >= job->plan->split_begin[job->plan->num_items] * heads) return -1;
   return (j / heads) * Hkv + node + (j % heads) * n;
 }
 
@@ -491,7 +535,7 @@ static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_h
 static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
-  const size_t slots = (size_t)job->plan->split_slot[job->plan->info.num_reqs] * job->L->num_kv_heads;
+  const size_t slots = (size_t)job->plan->split_slot[job->plan->num_items] * job->L->num_kv_heads;
   const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
   char *p = uattn_worker_scratch(job->rt, worker, bytes);
   if (!p) atomic_store(&job->out_of_memory, 1);
@@ -511,10 +555,10 @@ static void load_queries(const forward_job *job, workspace *w, int32_t row0, int
     }
 }
 
-/* Unit u: the position in reqs_by_cost, the KV head and the split it stands for. */
+/* Unit u: the item's position (by cost), the KV head and the split it stands for. */
 static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split) {
   const int32_t *begin = job->plan->split_begin, x = u / job->L->num_kv_heads;
-  int32_t lo = 0, hi = job->plan->info.num_reqs; /* the last pos with begin[pos] <= x */
+  int32_t lo = 0, hi = job->plan->num_items; /* the last pos with begin[pos] <= x */
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
     if (begin[mid] <= x) lo = mid;
@@ -525,24 +569,27 @@ static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv
   *split = x - begin[lo];
 }
 
-static void run_unit(forward_job *job, workspace *w, int32_t unit) {
+/* Rows [qs, qe) of the item's requests [first, end) on KV head g, tile by tile; a split unit covers keys
+ * [split * split_keys, (split + 1) * split_keys) of its one request's context. */
+static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
+                     int32_t end) {
   const uattn_plan *plan = job->plan;
   const uattn_plan_info *in = &plan->info;
   const uattn_layer *L = job->L;
-  const int32_t D = L->head_dim;
-  int32_t pos, g, split;
-  unit_of(job, unit, &pos, &g, &split);
-  const int32_t r = plan->reqs_by_cost[pos], qs = in->query_start_loc[r], qe = in->query_start_loc[r + 1];
+  const int32_t D = L->head_dim, qs = in->query_start_loc[first], qe = in->query_start_loc[end];
   const bool split_unit = plan->split_begin[pos + 1] - plan->split_begin[pos] > 1;
   const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
   for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
-    step_ctx c = {plan, in, L, job->t, job->cache, w, g, r, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
+    step_ctx c = {plan, in, L, job->t, job->cache, w, g, first, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
                   qs, qe, in->token_positions[qs], 0, INT32_MAX};
     if (split_unit) c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
     load_queries(job, w, row0, c.rows, g);
     for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c.rows, D);
     if (cross) {
       cross_part(&c);
+    } else if (end - first > 1) { /* a group of decodes: no causal part */
+      shared_part_group(&c, first, end);
+      unique_part(&c);
     } else {
       causal_part(&c); /* split units are decodes: nothing to do here */
       shared_part(&c);
@@ -563,6 +610,19 @@ static void run_unit(forward_job *job, workspace *w, int32_t unit) {
           store_split_state(job, slot, g, row0 - qs + i, h, part, &from);
         }
   }
+}
+
+static void run_unit(forward_job *job, workspace *w, int32_t unit) {
+  const uattn_plan *plan = job->plan;
+  int32_t pos, g, split;
+  unit_of(job, unit, &pos, &g, &split);
+  const int32_t first = plan->item_first[pos], end = first + plan->item_reqs[pos];
+  if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
+    run_rows(job, w, pos, g, split, first, end);
+    return;
+  }
+  /* groups serve decoder self-attention; other types take the group's requests one at a time */
+  for (int32_t r = first; r < end; r++) run_rows(job, w, pos, g, split, r, r + 1);
 }
 
 static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
@@ -596,11 +656,11 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
   float row_out[4096];
   for (;;) {
     const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
-    if (unit >= in->num_reqs * L->num_kv_heads) break;
+    if (unit >= plan->num_items * L->num_kv_heads) break;
     const int32_t pos = unit / L->num_kv_heads, g = unit % L->num_kv_heads;
     const int32_t splits = plan->split_begin[pos + 1] - plan->split_begin[pos];
     if (splits <= 1) continue;
-    const int32_t r = plan->reqs_by_cost[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
+    const int32_t r = plan->item_first[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
     for (int32_t row = qs; row < in->query_start_loc[r + 1]; row++)
       for (int32_t h = 0; h < G; h++) {
         uattn_state parts[3];
@@ -657,7 +717,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
   uattn_runtime_run(rt, attention_job, &job);
-  if (plan->split_slot[in->num_reqs] > 0) {
+  if (plan->split_slot[plan->num_items] > 0) {
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);
   }

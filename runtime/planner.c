@@ -92,8 +92,8 @@ static uattn_status plan_array(uattn_plan *p, void **ptr, size_t count, size_t s
   X(blocks.written, nb) X(num_scheduled, nr) X(query_start_loc, nr) X(seq_lens, nr) X(cached, nr)          \
   X(num_output_tokens, nr) X(is_prompt, nr) X(step_scheduled, nr) X(token_groups, nt) X(token_offsets, nt) X(token_positions, nt) \
   X(token_ids, nt) X(token_context_lens, nt) X(slot_mapping, nt) X(logits_indices, nt)                      \
-  X(logits_groups, nt) X(new_token_positions, nt) X(span_req_begin, nr) X(unique_row_begin, nt) X(reqs_by_cost, nr) \
-  X(cost_keys, nr) X(split_begin, nr) X(split_slot, nr)
+  X(logits_groups, nt) X(new_token_positions, nt) X(span_req_begin, nr) X(unique_row_begin, nt) X(item_first, nr) \
+  X(item_reqs, nr) X(cost_keys, nr) X(split_begin, nr) X(split_slot, nr)
 
 static void plan_free(uattn_plan *p) {
   size_t nb = (size_t)p->config.num_blocks, nr = (size_t)p->config.max_num_seqs + 1,
@@ -501,7 +501,23 @@ static int64_t request_cost(const uattn_plan *p, int32_t r) {
 static int compare_cost(const void *a, const void *b) {
   const uattn_cost_key *x = a, *y = b;
   if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  return (x->req > y->req) - (x->req < y->req);
+  return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Key ranges a request's context is split into (1: not split). */
+static int32_t request_splits(const uattn_plan *p, int32_t r) {
+  const int32_t rows = p->query_start_loc[r + 1] - p->query_start_loc[r];
+  return !p->is_prompt[r] && rows <= UATTN_SPLIT_MAX_ROWS && p->cached[r] >= p->config.split_min_keys
+             ? uattn_ceil_div_i32(p->cached[r], p->config.split_keys)
+             : 1;
+}
+
+/* The shared block a request's context starts on, or -1: the key decodes are grouped by. Groups only take
+ * requests without causal rows and without splits. */
+static int32_t group_key(const uattn_plan *p, int32_t r) {
+  if (p->is_prompt[r] || p->span_req_begin[r] == p->span_req_begin[r + 1] || request_splits(p, r) > 1) return -1;
+  const uattn_shared_span *spans = p->shared_spans.data;
+  return spans[((const int32_t *)p->spans_by_req.data)[p->span_req_begin[r]]].shared_index;
 }
 
 static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans, int32_t num_unique,
@@ -511,7 +527,7 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
   memset(begin, 0, sizeof(int32_t) * ((size_t)s->num_reqs + 1));
   for (int32_t k = 0; k < num_spans; k++) begin[spans[k].req + 1]++;
   for (int32_t r = 0; r < s->num_reqs; r++) begin[r + 1] += begin[r];
-  int32_t *cursor = p->reqs_by_cost; /* borrowed: filled for real below */
+  int32_t *cursor = p->item_first; /* borrowed: filled for real below */
   for (int32_t r = 0; r < s->num_reqs; r++) cursor[r] = begin[r];
   for (int32_t k = 0; k < num_spans; k++) order[cursor[spans[k].req]++] = k;
 
@@ -520,20 +536,29 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
     while (k < num_unique && unique[k].token < row) k++;
     p->unique_row_begin[row] = k;
   }
+  /* items: consecutive requests with the same group key and at most UATTN_GROUP_MAX_ROWS rows together;
+   * every other request alone */
+  uattn_cost_key *keys = p->cost_keys;
+  int32_t n = 0;
+  for (int32_t r = 0; r < s->num_reqs;) {
+    const int32_t key = group_key(p, r);
+    int32_t end = r + 1;
+    while (key >= 0 && end < s->num_reqs && group_key(p, end) == key &&
+           p->query_start_loc[end + 1] - p->query_start_loc[r] <= UATTN_GROUP_MAX_ROWS)
+      end++;
+    keys[n] = (uattn_cost_key){0, r, end - r};
+    for (; r < end; r++) keys[n].cost += request_cost(p, r);
+    n++;
+  }
   /* largest first, ties by request: the attention hands out its work in this order, so the longest items
    * start first */
-  uattn_cost_key *keys = p->cost_keys;
-  for (int32_t r = 0; r < s->num_reqs; r++) keys[r] = (uattn_cost_key){request_cost(p, r), r};
-  if (s->num_reqs > 1) qsort(keys, (size_t)s->num_reqs, sizeof *keys, compare_cost);
-  for (int32_t r = 0; r < s->num_reqs; r++) p->reqs_by_cost[r] = keys[r].req;
-
+  if (n > 1) qsort(keys, (size_t)n, sizeof *keys, compare_cost);
+  p->num_items = n;
   p->split_begin[0] = p->split_slot[0] = 0;
-  for (int32_t i = 0; i < s->num_reqs; i++) {
-    const int32_t r = p->reqs_by_cost[i], rows = p->query_start_loc[r + 1] - p->query_start_loc[r];
-    const int32_t splits =
-        !p->is_prompt[r] && rows <= UATTN_SPLIT_MAX_ROWS && p->cached[r] >= p->config.split_min_keys
-            ? uattn_ceil_div_i32(p->cached[r], p->config.split_keys)
-            : 1;
+  for (int32_t i = 0; i < n; i++) {
+    p->item_first[i] = keys[i].first;
+    p->item_reqs[i] = keys[i].reqs;
+    const int32_t splits = keys[i].reqs == 1 ? request_splits(p, keys[i].first) : 1;
     p->split_begin[i + 1] = p->split_begin[i] + splits;
     p->split_slot[i + 1] = p->split_slot[i] + (splits > 1 ? splits : 0);
   }

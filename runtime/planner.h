@@ -32,6 +32,9 @@ typedef struct uattn_cost_key uattn_cost_key;
 
 /* Split-K applies to non-prompt requests of at most this many rows (decodes, verification). */
 #define UATTN_SPLIT_MAX_ROWS 16
+/* Rows a group of decodes may have: enough that a shared block's load serves many rows, few enough that a
+ * 64-decode batch still makes several items a KV head for the threads to share. */
+#define UATTN_GROUP_MAX_ROWS 32
 
 struct uattn_plan {
   uattn_plan_config config;
@@ -53,21 +56,28 @@ struct uattn_plan {
   /* context split, sized by the largest step so far */
   uattn_buf shared_blocks, shared_spans, unique_blocks, span_cursor;
   /* indexes the attention walks by: spans grouped by request (indices into shared_spans, each request's
-   * in shared-block order), each row's first unique block, and the requests by cost, largest first */
+   * in shared-block order), each row's first unique block, and the work items by cost, largest first */
   uattn_buf spans_by_req;
   int32_t *span_req_begin;   /* [max_num_seqs + 1] */
   int32_t *unique_row_begin; /* [max_num_batched_tokens + 1] */
-  int32_t *reqs_by_cost;     /* [max_num_seqs] */
+  /* A work item is a run of consecutive requests computed together: one request, or a group of decodes
+   * (and verifications) in a row that start on the same shared block, so that each shared block is loaded
+   * once for the whole group, not once a request (Hydragen's batching of a common prefix). Items by cost:
+   * item i holds requests [item_first[i], item_first[i] + item_reqs[i]). */
+  int32_t num_items;
+  int32_t *item_first;       /* [max_num_seqs] */
+  int32_t *item_reqs;        /* [max_num_seqs] */
   /* split-K: a decode over a long context is cut into key ranges of config.split_keys, computed as separate
    * work units and merged in a fixed order. Decided by the context alone, never by the thread count, so the
-   * answer does not depend on it. By position i in reqs_by_cost: splits [split_begin[i], split_begin[i+1]);
-   * split_slot[i]: the request's first slot among split requests' splits (for their partial states). */
+   * answer does not depend on it (nor does the grouping). A split request is an item of its own. By item
+   * position i: splits [split_begin[i], split_begin[i+1]); split_slot[i]: the item's first slot among split
+   * items' splits (for their partial states). */
   int32_t *split_begin;      /* [max_num_seqs + 1] */
   int32_t *split_slot;       /* [max_num_seqs + 1] */
   struct uattn_cost_key {
     int64_t cost;
-    int32_t req;
-  } *cost_keys; /* scratch for sorting them */
+    int32_t first, reqs;
+  } *cost_keys; /* scratch for sorting the items */
 
   uattn_bucket_table buckets;
   uattn_seed_buffers seed;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../runtime/planner.h"
 #include "random_batch.h"
 #include "support.h"
 
@@ -248,9 +249,44 @@ static const char *check_split(const uattn_plan_info *in, char *msg, size_t cap)
   return NULL;
 }
 
+/* The attention's work items (planner.h): they partition the requests into runs of consecutive ones, and a
+ * run of several is decodes without splits that start on the same shared block, within the row limit.
+ * Counts the grouped items in *groups. */
+static const char *check_items(const uattn_plan *p, const uattn_plan_info *in, int *groups, char *msg, size_t cap) {
+  int32_t seen[RB_MAX_REQS] = {0};
+  for (int32_t i = 0; i < p->num_items; i++) {
+    const int32_t first = p->item_first[i], n = p->item_reqs[i];
+    if (n < 1 || first < 0 || first + n > in->num_reqs) return "an item outside the requests";
+    for (int32_t r = first; r < first + n; r++) seen[r]++;
+    if (n == 1) continue;
+    ++*groups;
+    if (p->split_begin[i + 1] - p->split_begin[i] != 1) return "a group is split";
+    if (in->query_start_loc[first + n] - in->query_start_loc[first] > UATTN_GROUP_MAX_ROWS) return "a group too large";
+    int32_t key = -1;
+    for (int32_t r = first; r < first + n; r++) {
+      if (in->is_prompt[r]) return "a prompt in a group";
+      int32_t lowest = INT32_MAX; /* the request's first shared block */
+      for (int32_t k = 0; k < in->num_shared_spans; k++)
+        if (in->shared_spans[k].req == r && in->shared_spans[k].shared_index < lowest)
+          lowest = in->shared_spans[k].shared_index;
+      if (lowest == INT32_MAX || (key >= 0 && lowest != key)) {
+        snprintf(msg, cap, "request %d of a group starts on shared block %d, the group on %d", r, lowest, key);
+        return msg;
+      }
+      key = lowest;
+    }
+  }
+  for (int32_t r = 0; r < in->num_reqs; r++)
+    if (seen[r] != 1) {
+      snprintf(msg, cap, "request %d is in %d items", r, seen[r]);
+      return msg;
+    }
+  return NULL;
+}
+
 Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 120) {
   test_rng rng = {20261121};
-  int checked = 0;
+  int checked = 0, groups = 0;
   for (int iter = 0; iter < 3000; iter++) {
     rb_params prm = rb_random_params(&rng);
     rb_batch b;
@@ -269,6 +305,8 @@ Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 
     cr_assert_null(err, "iter %d (bs %d, %d reqs): %s", iter, prm.block_size, b.num_reqs, err);
     err = check_split(&in, msg, sizeof msg);
     cr_assert_null(err, "iter %d: %s", iter, err);
+    err = check_items(plan, &in, &groups, msg, sizeof msg);
+    cr_assert_null(err, "iter %d: %s", iter, err);
     /* slots: every row's slot is the block table's, and no two rows write the same slot */
     for (int32_t t = 0; t < in.num_tokens; t++) {
       const int32_t r = in.token_groups[t], p = in.token_positions[t];
@@ -283,6 +321,7 @@ Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 
     checked++;
   }
   cr_assert_eq(checked, 3000);
+  cr_assert_gt(groups, 100, "the random batches should group decodes on a common prefix now and then");
 }
 
 /* ---- no allocation per step ------------------------------------------------------------------------- */
