@@ -490,7 +490,7 @@ typedef struct forward_job {
   cache_view cache;
   workspace shape;
   size_t scratch_bytes;  /* a worker's workspace */
-  size_t split_floats;   /* one split slot: [UATTN_SPLIT_MAX_ROWS][group][shared, unique][m, l, o[D]] */
+  size_t split_floats;   /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[D]] */
   float *splits;         /* all split slots, after worker 0's workspace */
   /* NUMA: KV head g belongs to node g % num_nodes; a worker takes its node's units first, then helps the
    * others, so on a multi-node machine each node mostly reads its own heads. One node: one queue. */
@@ -511,21 +511,21 @@ static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
   return (j / heads) * Hkv + node + (j % heads) * n;
 }
 
-/* The partial state of (row, head, part) in a split slot. */
-static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t row, int32_t head,
-                               int part) {
-  const int32_t D = job->L->head_dim, G = job->shape.group;
-  float *x = job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
-             (((size_t)row * G + head) * 2 + part) * split_state_floats(D);
+/* The partial state of (head, part) in a (row, split) slot. */
+static float *split_slot_at(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
+  return job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
+         ((size_t)head * 2 + part) * split_state_floats(job->L->head_dim);
+}
+
+static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
+  float *x = split_slot_at(job, slot, kv_head, head, part);
   uattn_state s = {x[0], x[1], x + 2};
   return s;
 }
 
-static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t row, int32_t head,
-                              int part, const uattn_state *st) {
-  const int32_t D = job->L->head_dim, G = job->shape.group;
-  float *x = job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
-             (((size_t)row * G + head) * 2 + part) * split_state_floats(D);
+static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part,
+                              const uattn_state *st) {
+  float *x = split_slot_at(job, slot, kv_head, head, part);
   x[0] = st->m;
   x[1] = st->l;
 }
@@ -600,14 +600,14 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
       continue;
     }
     /* a split keeps its shared and unique states for the merge pass */
-    const int32_t slot = plan->split_slot[pos] + split;
+    const int32_t slot = plan->split_slot[pos] + split * (qe - qs) + (row0 - qs); /* of the tile's first row */
     for (int32_t i = 0; i < c.rows; i++)
       for (int32_t h = 0; h < w->group; h++)
         for (int part = 0; part < 2; part++) {
           const uattn_state from = part_state(w, part == 0 ? PART_SHARED : PART_UNIQUE, i, h, D);
-          uattn_state to = split_state(job, slot, g, row0 - qs + i, h, part);
+          uattn_state to = split_state(job, slot + i, g, h, part);
           memcpy(to.o, from.o, sizeof(float) * (size_t)D);
-          store_split_state(job, slot, g, row0 - qs + i, h, part, &from);
+          store_split_state(job, slot + i, g, h, part, &from);
         }
   }
 }
@@ -661,14 +661,15 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
     const int32_t splits = plan->split_begin[pos + 1] - plan->split_begin[pos];
     if (splits <= 1) continue;
     const int32_t r = plan->item_first[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
+    const int32_t rows = in->query_start_loc[r + 1] - qs;
     for (int32_t row = qs; row < in->query_start_loc[r + 1]; row++)
       for (int32_t h = 0; h < G; h++) {
         uattn_state parts[3];
         parts[0] = (uattn_state){-INFINITY, 0.0f, (float *)zeros}; /* a decode has no causal part */
         for (int part = 0; part < 2; part++) {
-          parts[1 + part] = split_state(job, slot0, g, row - qs, h, part);
+          parts[1 + part] = split_state(job, slot0 + (row - qs), g, h, part);
           for (int32_t sp = 1; sp < splits; sp++) {
-            const uattn_state b = split_state(job, slot0 + sp, g, row - qs, h, part);
+            const uattn_state b = split_state(job, slot0 + sp * rows + (row - qs), g, h, part);
             uattn_state_merge(&parts[1 + part], &b, D);
           }
         }
@@ -702,7 +703,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
                                L->num_kv_heads, L->head_dim}};
   workspace_shape(&job.shape, in, L, kernels);
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
-  job.split_floats = (size_t)UATTN_SPLIT_MAX_ROWS * job.shape.group * 2 * split_state_floats(L->head_dim);
+  job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
   atomic_init(&job.next_unit, 0);
   uattn_worker_node(rt, 0, &job.num_nodes);
   if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;

@@ -513,9 +513,10 @@ static int32_t request_splits(const uattn_plan *p, int32_t r) {
 }
 
 /* The shared block a request's context starts on, or -1: the key decodes are grouped by. Groups only take
- * requests without causal rows and without splits. */
+ * requests without causal rows. A group is not split: a common prefix read once for many rows beats
+ * splitting each row's context for parallelism (the group's rows and KV heads are work enough). */
 static int32_t group_key(const uattn_plan *p, int32_t r) {
-  if (p->is_prompt[r] || p->span_req_begin[r] == p->span_req_begin[r + 1] || request_splits(p, r) > 1) return -1;
+  if (p->is_prompt[r] || p->span_req_begin[r] == p->span_req_begin[r + 1]) return -1;
   const uattn_shared_span *spans = p->shared_spans.data;
   return spans[((const int32_t *)p->spans_by_req.data)[p->span_req_begin[r]]].shared_index;
 }
@@ -558,9 +559,10 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
   for (int32_t i = 0; i < n; i++) {
     p->item_first[i] = keys[i].first;
     p->item_reqs[i] = keys[i].reqs;
-    const int32_t splits = keys[i].reqs == 1 ? request_splits(p, keys[i].first) : 1;
+    const int32_t r = keys[i].first, splits = keys[i].reqs == 1 ? request_splits(p, r) : 1;
     p->split_begin[i + 1] = p->split_begin[i] + splits;
-    p->split_slot[i + 1] = p->split_slot[i] + (splits > 1 ? splits : 0);
+    /* a (row, split) slot for each row of each split */
+    p->split_slot[i + 1] = p->split_slot[i] + (splits > 1 ? splits * (p->query_start_loc[r + 1] - p->query_start_loc[r]) : 0);
   }
 }
 

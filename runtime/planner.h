@@ -70,8 +70,8 @@ struct uattn_plan {
   /* split-K: a decode over a long context is cut into key ranges of config.split_keys, computed as separate
    * work units and merged in a fixed order. Decided by the context alone, never by the thread count, so the
    * answer does not depend on it (nor does the grouping). A split request is an item of its own. By item
-   * position i: splits [split_begin[i], split_begin[i+1]); split_slot[i]: the item's first slot among split
-   * items' splits (for their partial states). */
+   * position i: splits [split_begin[i], split_begin[i+1]); split_slot[i]: the item's first (row, split) slot
+   * among split items' (for their partial states: split s of row k is slot split_slot[i] + s * rows + k). */
   int32_t *split_begin;      /* [max_num_seqs + 1] */
   int32_t *split_slot;       /* [max_num_seqs + 1] */
   struct uattn_cost_key {
