@@ -34,6 +34,7 @@ typedef struct case_result {
   char what[200];
   bench_work work;
   double ms_1, ms_all;
+  uattn_kernel_report kernels; /* what served the last all-thread run: a generated bucket or a generic set */
 } case_result;
 
 static const char *const dtype_names[] = {"f32", "bf16", "f16"};
@@ -213,7 +214,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
                            .num_blocks = s.num_blocks, .block_size = o->block_size, .out = out};
   res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
   res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
-  if (res->ms_all < 0) snprintf(err, sizeof err, "%s", uattn_last_error());
+  if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels)) snprintf(err, sizeof err, "%s", uattn_last_error());
   else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0) rc = 0;
   res->preset = p;
   res->c = c;
@@ -264,18 +265,21 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
     if (r->preset != last) {
-      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s %7s\n", r->preset->what, "case", "tokens", "bound",
-             "1 thr ms", "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim", "speedup");
+      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s %7s %8s\n", r->preset->what, "case", "tokens", "bound",
+             "1 thr ms", "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim", "speedup", "kernels");
       last = r->preset;
     }
     const rates x = rates_of(r, lim);
-    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%% %6.2fx\n", r->c->name, r->work.tokens,
+    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%% %6.2fx %8s\n", r->c->name, r->work.tokens,
            x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
-           100 * x.frac_all, r->ms_1 / r->ms_all);
+           100 * x.frac_all, r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "bucket" : "generic");
   }
   printf("\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
          "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
          "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+  for (int i = 0; i < n; i++) /* a layer's kernels depend on its preset only: once per preset */
+    if (!res[i].kernels.bucket_hit && (i == 0 || res[i - 1].preset != res[i].preset))
+      printf("%s, generic kernels: %s\n", res[i].preset->name, res[i].kernels.reason);
   for (int i = 0; i < n; i++) /* the trace's step depends on the block size only: once is enough */
     if (res[i].c->from_trace) {
       printf("%s: %s\n", res[i].c->name, res[i].what);
@@ -296,10 +300,12 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
     printf("%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
            "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
            "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
-           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"speedup\": %.3f}",
+           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"speedup\": %.3f, \"bucket_hit\": %s, "
+           "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
            i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
            r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
-           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, r->ms_1 / r->ms_all);
+           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "true" : "false",
+           r->kernels.part_kernel[0], r->kernels.part_kernel[1], r->kernels.part_kernel[2], r->kernels.reason);
   }
   printf("]}\n");
 }
