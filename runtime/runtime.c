@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime_impl.h"
+#include "tuning.h"
 
 #define UATTN_MAX_SPIN_US 1000000
 
@@ -49,6 +50,7 @@ static void free_runtime(uattn_runtime *rt) {
   /* pthread_self() is compared, never another thread's handle used: that thread may have exited */
   if (rt->caller_bound && pthread_equal(rt->caller_thread, pthread_self()))
     uattn_topo_bind_thread(&rt->topo, rt->caller_prev);
+  uattn_tuning_runtime_release(rt);
   hwloc_bitmap_free(rt->caller_prev);
   hwloc_bitmap_free(rt->worker_pus);
   uattn_topo_release(&rt->topo);
@@ -146,7 +148,9 @@ uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runt
   rt->spin_ns = (int64_t)c.spin_us * 1000;
   rt->oversubscribed = n > rt->topo.num_cores;
 
-  if ((st = place_workers(rt, &c)) != UATTN_OK || (st = uattn_pool_start(rt)) != UATTN_OK) {
+  /* the tuning file ($UATTN_TUNING_FILE): a refused one leaves the defaults and does not fail creation */
+  if ((st = uattn_tuning_runtime_init(rt)) != UATTN_OK || (st = place_workers(rt, &c)) != UATTN_OK ||
+      (st = uattn_pool_start(rt)) != UATTN_OK) {
     free_runtime(rt);
     return st;
   }

@@ -82,6 +82,7 @@ struct uattn_runtime {
   uattn_worker *workers; /* [num_workers]; workers[0] is the caller's slot (scratch only) */
   uattn_topo topo;
   uattn_topology info;
+  struct uattn_tuning_state *tuning; /* runtime/tuning.c: the tuning file in use and its use counts */
 };
 
 /* Starts workers 1.. of rt (fields above set, topo loaded) and waits until each is bound. On an error the
