@@ -508,8 +508,9 @@ cJSON *sweep_batch_buckets(const sweep_workload *w, const sweep_layout *l, FILE 
     cJSON_AddItemToObject(o, "waste", waste);
     cJSON_AddItemToArray(list, o);
   }
-  fprintf(out, "  (shapes: distinct padded shapes the steps hit; set size: (query, shared, unique) shapes the policy\n"
-               "   defines, graphs an engine would build; unique blocks are counted against the real ones, while the\n"
-               "   seed's unique dimension is the largest block id + 1, hence the waste of \"none\")\n");
+  fprintf(out, "  (shapes: distinct padded shapes the steps hit; set size: the shapes the policy defines, graphs an\n"
+               "   engine would build: (query, shared, unique), the seed's list with and without the causal part;\n"
+               "   unique blocks are counted against the real ones, while the seed's unique dimension is the largest\n"
+               "   block id + 1, hence the waste of \"none\")\n");
   return list;
 }
