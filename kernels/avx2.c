@@ -10,6 +10,7 @@
 #include <cpuid.h>
 
 #include "avx2_body.h"
+#include "xsmm.h"
 
 int uattn_avx2_runs_here(void) {
   __builtin_cpu_init();
@@ -35,8 +36,12 @@ AVX2_TARGET static void avx2_load(uattn_dtype dtype, const void *k_src, const vo
   avx2_load_body(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
 }
 
+/* Jobs where the libxsmm GEMM body measured faster (uattn_xsmm_wins: their shape only) go to it. */
 AVX2_TARGET static void avx2_attend(const uattn_panel_job *job, int32_t panel_keys) {
-  avx2_attend_body(job, panel_keys, job->head_dim, 0);
+  if (uattn_xsmm_wins(job))
+    uattn_xsmm_attend(job, panel_keys);
+  else
+    avx2_attend_body(job, panel_keys, job->head_dim, 0);
 }
 
 AVX2_TARGET void uattn_avx2_exp(const float *x, float *y, size_t n) {

@@ -493,13 +493,13 @@ typedef struct attend_ctx {
   int32_t P, Dv;
 } attend_ctx;
 
-/* Query vectors [x0, x0 + NB) of the job against keys [c0, c1) of the panel. */
-AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c, int32_t x0, int32_t c0, int32_t c1) {
-  const uattn_panel_job *job = c->job;
+/* The rules of query vectors [x0, x0 + nb) of the job for keys [c0, c1) of the panel, and the range of keys
+ * any of them sees, [*klo, *khi) (empty when *klo >= *khi). Shared with the libxsmm body (xsmm.c). */
+AVX2_INLINE void block_rules(const uattn_panel_job *job, int32_t x0, const int nb, int32_t c0, int32_t c1,
+                             vec_rule *rule, int32_t *klo_out, int32_t *khi_out) {
   const int32_t G = job->group;
-  vec_rule rule[QB];
   int32_t klo = INT32_MAX, khi = INT32_MIN;
-  for (int i = 0; i < NB; i++) {
+  for (int i = 0; i < nb; i++) {
     const int32_t x = x0 + i, r = x / G, h = x - r * G;
     int32_t lo = c0, hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
     if (hi > c1) hi = c1;
@@ -513,6 +513,32 @@ AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c
       if (hi > khi) khi = hi;
     }
   }
+  *klo_out = klo, *khi_out = khi;
+}
+
+/* The scores of vectors [x0, x0 + nb) (row i at S + i * ld, columns [j0, j1)) to probabilities with
+ * softmax_row, and alpha[i], the factor each o_i must be rescaled by. A vector that sees none of the chunk
+ * keeps its state exactly: alpha 1 and a row of zeros. Shared with the libxsmm body (xsmm.c). */
+AVX2_INLINE void block_softmax(const uattn_panel_job *job, int32_t x0, const int nb, const vec_rule *rule, float *S,
+                               int32_t ld, int32_t j0, int32_t j1, float *alpha) {
+  for (int i = 0; i < nb; i++) {
+    const size_t x = (size_t)x0 + i;
+    float *s = S + (size_t)i * ld;
+    if (rule[i].lo < rule[i].hi) {
+      alpha[i] = softmax_row(s, j0, j1, &rule[i], job->soft_cap, &job->m[x], &job->l[x]);
+    } else { /* this vector sees none of the chunk: o stays exactly as it is */
+      alpha[i] = 1.0f;
+      memset(s, 0, sizeof(float) * (size_t)(j1 - j0));
+    }
+  }
+}
+
+/* Query vectors [x0, x0 + NB) of the job against keys [c0, c1) of the panel. */
+AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c, int32_t x0, int32_t c0, int32_t c1) {
+  const uattn_panel_job *job = c->job;
+  vec_rule rule[QB];
+  int32_t klo, khi;
+  block_rules(job, x0, NB, c0, c1, rule, &klo, &khi);
   if (klo >= khi) return; /* a fully masked tile */
   /* the tile's columns: from a 64-byte line (c0 is one, so the tile stays within the chunk's KC columns) to
    * the next multiple of 8 (the panel is zero there) */
@@ -521,15 +547,7 @@ AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c
   const float *q = job->q + (size_t)x0 * D;
   score_tile(NB, q, D, c->kt, c->P, j0, j1, S);
   float alpha[QB];
-  for (int i = 0; i < NB; i++) {
-    const size_t x = (size_t)x0 + i;
-    if (rule[i].lo < rule[i].hi) {
-      alpha[i] = softmax_row(S[i], j0, j1, &rule[i], job->soft_cap, &job->m[x], &job->l[x]);
-    } else { /* this vector sees none of the chunk: o stays exactly as it is */
-      alpha[i] = 1.0f;
-      memset(S[i], 0, sizeof(float) * (size_t)(j1 - j0));
-    }
-  }
+  block_softmax(job, x0, NB, rule, S[0], KC, j0, j1, alpha);
   pv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, alpha);
 }
 

@@ -6,9 +6,11 @@
  * constant, so score and P V loops are unrolled to the head dim and the ragged-edge code folds away. The
  * panel layout is the generic avx2 set's. The three attend functions are separate copies under their own
  * names so a profile shows each part; the unique part's jobs have a single row (one decode row at a time),
- * which its copy is compiled for. */
+ * which its copy is compiled for. The causal and shared parts hand the jobs where the libxsmm GEMM body of
+ * xsmm.c measured faster (uattn_xsmm_wins: the job's shape only) to it, over the same panels. */
 #include "avx2.h"
 #include "avx2_body.h"
+#include "xsmm.h"
 
 #define BUCKET_STR_(x) #x
 #define BUCKET_STR(x) BUCKET_STR_(x)
@@ -30,11 +32,17 @@ AVX2_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v
 }
 
 AVX2_TARGET void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys) {
-  avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
+  if (uattn_xsmm_wins(job))
+    uattn_xsmm_attend(job, panel_keys);
+  else
+    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }
 
 AVX2_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
-  avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
+  if (uattn_xsmm_wins(job))
+    uattn_xsmm_attend(job, panel_keys);
+  else
+    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }
 
 AVX2_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {

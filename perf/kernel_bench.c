@@ -8,7 +8,13 @@
  * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
  * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved.
  *
- *   uattn-kernel-bench [RUNS] [--bucket]     (RUNS: how many timed runs per figure, 7 by default) */
+ * --xsmm: the avx2 set's fused register-tile attend against the libxsmm GEMM body (kernels/xsmm.c) on the
+ * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
+ * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/xsmm.h) are chosen from.
+ *
+ * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
+ *
+ *   uattn-kernel-bench [RUNS] [--bucket | --xsmm] [--cpu-time]   (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +24,21 @@
 #include "convert.h"
 #include "kernels.h"
 #include "timing.h"
+#include "xsmm.h"
 
 enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
 
 static int runs = 7;
+static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
+
+/* Seconds on the clock the figures are timed with. On a shared host the thread's CPU time leaves out the
+ * time it waits for a core (cache and memory contention still show). */
+static double now(void) {
+  if (!cpu_time) return perf_seconds();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t rng = 42;
 static float unit(void) {
@@ -38,16 +55,16 @@ static void time_both(void (*fn)(void *, long), void *const arg[2], double secon
   long calls[2] = {1, 1};
   for (int s = 0; s < 2; s++)
     for (;;) { /* calibrate */
-      const double t0 = perf_seconds();
+      const double t0 = now();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      if (perf_seconds() - t0 > 0.02) break;
+      if (now() - t0 > 0.02) break;
       calls[s] *= 2;
     }
   for (int r = 0; r < runs; r++)
     for (int s = 0; s < 2; s++) {
-      const double t0 = perf_seconds();
+      const double t0 = now();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      t[s][r] = (perf_seconds() - t0) / calls[s];
+      t[s][r] = (now() - t0) / calls[s];
     }
   for (int s = 0; s < 2; s++) {
     qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
@@ -175,6 +192,44 @@ static void row(const char *name, const char *unit_name, const double x[2]) {
   printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, x[0], x[1], unit_name, x[1] / x[0]);
 }
 
+/* --xsmm: fused against libxsmm on large jobs (group 4; all keys visible, or causal: row r sees r + 1), and
+ * which of the two the avx2 set picks for the job (uattn_xsmm_wins). */
+static int bench_xsmm(double peak) {
+  if (!uattn_xsmm_runs_here()) {
+    fprintf(stderr, "uattn-kernel-bench: libxsmm is not built in, or JITs nothing here\n");
+    return 1;
+  }
+  const uattn_kernels *const sets[2] = {&uattn_kernels_avx2_fused, &uattn_kernels_xsmm};
+  printf("  %-40s %15s %15s %8s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm", "speedup", "picks");
+  const struct {
+    const char *what;
+    int32_t rows, keys;
+    int causal;
+  } cases[] = {{"prefill tile", 128, 128, 0},     {"prefill tile", 128, 128, 1}, {"causal slice", 512, 512, 1},
+               {"causal slice", 128, 512, 1},     {"shared block", 1, 128, 0},   {"shared block", 2, 128, 0},
+               {"shared block", 4, 128, 0},       {"shared block", 16, 128, 0},  {"shared block", 64, 128, 0},
+               {"shared block", 2, 32, 0},        {"shared block", 16, 32, 0},   {"shared block", 16, 16, 0},
+               {"shared block", 64, 16, 0},       {"shared blocks", 16, 512, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int32_t rows = cases[i].rows, keys = cases[i].keys;
+    double x[2];
+    bench_attend(sets, rows, GROUP, keys, cases[i].causal, x);
+    int32_t *vis = malloc(sizeof(int32_t) * rows);
+    for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys};
+    const int picks = uattn_xsmm_wins(&job);
+    free(vis);
+    char name[64];
+    snprintf(name, sizeof name, "%-13s %4d x %4d%s", cases[i].what, rows * GROUP, keys,
+             cases[i].causal ? " causal" : "");
+    printf("  %-40s %7.1f (%3.0f%%) %7.1f (%3.0f%%) %7.2fx %6s\n", name, x[0], 100 * x[0] / peak, x[1],
+           100 * x[1] / peak, x[1] / x[0], picks ? "xsmm" : "fused");
+  }
+  printf("\n  GFLOP/s (%% of the FMA peak); the avx2 set takes libxsmm from %d vectors and %d keys, head dim <= %d\n",
+         UATTN_XSMM_MIN_VECTORS, UATTN_XSMM_MIN_KEYS, UATTN_XSMM_MAX_HEAD_DIM);
+  return 0;
+}
+
 /* The generated bucket of this bench's shape, or NULL. */
 static const uattn_kernels *bench_bucket(void) {
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
@@ -186,13 +241,15 @@ static const uattn_kernels *bench_bucket(void) {
 }
 
 int main(int argc, char **argv) {
-  int bucket = 0;
+  int bucket = 0, xsmm = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) bucket = 1;
+    else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
+    else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
     else runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > 64) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket]\n");
+  if (runs < 1 || runs > 64 || (bucket && xsmm)) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket | --xsmm] [--cpu-time]\n");
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
@@ -213,9 +270,10 @@ int main(int argc, char **argv) {
   double fma_seconds[2];
   time_both(fma_loop, sinks, fma_seconds);
   const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
-  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs\n", D,
-         GROUP, KEYS, runs);
+  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs%s\n",
+         D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
+  if (xsmm) return bench_xsmm(peak);
   printf("  %-44s %9s %9s %s %9s\n", "", bucket ? "avx2" : "portable", bucket ? "bucket" : "avx2", "     ", "speedup");
 
   struct {

@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kernels/avx2.h"
 #include "../kernels/convert.h"
 #include "../kernels/kernels.h"
+#include "../kernels/xsmm.h"
 #include "support.h"
 
 /* Sanitized builds run the sweeps thinner (every SPARSE-th point more) and fewer random jobs. */
@@ -73,18 +75,21 @@ typedef struct case_limits {
   int32_t block_size; /* most jobs load exactly one block of this many keys in the dtype below */
   uattn_dtype dtype;
   bool one_row; /* jobs of one row (the unique part) */
+  bool large;   /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
 } case_limits;
 
 static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   memset(c, 0, sizeof *c);
   c->rows = lim->one_row || test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
+  if (lim->large) c->rows = test_rng_range(rng, 8, 64);
   c->group = test_rng_range(rng, 1, 8);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
   const int32_t dt = test_rng_range(rng, 0, 2);
   c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
-  c->num_keys = test_rng_range(rng, 0, 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
+  c->num_keys = test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700)
+                                                                  : test_rng_range(rng, 1, 256);
   if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
     c->num_keys = lim->block_size, c->dtype = lim->dtype;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
@@ -346,6 +351,92 @@ Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
   const case_limits any = {0};
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_SHARED, "avx2", &any, env ? atoi(env) : 3000 / SPARSE,
                            20240611);
+}
+
+/* ---- the libxsmm body ----------------------------------------------------------------------------------- */
+
+static void need_xsmm(void) {
+  need_avx2();
+  if (!uattn_xsmm_runs_here()) cr_skip_test("libxsmm is not built in, or JITs nothing on this CPU");
+}
+
+/* The libxsmm GEMM body on every job, whatever its size (the avx2 set and the buckets hand it only large
+ * ones; the bucket tests above cover that choice): mostly large jobs, then any shape. */
+Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_xsmm();
+  const case_limits large = {.large = true}, any = {0};
+  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (large jobs)", &large, 800 / SPARSE,
+                           20240612);
+  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (any job)", &any, 800 / SPARSE, 20240613);
+}
+
+/* Where every block of the fused kernel has 4 vectors or more (one FMA chain per accumulator), the libxsmm
+ * body computes the same bits: its S is summed in the same DB-dim pieces, each one chain in dim order (as
+ * libxsmm's NN kernels run k), and its P V is one chain over keys on top of alpha o. So handing a job to one
+ * or the other (uattn_xsmm_wins) never changes a result. Jobs of 8 vectors or more (n = 7 splits 4 + 3). */
+Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 300) {
+  need_xsmm();
+  test_rng rng = {4242};
+  const case_limits large = {.large = true};
+  for (int i = 0; i < 300 / SPARSE; i++) {
+    job_case c;
+    make_case(&c, &rng, &large);
+    const size_t nx = (size_t)c.rows * c.group;
+    job_result a = run_set(&uattn_kernels_avx2_fused, UATTN_PART_SHARED, &c);
+    job_result b = run_set(&uattn_kernels_xsmm, UATTN_PART_SHARED, &c);
+    cr_assert(!memcmp(a.o, b.o, sizeof(float) * nx * c.D) && !memcmp(a.m, b.m, sizeof(float) * nx) &&
+                  !memcmp(a.l, b.l, sizeof(float) * nx),
+              "case %d (rows %d, group %d, D %d, keys %d): the libxsmm body differs from the fused one", i, c.rows,
+              c.group, c.D, c.num_keys);
+    free_result(&a), free_result(&b), free_case(&c);
+  }
+}
+
+/* UATTN_PERF_MAP=1: every JIT kernel the body dispatches is listed in /tmp/perf-<pid>.map as
+ * "START SIZE libxsmm_smm_m<M>_n<N>_k<K>_beta<B>", START inside an executable mapping of the process. */
+Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/perf-%ld.map", (long)getpid());
+  remove(path);
+  setenv("UATTN_PERF_MAP", "1", 1); /* read at the first dispatch: before need_xsmm's probe */
+  need_xsmm();
+  test_rng rng = {99};
+  job_case c; /* head dim 77: a shape no test before it used in this process, so its kernels are new here */
+  make_case(&c, &rng, &(case_limits){.head_dim = 77, .large = true});
+  for (int32_t r = 0; r < c.rows; r++) c.visible[r] = c.count; /* every vector sees every key loaded */
+  c.window = 0;
+  job_result r = run_set(&uattn_kernels_xsmm, UATTN_PART_SHARED, &c);
+  free_result(&r);
+  free_case(&c);
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no %s", path);
+  char line[256];
+  int entries = 0, qk = 0, pv = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long start, size;
+    int m, n, k, beta, used = 0;
+    cr_assert(sscanf(line, "%lx %lx libxsmm_smm_m%d_n%d_k%d_beta%d%n", &start, &size, &m, &n, &k, &beta, &used) == 6 &&
+                  line[used] == '\n',
+              "a malformed line: %s", line);
+    cr_assert(size > 0 && m > 0 && n > 0 && k > 0 && (beta == 0 || beta == 1), "%s", line);
+    qk += beta == 0 && k == 77 % 32, pv += beta == 1 && m == 77; /* the last 13-dim piece of S; P V */
+    /* the kernel lies in an executable mapping */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char ml[512];
+    bool exec = false;
+    while (maps && fgets(ml, sizeof ml, maps)) {
+      unsigned long lo, hi;
+      char perms[8];
+      if (sscanf(ml, "%lx-%lx %7s", &lo, &hi, perms) == 3 && start >= lo && start + size <= hi && perms[2] == 'x')
+        exec = true;
+    }
+    if (maps) fclose(maps);
+    cr_assert(exec, "%s: not in an executable mapping", line);
+    entries++;
+  }
+  fclose(f);
+  remove(path);
+  cr_assert(qk > 0 && pv > 0, "%d entries, %d for S, %d for P V", entries, qk, pv);
 }
 
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
