@@ -80,6 +80,7 @@ def bucket_source(bucket, isa):
         f"#define BUCKET_HEAD_DIM {h}",
         f"#define BUCKET_CHUNK_SIZE {c}",
         f"#define BUCKET_LOAD {name(bucket, 'load', isa)}",
+        f"#define BUCKET_DECODE {name(bucket, 'decode', isa)}",
     ]
     lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, isa)}" for p in PARTS]
     lines += [

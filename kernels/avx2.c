@@ -10,6 +10,7 @@
 #include <cpuid.h>
 
 #include "avx2_body.h"
+#include "avx2_decode.h"
 #include "xsmm.h"
 
 int uattn_avx2_runs_here(void) {
@@ -62,8 +63,13 @@ AVX2_TARGET void uattn_avx2_tanh(const float *x, float *y, size_t n) {
   }
 }
 
+AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src,
+                                    const void *v_src, size_t stride) {
+  avx2_decode_body(job, dtype, k_src, v_src, stride, job->head_dim);
+}
+
 const uattn_kernels uattn_kernels_avx2 = {
-    "avx2", avx2_load, {avx2_attend, avx2_attend, avx2_attend}, uattn_avx2_panel_floats};
+    "avx2", avx2_load, {avx2_attend, avx2_attend, avx2_attend}, uattn_avx2_panel_floats, avx2_decode};
 
 #else /* not x86: the set exists (select.c lists it) but never runs */
 
@@ -79,6 +85,6 @@ void uattn_avx2_exp(const float *x, float *y, size_t n) {
 void uattn_avx2_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
 }
-const uattn_kernels uattn_kernels_avx2 = {"avx2", NULL, {NULL, NULL, NULL}, NULL};
+const uattn_kernels uattn_kernels_avx2 = {"avx2", NULL, {NULL, NULL, NULL}, NULL, NULL};
 
 #endif

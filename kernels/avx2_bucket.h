@@ -1,6 +1,6 @@
 /* One generated bucket of the avx2 set: included by a source gen/generate.py writes, after it has defined
  *   BUCKET_DTYPE, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, BUCKET_CHUNK_SIZE   the bucket;
- *   BUCKET_LOAD, BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE              its functions' names;
+ *   BUCKET_LOAD, BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE, BUCKET_DECODE its functions' names;
  *   BUCKET_ENTRY                                                         its registry entry's name.
  * The bodies are avx2_body.h's with the head dim (and, where the call allows, the dtype and the block size)
  * constant, so score and P V loops are unrolled to the head dim and the ragged-edge code folds away. The
@@ -10,6 +10,7 @@
  * xsmm.c measured faster (uattn_xsmm_wins: the job's shape only) to it, over the same panels. */
 #include "avx2.h"
 #include "avx2_body.h"
+#include "avx2_decode.h"
 #include "xsmm.h"
 
 #define BUCKET_STR_(x) #x
@@ -21,6 +22,8 @@ void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t
 void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys);
 void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys);
 void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys);
+void BUCKET_DECODE(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src,
+                   size_t stride);
 
 AVX2_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
                              int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
@@ -52,6 +55,21 @@ AVX2_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
     avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }
 
+/* The unique part's decode rows straight from the cache (avx2_decode.h), where the bucket allows it. */
+#if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
+AVX2_TARGET void BUCKET_DECODE(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src,
+                               size_t stride) {
+  if (dtype == BUCKET_DTYPE)
+    avx2_decode_body(job, BUCKET_DTYPE, k_src, v_src, stride, BUCKET_HEAD_DIM);
+  else
+    avx2_decode_body(job, dtype, k_src, v_src, stride, BUCKET_HEAD_DIM);
+}
+#define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
+#else
+#define BUCKET_DECODE NULL
+#define BUCKET_UNIQUE_KERNEL BUCKET_UNIQUE
+#endif
+
 const uattn_bucket_kernels BUCKET_ENTRY = {
     BUCKET_BLOCK_SIZE,
     BUCKET_HEAD_DIM,
@@ -59,6 +77,6 @@ const uattn_bucket_kernels BUCKET_ENTRY = {
     BUCKET_CHUNK_SIZE,
     "avx2",
     uattn_avx2_runs_here,
-    {BUCKET_STR(BUCKET_CAUSAL), BUCKET_STR(BUCKET_SHARED), BUCKET_STR(BUCKET_UNIQUE)},
-    {"avx2", BUCKET_LOAD, {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE}, uattn_avx2_panel_floats},
+    {BUCKET_STR(BUCKET_CAUSAL), BUCKET_STR(BUCKET_SHARED), BUCKET_STR(BUCKET_UNIQUE_KERNEL)},
+    {"avx2", BUCKET_LOAD, {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE}, uattn_avx2_panel_floats, BUCKET_DECODE},
 };

@@ -126,4 +126,4 @@ static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) {
 }
 
 const uattn_kernels uattn_kernels_portable = {
-    "portable", portable_load, {portable_attend, portable_attend, portable_attend}, portable_panel_floats};
+    "portable", portable_load, {portable_attend, portable_attend, portable_attend}, portable_panel_floats, NULL};

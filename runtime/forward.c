@@ -17,8 +17,9 @@
 #include "convert.h"
 #include "describe.h"
 #include "planner.h"
-#include "pool.h"
 #include "kernels.h"
+#include "pool.h"
+#include "tuning.h"
 
 #define UATTN_DEFAULT_CAUSAL_WIDTH 512
 #define UATTN_MAX_NODES 16 /* NUMA nodes the work handout distinguishes; more share queues */
@@ -260,6 +261,10 @@ static void reset_part(workspace *w, int part, int32_t rows, int32_t D) {
 
 /* ---- the parts -------------------------------------------------------------------------------------- */
 
+/* The parts stay functions of their own (never inlined into the unit loop), so a profile without debug
+ * information still says which part the time went to (perf/record.sh). */
+#define PART_FN static __attribute__((noinline))
+
 typedef struct step_ctx {
   const uattn_plan *plan;
   const uattn_plan_info *in;
@@ -333,7 +338,7 @@ static int32_t context_usage(const step_ctx *c, int32_t row, int32_t block_start
   return u < 0 ? 0 : (u > c->in->block_size ? c->in->block_size : u);
 }
 
-static void causal_part(const step_ctx *c) {
+PART_FN void causal_part(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
   if (decoder && !c->in->is_prompt[c->req]) return; /* a decode row's keys are all in the cache */
@@ -367,7 +372,7 @@ static void merge_chunk(const step_ctx *c) {
     }
 }
 
-static void shared_part(const step_ctx *c) {
+PART_FN void shared_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t chunk = c->L->chunk_size;
   const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
@@ -390,7 +395,7 @@ static void shared_part(const step_ctx *c) {
 /* The shared part of a group of decodes (requests [first, end), consecutive, all reading the cache only):
  * their span lists merged by shared block, so each block is loaded once for every row of the tile that
  * reads it. A row that does not read the block sees none of it (visible 0). */
-static void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
+PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
   const uattn_plan_info *in = c->in;
   const int32_t chunk = c->L->chunk_size, *order = c->plan->spans_by_req.data, *begin = c->plan->span_req_begin;
   const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
@@ -430,12 +435,51 @@ static void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
   if (current_chunk >= 0) merge_chunk(c);
 }
 
-static void unique_part(const step_ctx *c) {
+/* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
+static bool decodes_from_cache(const step_ctx *c) {
+  return c->w->kern->decode && c->in->block_size <= UATTN_DECODE_MAX_KEYS && c->L->head_dim % 8 == 0;
+}
+
+static void decode_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+  workspace *w = c->w;
+  const int32_t D = c->L->head_dim, first = row - c->row0;
+  const size_t idx = state_index(w, PART_UNIQUE, first, 0), esz = uattn_dtype_size(c->cache.dtype);
+  const size_t off = cache_offset(&c->cache, (int64_t)u->block * c->cache.block_size, c->kv_head) * esz;
+  const size_t stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
+                                                            : (size_t)c->cache.head_dim;
+  w->visible[first] = context_usage(c, row, u->block_start);
+  const uattn_panel_job job = {
+      .rows = 1,
+      .group = w->group,
+      .head_dim = D,
+      .q = w->q + (size_t)first * w->group * D,
+      .query_pos = c->in->token_positions + row,
+      .visible = w->visible + first,
+      .num_keys = c->in->block_size,
+      .key_pos0 = u->block_start,
+      .soft_cap = c->L->soft_cap,
+      .window = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0,
+      .alibi = c->L->alibi_slopes ? c->L->alibi_slopes + c->kv_head * w->group : NULL,
+      .m = w->state_m + idx,
+      .l = w->state_l + idx,
+      .o = w->state_o + idx * D,
+      .scores = w->scores,
+  };
+  w->calls[UATTN_PART_UNIQUE]++;
+  w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+}
+
+PART_FN void unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
+  const bool direct = decodes_from_cache(c);
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
     for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+      if (direct) {
+        decode_block(c, row, u);
+        continue;
+      }
       load_block(c, u->block, in->block_size);
       attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
     }
@@ -448,7 +492,7 @@ static int32_t cross_usage(const step_ctx *c, int32_t row, int32_t block_start) 
 }
 
 /* Cross attention: every encoder key, through the cross block table, into the shared part. */
-static void cross_part(const step_ctx *c) {
+PART_FN void cross_part(const step_ctx *c) {
   const uattn_cross *x = c->t->cross;
   const int32_t bs = c->in->block_size, len = x->encoder_lens[c->req];
   for (int32_t b = 0; b * bs < len; b++) {
@@ -459,7 +503,7 @@ static void cross_part(const step_ctx *c) {
 }
 
 /* Merges the tile's three parts into out and lse. */
-static void merge_tile(const step_ctx *c) {
+PART_FN void merge_tile(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
   const size_t osz = uattn_dtype_size(L->dtype);
@@ -499,6 +543,7 @@ typedef struct forward_job {
   atomic_int next_unit;
   atomic_int out_of_memory;
   atomic_llong part_calls[UATTN_NUM_PARTS];
+  int32_t max_workers; /* workers that take units (a tuning file may ask for fewer than the runtime has) */
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
@@ -628,6 +673,7 @@ static void run_unit(forward_job *job, workspace *w, int32_t unit) {
 static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
+  if (worker >= job->max_workers) return;
   workspace w = job->shape;
   workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->L->head_dim);
   int32_t nodes;
@@ -691,6 +737,15 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   if ((st = validate_layer(L))) return st;
   const uattn_plan_info *in = &plan->info;
   if ((st = validate_tensors(in, &plan->config, L, t))) return st;
+  /* the runtime's tuning file fills what the layer leaves to the defaults (its values were checked when
+   * the file was loaded) */
+  uattn_layer tuned = *L;
+  const uattn_tuning_entry *tuning = uattn_tuning_find(rt, t->block_size, L->head_dim, L->cache_dtype);
+  if (tuning) {
+    if (!tuned.causal_width) tuned.causal_width = tuning->query_tile;
+    if (!tuned.chunk_size) tuned.chunk_size = tuning->chunk_size;
+  }
+  L = &tuned;
   uattn_kernel_report report;
   const uattn_kernels *kernels = uattn_describe_choose(L, t->block_size, &report);
   if (in->num_tokens == 0) {
@@ -704,6 +759,8 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   workspace_shape(&job.shape, in, L, kernels);
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
+  job.max_workers = uattn_runtime_workers(rt);
+  if (tuning && tuning->num_threads > 0 && tuning->num_threads < job.max_workers) job.max_workers = tuning->num_threads;
   atomic_init(&job.next_unit, 0);
   uattn_worker_node(rt, 0, &job.num_nodes);
   if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;
@@ -724,7 +781,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   }
   for (int p = 0; p < UATTN_NUM_PARTS; p++) report.part_calls[p] = atomic_load(&job.part_calls[p]);
   report.workspace_bytes = job.scratch_bytes;
-  report.workers = uattn_runtime_workers(rt);
+  report.workers = job.max_workers;
   uattn_describe_keep(&report);
   return UATTN_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attention_case.h"
 
@@ -51,7 +52,9 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   cr_assert_eq(uattn_describe_kernels(&L, b.block_size, &r), UATTN_OK, "%s", uattn_last_error());
   cr_assert(r.bucket_hit, "%s", r.reason);
   cr_assert_str_eq(r.kernel_set, b.isa);
-  static const char *const parts[] = {"causal", "shared", "unique"};
+  /* the unique part's decode rows go straight from the cache (the decode kernel) where the bucket allows */
+  const bool decode = b.head_dim % 8 == 0 && b.block_size <= 256;
+  const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
     char want[64];
     snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", dtype_tag(b.dtype), parts[p], b.block_size, b.head_dim,
@@ -170,4 +173,49 @@ Test(dispatch, a_step_served_by_a_bucket, .timeout = 300) {
 Test(dispatch, a_step_served_by_a_chunked_bucket, .timeout = 300) {
   const uattn_kernel_bucket b = runnable_bucket(true);
   check_step_on_bucket(&b, BATCH_SHARED_PREFIX, 74);
+}
+
+/* A tuning file's entry for the bucket fills what the layer leaves 0: the chunk size (so the chunked bucket
+ * serves), and the workers a call runs on; the answer is still the oracle's. The layer's own values win. */
+Test(dispatch, a_tuning_file_chooses_the_chunked_bucket, .timeout = 300) {
+  unsetenv("UATTN_ISA");
+  const uattn_kernel_bucket b = runnable_bucket(true);
+  char path[] = "/tmp/uattn-test-tuning-XXXXXX";
+  const int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  const uattn_tuning_entry e = {.block_size = b.block_size, .head_dim = b.head_dim, .cache_dtype = b.dtype,
+                                .chunk_size = b.chunk_size, .num_threads = 1};
+  cr_assert_eq(uattn_tuning_write(path, &e, 1, NULL, NULL), UATTN_OK, "%s", uattn_last_error());
+  uattn_runtime_config cfg = uattn_runtime_config_default();
+  cfg.num_threads = 2;
+  uattn_runtime *rt;
+  cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
+  cr_assert_eq(uattn_runtime_load_tuning(rt, path), UATTN_OK, "%s", uattn_last_error());
+  unlink(path);
+
+  const attention_case c = {"tuned step", BATCH_SHARED_PREFIX, b.block_size, 8, 2, b.head_dim, b.dtype, b.dtype,
+                            UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER, 0, 0, 0, 0, 0 /* chunk: the file's */, 0, 75};
+  attention_run run;
+  attention_run_build(&run, &c);
+  uattn_tensors tuned = attention_run_forward(&run, rt);
+  uattn_kernel_report r;
+  cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK);
+  cr_assert(r.bucket_hit, "%s", r.reason);
+  cr_assert_eq(r.chunk_size, b.chunk_size, "the file's chunk size");
+  cr_assert_eq(r.workers, 1, "the file's thread count");
+  /* the same step with the chunk size given explicitly on one thread: the same bits */
+  run.layer.chunk_size = b.chunk_size;
+  uattn_tensors given = attention_run_forward(&run, NULL);
+  cr_assert_eq(memcmp(tuned.out, given.out, run.out_bytes), 0);
+  /* and a layer's own value wins over the file's */
+  run.layer.chunk_size = b.chunk_size + 1;
+  uattn_tensors own = attention_run_forward(&run, rt);
+  cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK);
+  cr_assert_eq(r.chunk_size, b.chunk_size + 1);
+  attention_tensors_free(&tuned), attention_tensors_free(&given), attention_tensors_free(&own);
+  run.layer.chunk_size = 0;
+  attention_run_check(&run); /* the untuned path still matches the oracle */
+  attention_run_free(&run);
+  uattn_runtime_destroy(rt);
 }

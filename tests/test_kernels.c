@@ -183,7 +183,11 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .o = r.o,
       .scores = scores,
   };
-  set->attend[part](&job, c->panel_keys);
+  if (part == UATTN_PART_UNIQUE && set->decode && c->rows == 1 && c->num_keys <= UATTN_DECODE_MAX_KEYS &&
+      c->D % 8 == 0)
+    set->decode(&job, c->dtype, c->k_src, c->v_src, c->stride); /* straight from the source, no panels */
+  else
+    set->attend[part](&job, c->panel_keys);
   free(scores), free(keys), free(values);
   return r;
 }
@@ -437,6 +441,13 @@ Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
   fclose(f);
   remove(path);
   cr_assert(qk > 0 && pv > 0, "%d entries, %d for S, %d for P V", entries, qk, pv);
+}
+
+/* The decode kernel (one row straight from the cache) on one-row jobs of every shape it takes. */
+Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  const case_limits one_row = {.one_row = true};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &one_row, 1500 / SPARSE, 20261121);
 }
 
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
