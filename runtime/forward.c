@@ -440,7 +440,7 @@ static bool decodes_from_cache(const step_ctx *c) {
   return c->w->kern->decode && c->in->block_size <= UATTN_DECODE_MAX_KEYS && c->L->head_dim % 8 == 0;
 }
 
-static void decode_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
   workspace *w = c->w;
   const int32_t D = c->L->head_dim, first = row - c->row0;
   const size_t idx = state_index(w, PART_UNIQUE, first, 0), esz = uattn_dtype_size(c->cache.dtype);
@@ -477,7 +477,7 @@ PART_FN void unique_part(const step_ctx *c) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (direct) {
-        decode_block(c, row, u);
+        decode_unique_block(c, row, u);
         continue;
       }
       load_block(c, u->block, in->block_size);
