@@ -277,11 +277,10 @@ typedef struct step_ctx {
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
 } step_ctx;
 
-/* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
- * panel now loaded, into `part`. */
-static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
-                         int32_t key_pos0) {
-  workspace *w = c->w;
+/* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `part`. */
+static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+                                  int32_t key_pos0) {
+  const workspace *w = c->w;
   const int32_t D = c->L->head_dim, first = row_lo - c->row0;
   const size_t idx = state_index(w, part, first, 0);
   const uattn_panel_job job = {
@@ -303,18 +302,31 @@ static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t ro
       .o = w->state_o + idx * D,
       .scores = w->scores,
   };
+  return job;
+}
+
+/* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
+ * panel now loaded, into `part`. */
+static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+                         int32_t key_pos0) {
+  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, num_keys, key_pos0);
   const uattn_part kp = kernel_part(part);
-  w->calls[kp]++;
-  w->kern->attend[kp](&job, w->panel);
+  c->w->calls[kp]++;
+  c->w->kern->attend[kp](&job, c->w->panel);
+}
+
+/* Where a cache block's keys for the tile's KV head start (bytes into each cache) and the elements from one
+ * key to the next: a whole row of heads in NHD, one head in HND. */
+static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
+  *stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
+                                                : (size_t)c->cache.head_dim;
+  return cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * uattn_dtype_size(c->cache.dtype);
 }
 
 /* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
 static void load_block(const step_ctx *c, int32_t block, int32_t count) {
-  const size_t esz = uattn_dtype_size(c->cache.dtype);
-  const size_t off = cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * esz;
-  /* consecutive slots of one head: a whole row of heads apart in NHD, adjacent in HND */
-  const size_t stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
-                                                            : (size_t)c->cache.head_dim;
+  size_t stride;
+  const size_t off = block_source(c, block, &stride);
   c->w->kern->load(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, count, c->cache.head_dim, c->w->panel,
                    c->w->keys, c->w->values);
 }
@@ -441,32 +453,12 @@ static bool decodes_from_cache(const step_ctx *c) {
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
-  workspace *w = c->w;
-  const int32_t D = c->L->head_dim, first = row - c->row0;
-  const size_t idx = state_index(w, PART_UNIQUE, first, 0), esz = uattn_dtype_size(c->cache.dtype);
-  const size_t off = cache_offset(&c->cache, (int64_t)u->block * c->cache.block_size, c->kv_head) * esz;
-  const size_t stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
-                                                            : (size_t)c->cache.head_dim;
-  w->visible[first] = context_usage(c, row, u->block_start);
-  const uattn_panel_job job = {
-      .rows = 1,
-      .group = w->group,
-      .head_dim = D,
-      .q = w->q + (size_t)first * w->group * D,
-      .query_pos = c->in->token_positions + row,
-      .visible = w->visible + first,
-      .num_keys = c->in->block_size,
-      .key_pos0 = u->block_start,
-      .soft_cap = c->L->soft_cap,
-      .window = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0,
-      .alibi = c->L->alibi_slopes ? c->L->alibi_slopes + c->kv_head * w->group : NULL,
-      .m = w->state_m + idx,
-      .l = w->state_l + idx,
-      .o = w->state_o + idx * D,
-      .scores = w->scores,
-  };
-  w->calls[UATTN_PART_UNIQUE]++;
-  w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+  size_t stride;
+  const size_t off = block_source(c, u->block, &stride);
+  c->w->visible[row - c->row0] = context_usage(c, row, u->block_start);
+  const uattn_panel_job job = panel_job(c, PART_UNIQUE, row, row + 1, c->in->block_size, u->block_start);
+  c->w->calls[UATTN_PART_UNIQUE]++;
+  c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
 }
 
 PART_FN void unique_part(const step_ctx *c) {
