@@ -5,7 +5,7 @@
  * and with all. Medians of several runs, each on cold caches.
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
- *               [--block-size N] [--dtype bf16|f16|f32] [--json] [--plot FILE.png] [--list] */
+ *               [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@ enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
 typedef struct options {
   int runs, threads, block_size, json;
   uattn_dtype dtype;
+  uattn_kv_layout layout;
   const char *scenario; /* a part of the case names to run; NULL: all */
   const char *plot;
   bool preset[16];
@@ -38,6 +39,7 @@ typedef struct case_result {
 } case_result;
 
 static const char *const dtype_names[] = {"f32", "bf16", "f16"};
+static const char *const layout_names[] = {"NHD", "HND"}; /* by uattn_kv_layout */
 
 static int bad_usage(const char *fmt, ...) {
   va_list ap;
@@ -89,7 +91,7 @@ static int parse_args(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     static const char *const with_value[] = {"--runs", "--threads", "--block-size", "--dtype", "--preset",
-                                             "--scenario", "--case", "--plot"};
+                                             "--scenario", "--case", "--plot", "--layout"};
     int takes_value = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) takes_value |= !strcmp(a, with_value[k]);
     if (takes_value && !v) return bad_usage("%s needs a value", a);
@@ -97,7 +99,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--list")) return print_list(), 0;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
-             "                   [--block-size N] [--dtype bf16|f16|f32] [--json] [--plot FILE.png] [--list]\n");
+             "                   [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list]\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -112,6 +114,9 @@ static int parse_args(int argc, char **argv, options *o) {
       while (d < 3 && strcmp(v, dtype_names[d])) d++;
       if (d == 3) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
       o->dtype = (uattn_dtype)d;
+    } else if (!strcmp(a, "--layout")) {
+      if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
+      o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
     } else if (!strcmp(a, "--preset")) presets = v;
     else if (!strcmp(a, "--scenario") || !strcmp(a, "--case")) o->scenario = v;
     else if (!strcmp(a, "--plot")) {
@@ -210,6 +215,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   fill_random(v, T * (size_t)p->hkv * D, o->dtype, &rng);
   uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
   L.soft_cap = p->soft_cap;
+  L.kv_layout = o->layout;
   const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = kc, .value_cache = vc,
                            .num_blocks = s.num_blocks, .block_size = o->block_size, .out = out};
   res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
@@ -254,9 +260,9 @@ static void load_average(char *buf, size_t size) {
 
 static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo,
                         const case_result *res, int n, const char *load0, const char *load1) {
-  printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d; medians of %d cold-cache "
-         "runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, dtype_names[o->dtype],
-         o->block_size, o->runs);
+  printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
+         "cold-cache runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores,
+         dtype_names[o->dtype], o->block_size, layout_names[o->layout], o->runs);
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
@@ -290,9 +296,9 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
 static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
                        const char *load1) {
   printf("{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
-         "\"block_size\": %d, \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
+         "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
          "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f},\n \"cases\": [",
-         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, load0,
+         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, layout_names[o->layout], load0,
          load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all);
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
