@@ -177,6 +177,19 @@ static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const u
   }
 }
 
+/* ---- the decode kernel ------------------------------------------------------------------------------ */
+
+/* Whether a decode row's blocks go straight from the cache through the kernel set's decode (kernels.h). */
+static bool decode_kernel_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim) {
+  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0;
+}
+
+/* Whether lone decodes run as all-heads units (run_decode_all_heads): on an NHD cache of several KV heads,
+ * where one head's keys are a few lines of every row, with the decode kernel. */
+static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
+  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && decode_kernel_fits(k, block_size, L->head_dim);
+}
+
 /* ---- workspace ------------------------------------------------------------------------------------- */
 
 /* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
@@ -185,14 +198,15 @@ typedef struct workspace {
   int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
   size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
   int32_t tile;      /* query rows per tile (the causal width) */
+  int32_t slots;     /* rows of q, states and visible: the tile's, or one decode row a KV head (all_heads) */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
   int32_t group;     /* query heads per KV head */
-  float *q;          /* [tile, group, D] scaled queries */
+  float *q;          /* [slots, group, D] scaled queries */
   float *keys, *values; /* [panel, D] */
   float *scores;     /* [panel] */
-  float *state_o;    /* [4 parts][tile, group, D]: causal, shared, unique, chunk scratch */
-  float *state_m, *state_l; /* [4 parts][tile, group] */
-  int32_t *visible;  /* [tile]: keys of the current panel each row sees */
+  float *state_o;    /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */
+  float *state_m, *state_l; /* [4 parts][slots, group] */
+  int32_t *visible;  /* [slots]: keys of the current panel each row sees */
 } workspace;
 
 /* The workspace's partial states: the three parts of the attention and the scratch of a shared chunk. */
@@ -207,19 +221,20 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
   w->kern = k;
   w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
+  w->slots = all_heads_layout(L, k, in->block_size) && L->num_kv_heads > w->tile ? L->num_kv_heads : w->tile;
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
   w->panel_floats = k->panel_floats(w->panel, L->head_dim);
 }
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
-  const size_t tg = (size_t)w->tile * w->group;
+  const size_t tg = (size_t)w->slots * w->group;
   return sizeof(float) * (tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2) +
-         sizeof(int32_t) * (size_t)w->tile;
+         sizeof(int32_t) * (size_t)w->slots;
 }
 
 static void workspace_carve(workspace *w, void *memory, int32_t D) {
-  const size_t tg = (size_t)w->tile * w->group;
+  const size_t tg = (size_t)w->slots * w->group;
   float *f = memory;
   w->q = f, f += tg * D;
   w->keys = f, f += w->panel_floats;
@@ -231,27 +246,25 @@ static void workspace_carve(workspace *w, void *memory, int32_t D) {
   w->visible = (int32_t *)f;
 }
 
-/* Index of (part, row in tile, head in group) in the state arrays. */
-static size_t state_index(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group) {
-  return ((size_t)part * w->tile + row_in_tile) * w->group + head_in_group;
+/* Index of (part, slot, head in group) in the state arrays. */
+static size_t state_index(const workspace *w, int part, int32_t slot, int32_t head_in_group) {
+  return ((size_t)part * w->slots + slot) * w->group + head_in_group;
 }
 
-static uattn_state part_state(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group,
-                              int32_t D) {
-  const size_t idx = state_index(w, part, row_in_tile, head_in_group);
+static uattn_state part_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, int32_t D) {
+  const size_t idx = state_index(w, part, slot, head_in_group);
   uattn_state s = {w->state_m[idx], w->state_l[idx], w->state_o + idx * D};
   return s;
 }
 
-static void store_state(const workspace *w, int part, int32_t row_in_tile, int32_t head_in_group,
-                        const uattn_state *s) {
-  const size_t idx = state_index(w, part, row_in_tile, head_in_group);
+static void store_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, const uattn_state *s) {
+  const size_t idx = state_index(w, part, slot, head_in_group);
   w->state_m[idx] = s->m;
   w->state_l[idx] = s->l;
 }
 
-static void reset_part(workspace *w, int part, int32_t rows, int32_t D) {
-  for (int32_t i = 0; i < rows; i++)
+static void reset_part(workspace *w, int part, int32_t slot, int32_t rows, int32_t D) {
+  for (int32_t i = slot; i < slot + rows; i++)
     for (int32_t h = 0; h < w->group; h++) {
       uattn_state s = part_state(w, part, i, h, D);
       uattn_state_reset(&s, D);
@@ -273,15 +286,20 @@ typedef struct step_ctx {
   cache_view cache;
   workspace *w;
   int32_t kv_head, req, row0, rows; /* the tile: rows [row0, row0 + rows) of request req */
+  int32_t slot;                     /* the workspace slot of row0 (see tile_slot) */
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys */
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
 } step_ctx;
+
+/* Where a row of the tile keeps its query, states and visible count in the workspace: the tile's rows in
+ * order, from slot 0 or, in an all-heads decode unit, from the KV head's own slot. */
+static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 + c->slot; }
 
 /* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `part`. */
 static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
                                   int32_t key_pos0) {
   const workspace *w = c->w;
-  const int32_t D = c->L->head_dim, first = row_lo - c->row0;
+  const int32_t D = c->L->head_dim, first = tile_slot(c, row_lo);
   const size_t idx = state_index(w, part, first, 0);
   const uattn_panel_job job = {
       .rows = row_hi - row_lo,
@@ -338,7 +356,7 @@ static void attend_rows(const step_ctx *c, int part, int32_t row_lo, int32_t row
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   if (row_lo >= row_hi) return;
-  for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[row - c->row0] = usage(c, row, block_start);
+  for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[tile_slot(c, row)] = usage(c, row, block_start);
   attend_panel(c, part, row_lo, row_hi, c->in->block_size, block_start);
 }
 
@@ -365,7 +383,7 @@ PART_FN void causal_part(const step_ctx *c) {
                      c->w->panel, c->w->keys, c->w->values);
     for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
       const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
-      c->w->visible[row - c->row0] = hi < 0 ? 0 : (hi > n ? n : hi);
+      c->w->visible[tile_slot(c, row)] = hi < 0 ? 0 : (hi > n ? n : hi);
     }
     attend_panel(c, PART_CAUSAL, c->row0, c->row0 + c->rows, n, c->num_computed + (k0 - c->qs));
   }
@@ -376,11 +394,12 @@ static void merge_chunk(const step_ctx *c) {
   const int32_t D = c->L->head_dim;
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < c->w->group; h++) {
-      uattn_state a = part_state(c->w, PART_SHARED, i, h, D), b = part_state(c->w, PART_CHUNK, i, h, D);
+      const int32_t x = c->slot + i;
+      uattn_state a = part_state(c->w, PART_SHARED, x, h, D), b = part_state(c->w, PART_CHUNK, x, h, D);
       uattn_state_merge(&a, &b, D);
-      store_state(c->w, PART_SHARED, i, h, &a);
+      store_state(c->w, PART_SHARED, x, h, &a);
       uattn_state_reset(&b, D);
-      store_state(c->w, PART_CHUNK, i, h, &b);
+      store_state(c->w, PART_CHUNK, x, h, &b);
     }
 }
 
@@ -430,9 +449,9 @@ PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
       const int32_t b = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
       if (a >= b) continue;
       if (lo == INT32_MAX)
-        for (int32_t i = 0; i < c->rows; i++) c->w->visible[i] = 0;
+        for (int32_t i = 0; i < c->rows; i++) c->w->visible[c->slot + i] = 0;
       block_start = sp->block_start; /* the same in every request that holds the block */
-      for (int32_t row = a; row < b; row++) c->w->visible[row - c->row0] = context_usage(c, row, block_start);
+      for (int32_t row = a; row < b; row++) c->w->visible[tile_slot(c, row)] = context_usage(c, row, block_start);
       if (a < lo) lo = a;
       if (b > hi) hi = b;
     }
@@ -449,13 +468,13 @@ PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
 
 /* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
 static bool decodes_from_cache(const step_ctx *c) {
-  return c->w->kern->decode && c->in->block_size <= UATTN_DECODE_MAX_KEYS && c->L->head_dim % 8 == 0;
+  return decode_kernel_fits(c->w->kern, c->in->block_size, c->L->head_dim);
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
   size_t stride;
   const size_t off = block_source(c, u->block, &stride);
-  c->w->visible[row - c->row0] = context_usage(c, row, u->block_start);
+  c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
   const uattn_panel_job job = panel_job(c, PART_UNIQUE, row, row + 1, c->in->block_size, u->block_start);
   c->w->calls[UATTN_PART_UNIQUE]++;
   c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
@@ -475,6 +494,40 @@ PART_FN void unique_part(const step_ctx *c) {
       load_block(c, u->block, in->block_size);
       attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
     }
+}
+
+/* Keys of a chunk an all-heads unit reads for every head in turn: about 128 KB of keys, so the chunk's keys
+ * and values stay in L2 while each head reads its part of them. */
+static int32_t all_heads_chunk(const step_ctx *c) {
+  const size_t row_bytes = (size_t)c->cache.kv_heads * c->cache.head_dim * uattn_dtype_size(c->cache.dtype);
+  int32_t n = (int32_t)((128u << 10) / row_bytes) & ~7;
+  if (n < 8) n = 8;
+  return n < c->in->block_size ? n : c->in->block_size;
+}
+
+/* The unique part of an all-heads unit's decode row (c: the ctx of KV head 0; head g's states in slot g). */
+PART_FN void unique_part_all_heads(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const int32_t row = c->row0, chunk = all_heads_chunk(c);
+  const size_t esz = uattn_dtype_size(c->cache.dtype);
+  for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+    const uattn_unique_block *u = &in->unique_blocks[k];
+    if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+    const int32_t usage = context_usage(c, row, u->block_start);
+    for (int32_t k0 = 0; k0 < usage; k0 += chunk) {
+      const int32_t n = usage - k0 < chunk ? usage - k0 : chunk;
+      for (int32_t g = 0; g < c->cache.kv_heads; g++) {
+        step_ctx h = *c;
+        h.kv_head = g, h.slot = g;
+        size_t stride;
+        const size_t off = block_source(&h, u->block, &stride) + (size_t)k0 * stride * esz;
+        c->w->visible[g] = n;
+        const uattn_panel_job job = panel_job(&h, PART_UNIQUE, row, row + 1, n, u->block_start + k0);
+        c->w->calls[UATTN_PART_UNIQUE]++;
+        c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+      }
+    }
+  }
 }
 
 static int32_t cross_usage(const step_ctx *c, int32_t row, int32_t block_start) {
@@ -502,9 +555,9 @@ PART_FN void merge_tile(const step_ctx *c) {
   float row_out[4096]; /* head_dim <= 4096 (validated) */
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t g = 0; g < c->w->group; g++) {
-      const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i;
-      const uattn_state parts[3] = {part_state(c->w, PART_CAUSAL, i, g, D), part_state(c->w, PART_SHARED, i, g, D),
-                                    part_state(c->w, PART_UNIQUE, i, g, D)};
+      const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
+      const uattn_state parts[3] = {part_state(c->w, PART_CAUSAL, x, g, D), part_state(c->w, PART_SHARED, x, g, D),
+                                    part_state(c->w, PART_UNIQUE, x, g, D)};
       const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
@@ -579,17 +632,105 @@ static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   else if (worker == 0) job->splits = (float *)(p + job->scratch_bytes);
 }
 
-static void load_queries(const forward_job *job, workspace *w, int32_t row0, int32_t rows, int32_t g) {
+/* The tile's scaled queries in its slots, and its partial states cleared. */
+static void begin_tile(const forward_job *job, const step_ctx *c) {
   const uattn_layer *L = job->L;
+  workspace *w = c->w;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
   const size_t qsz = uattn_dtype_size(L->dtype);
-  for (int32_t i = 0; i < rows; i++)
+  for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < w->group; h++) {
-      float *q = w->q + ((size_t)i * w->group + h) * D;
-      uattn_widen(L->dtype, (const char *)job->t->q + (((size_t)(row0 + i) * Hq) + g * w->group + h) * D * qsz, q,
-                  (size_t)D);
+      float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
+      const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
+      uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
       for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
     }
+  for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c->slot, c->rows, D);
+}
+
+/* The tile's rows done: merged into out, or, in a split unit, its shared and unique states kept in the
+ * split's slots for the merge pass. */
+static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int32_t split) {
+  const uattn_plan *plan = job->plan;
+  if (plan->split_begin[pos + 1] - plan->split_begin[pos] <= 1) {
+    merge_tile(c);
+    return;
+  }
+  const int32_t D = job->L->head_dim;
+  const int32_t slot = plan->split_slot[pos] + split * (c->qe - c->qs) + (c->row0 - c->qs); /* of row0 */
+  for (int32_t i = 0; i < c->rows; i++)
+    for (int32_t h = 0; h < c->w->group; h++)
+      for (int part = 0; part < 2; part++) {
+        const uattn_state from = part_state(c->w, part == 0 ? PART_SHARED : PART_UNIQUE, c->slot + i, h, D);
+        uattn_state to = split_state(job, slot + i, c->kv_head, h, part);
+        memcpy(to.o, from.o, sizeof(float) * (size_t)D);
+        store_split_state(job, slot + i, c->kv_head, h, part, &from);
+      }
+}
+
+/* The tile of rows [row0, row0 + rows) of the item's requests [first, end) (rows [qs, qe)) on KV head g; a
+ * split unit covers keys [split * split_keys, (split + 1) * split_keys) of its one request's context. */
+static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split,
+                         int32_t first, int32_t end, int32_t row0, int32_t rows, int32_t slot) {
+  const uattn_plan *plan = job->plan;
+  const uattn_plan_info *in = &plan->info;
+  step_ctx c = {.plan = plan, .in = in, .L = job->L, .t = job->t, .cache = job->cache, .w = w, .kv_head = g,
+                .req = first, .row0 = row0, .rows = rows, .slot = slot, .qs = in->query_start_loc[first],
+                .qe = in->query_start_loc[end], .num_computed = in->token_positions[in->query_start_loc[first]],
+                .key_lo = 0, .key_hi = INT32_MAX};
+  if (plan->split_begin[pos + 1] - plan->split_begin[pos] > 1)
+    c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
+  return c;
+}
+
+/* Rows of the item's requests [first, end) on KV head g, tile by tile. */
+static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
+                     int32_t end) {
+  const uattn_plan_info *in = &job->plan->info;
+  const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
+  for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
+    begin_tile(job, &c);
+    if (job->L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
+      cross_part(&c);
+    } else if (end - first > 1) { /* a group of decodes: no causal part */
+      shared_part_group(&c, first, end);
+      unique_part(&c);
+    } else {
+      causal_part(&c); /* split units are decodes: nothing to do here */
+      shared_part(&c);
+      unique_part(&c);
+    }
+    end_tile(job, &c, pos, split);
+  }
+}
+
+/* A decode on an NHD cache, every KV head in one unit, each head's row in its own slot. The unique blocks
+ * are read as they lie in the cache, a chunk of keys at a time for every head in turn (a chunk is
+ * contiguous: a row holds every head), where a unit of one head would read 256 bytes of every 2 KB row. */
+static void run_decode_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
+  const int32_t Hkv = job->L->num_kv_heads, row = job->plan->info.query_start_loc[r];
+  for (int32_t g = 0; g < Hkv; g++) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row, 1, g);
+    begin_tile(job, &c);
+    shared_part(&c);
+  }
+  const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row, 1, 0);
+  unique_part_all_heads(&c0);
+  for (int32_t g = 0; g < Hkv; g++) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row, 1, g);
+    end_tile(job, &c, pos, split);
+  }
+}
+
+/* Whether an item runs as one all-heads unit (run_decode_all_heads): a lone decode row over an NHD cache of
+ * several KV heads, with the decode kernel. */
+static bool all_heads_item(const forward_job *job, int32_t pos) {
+  const uattn_plan_info *in = &job->plan->info;
+  const int32_t r = job->plan->item_first[pos];
+  return job->shape.slots >= job->L->num_kv_heads && all_heads_layout(job->L, job->shape.kern, in->block_size) &&
+         job->L->attn_type == UATTN_ATTENTION_DECODER && job->plan->item_reqs[pos] == 1 && !in->is_prompt[r] &&
+         in->query_start_loc[r + 1] - in->query_start_loc[r] == 1;
 }
 
 /* Unit u: the item's position (by cost), the KV head and the split it stands for. */
@@ -606,54 +747,15 @@ static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv
   *split = x - begin[lo];
 }
 
-/* Rows [qs, qe) of the item's requests [first, end) on KV head g, tile by tile; a split unit covers keys
- * [split * split_keys, (split + 1) * split_keys) of its one request's context. */
-static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
-                     int32_t end) {
-  const uattn_plan *plan = job->plan;
-  const uattn_plan_info *in = &plan->info;
-  const uattn_layer *L = job->L;
-  const int32_t D = L->head_dim, qs = in->query_start_loc[first], qe = in->query_start_loc[end];
-  const bool split_unit = plan->split_begin[pos + 1] - plan->split_begin[pos] > 1;
-  const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
-  for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
-    step_ctx c = {plan, in, L, job->t, job->cache, w, g, first, row0, qe - row0 < w->tile ? qe - row0 : w->tile,
-                  qs, qe, in->token_positions[qs], 0, INT32_MAX};
-    if (split_unit) c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
-    load_queries(job, w, row0, c.rows, g);
-    for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c.rows, D);
-    if (cross) {
-      cross_part(&c);
-    } else if (end - first > 1) { /* a group of decodes: no causal part */
-      shared_part_group(&c, first, end);
-      unique_part(&c);
-    } else {
-      causal_part(&c); /* split units are decodes: nothing to do here */
-      shared_part(&c);
-      unique_part(&c);
-    }
-    if (!split_unit) {
-      merge_tile(&c);
-      continue;
-    }
-    /* a split keeps its shared and unique states for the merge pass */
-    const int32_t slot = plan->split_slot[pos] + split * (qe - qs) + (row0 - qs); /* of the tile's first row */
-    for (int32_t i = 0; i < c.rows; i++)
-      for (int32_t h = 0; h < w->group; h++)
-        for (int part = 0; part < 2; part++) {
-          const uattn_state from = part_state(w, part == 0 ? PART_SHARED : PART_UNIQUE, i, h, D);
-          uattn_state to = split_state(job, slot + i, g, h, part);
-          memcpy(to.o, from.o, sizeof(float) * (size_t)D);
-          store_split_state(job, slot + i, g, h, part, &from);
-        }
-  }
-}
-
 static void run_unit(forward_job *job, workspace *w, int32_t unit) {
   const uattn_plan *plan = job->plan;
   int32_t pos, g, split;
   unit_of(job, unit, &pos, &g, &split);
   const int32_t first = plan->item_first[pos], end = first + plan->item_reqs[pos];
+  if (all_heads_item(job, pos)) {
+    if (g == 0) run_decode_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
+    return;
+  }
   if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
     run_rows(job, w, pos, g, split, first, end);
     return;
