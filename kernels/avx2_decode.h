@@ -7,8 +7,12 @@
  *           dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial sums), then one hadd
  *           tree turns the 8 accumulators into the 8 scores;
  *   softmax the panel kernel's softmax_row (mask, soft cap, ALiBi, online rescale);
- *   P V     the panel kernel's register tiles (up to 6 vectors x 16 dims over the keys), each value
- *           vector widened from the cache row as it is used.
+ *   P V     register tiles of up to 4 vectors x 16 dims over the keys, each value vector widened from
+ *           the cache row as it is used.
+ * bf16 rows are widened 16 elements at a time: in a 32-byte load, a shift gives the even elements as f32
+ * and a mask the odd ones (one instruction per 8 floats, where widen8 takes two). The query vectors are put
+ * in that even/odd order once a call, and the output tile is read into it and written back out of it, so
+ * every dot product and sum has the same terms as in natural order.
  * Needs a head dim that is a multiple of 8 (every generated bucket's); the forward uses load + attend
  * otherwise. Include after avx2_body.h. */
 #ifndef UATTN_AVX2_DECODE_H
@@ -37,6 +41,88 @@ AVX2_INLINE void prefetch_row(const char *src, size_t step, int32_t j, int32_t h
 /* Keys ahead of the one being scored that are asked for: the cache rows are cold and, in NHD, a row of
  * heads apart, so the hardware prefetcher alone falls behind. */
 enum { DECODE_AHEAD = 8 };
+
+/* ---- bf16, even/odd --------------------------------------------------------------------------------- */
+
+/* 16 bf16 elements as f32: e = elements 0, 2, .., 14, o = 1, 3, .., 15. */
+AVX2_INLINE void widen16_eo(const void *src, __m256 *e, __m256 *o) {
+  const __m256i x = _mm256_loadu_si256(src);
+  *e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  *o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* 16 floats in natural order to even/odd order, and back. */
+AVX2_INLINE void to_eo(const float *a, __m256 *e, __m256 *o) {
+  const __m256 lo = _mm256_loadu_ps(a), hi = _mm256_loadu_ps(a + 8);
+  const __m256 t1 = _mm256_permute2f128_ps(lo, hi, 0x20), t2 = _mm256_permute2f128_ps(lo, hi, 0x31);
+  *e = _mm256_shuffle_ps(t1, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  *o = _mm256_shuffle_ps(t1, t2, _MM_SHUFFLE(3, 1, 3, 1));
+}
+AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
+  const __m256 u0 = _mm256_unpacklo_ps(e, o), u1 = _mm256_unpackhi_ps(e, o);
+  _mm256_storeu_ps(a, _mm256_permute2f128_ps(u0, u1, 0x20));
+  _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+enum { DECODE_EO_MAX_DIM = 256 }; /* the even/odd path's query copy (larger head dims: widen8) */
+
+/* decode_scores for bf16 with the NB query vectors at qeo in even/odd order (D a multiple of 16). */
+AVX2_INLINE void decode_scores_eo(const int NB, const float *qeo, const int32_t D, const char *k, const char *v,
+                                  size_t step, int32_t lo, int32_t hi, int32_t j0, bool first,
+                                  float (*S)[DECODE_MAX_KEYS]) {
+  const size_t row_bytes = (size_t)D * 2;
+  for (int32_t j = lo; first && j < lo + DECODE_AHEAD; j++) prefetch_row(k, step, j, hi, row_bytes);
+  for (int32_t j = lo; j < hi; j += 2) {
+    if (first)
+      for (int32_t x = j; x < j + 2; x++) {
+        prefetch_row(k, step, x + DECODE_AHEAD, hi, row_bytes);
+        prefetch_row(v, step, x, hi, row_bytes);
+      }
+    const char *r0 = k + (size_t)j * step, *r1 = j + 1 < hi ? r0 + step : r0; /* an odd last key: twice */
+    __m256 a[8];
+    for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < D; d += 16) {
+      __m256 k0e, k0o, k1e, k1o;
+      widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
+      widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
+      for (int i = 0; i < NB; i++) {
+        const __m256 qe = _mm256_load_ps(qeo + (size_t)i * D + d), qo = _mm256_load_ps(qeo + (size_t)i * D + d + 8);
+        a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
+        a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
+      }
+    }
+    _Alignas(32) float s[8];
+    _mm256_store_ps(s, hsum8x8(a));
+    for (int i = 0; i < NB; i++) {
+      S[i][j - j0] = s[2 * i];
+      if (j + 1 < hi) S[i][j + 1 - j0] = s[2 * i + 1];
+    }
+  }
+}
+
+/* decode_pv for bf16: 16 dims (from d, as one 32-byte load a value row) of NB vectors, the tile read into
+ * and written back out of even/odd order. */
+AVX2_INLINE void decode_pv_eo(const int NB, float (*S)[DECODE_MAX_KEYS], int32_t j0, int32_t lo, int32_t hi,
+                              const char *v, size_t step, float *o, const int32_t D, const float *alpha) {
+  __m256 a[4][2];
+  for (int i = 0; i < NB; i++) {
+    to_eo(o + (size_t)i * D, &a[i][0], &a[i][1]);
+    const __m256 s = _mm256_set1_ps(alpha[i]);
+    a[i][0] = _mm256_mul_ps(s, a[i][0]), a[i][1] = _mm256_mul_ps(s, a[i][1]);
+  }
+  for (int32_t j = lo; j < hi; j++) {
+    __m256 ve, vo;
+    widen16_eo(v + (size_t)j * step, &ve, &vo);
+    for (int i = 0; i < NB; i++) {
+      const __m256 p = _mm256_broadcast_ss(S[i] + (j - j0));
+      a[i][0] = _mm256_fmadd_ps(p, ve, a[i][0]);
+      a[i][1] = _mm256_fmadd_ps(p, vo, a[i][1]);
+    }
+  }
+  for (int i = 0; i < NB; i++) from_eo(a[i][0], a[i][1], o + (size_t)i * D);
+}
+
+/* ---- any dtype ---------------------------------------------------------------------------------------- */
 
 /* S[i][j - j0] = <q_i, k_j> for NB <= 4 vectors and keys [lo, hi), key j's row at k + j * step bytes. The
  * first block of vectors (first) also asks for the keys ahead and for the values P V will read. */
@@ -119,7 +205,20 @@ AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t 
   _Alignas(32) float S[4][DECODE_MAX_KEYS];
   for (int i = 0; i < NB; i++) /* the columns softmax_row reads outside [lo, hi): masked, but set */
     for (int32_t j = j0; j < j1; j++) S[i][j - j0] = 0.0f;
-  decode_scores(NB, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
+  const bool eo = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM;
+  if (eo) {
+    _Alignas(32) float qeo[4 * DECODE_EO_MAX_DIM];
+    for (int i = 0; i < NB; i++)
+      for (int32_t d = 0; d < D; d += 16) {
+        __m256 e, o;
+        to_eo(job->q + ((size_t)x0 + i) * D + d, &e, &o);
+        _mm256_store_ps(qeo + (size_t)i * D + d, e);
+        _mm256_store_ps(qeo + (size_t)i * D + d + 8, o);
+      }
+    decode_scores_eo(NB, qeo, D, k, v, step, lo, hi, j0, x0 == 0, S);
+  } else {
+    decode_scores(NB, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
+  }
   float alpha[4];
   for (int i = 0; i < NB; i++) {
     const size_t x = (size_t)x0 + i;
@@ -127,6 +226,10 @@ AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t 
     alpha[i] = softmax_row(S[i], j0, j1, &rule, job->soft_cap, &job->m[x], &job->l[x]);
   }
   float *o = job->o + (size_t)x0 * D;
+  if (eo) {
+    for (int32_t d = 0; d < D; d += 16) decode_pv_eo(NB, S, j0, lo, hi, v + (size_t)d * 2, step, o + d, D, alpha);
+    return;
+  }
   int32_t d = 0;
   for (; d + 16 <= D; d += 16)
     decode_pv(NB, 2, t, S, j0, lo, hi, v + (size_t)d * uattn_dtype_size(t), step, o + d, D, alpha);
