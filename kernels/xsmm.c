@@ -232,8 +232,9 @@ AVX2_INLINE void add_piece(float *S, const float *T, int nb, int32_t m) {
     }
 }
 
-/* Query vectors [x0, x0 + nb) against keys [c0, c1) of the panel. */
-AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, int32_t c0, int32_t c1) {
+/* Query vectors [x0, x0 + nb) (q_i at q + i * ldq) against keys [c0, c1) of the panel. */
+AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, const float *q, int32_t ldq, int32_t c0,
+                                   int32_t c1) {
   const uattn_panel_job *job = c->job;
   const int32_t D = job->head_dim;
   vec_rule rule[XV];
@@ -242,16 +243,6 @@ AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, int3
   if (klo >= khi) return; /* a fully masked tile */
   const int32_t j0 = klo & ~15, j1 = (khi + 7) & ~7; /* as the fused tile: the key panel is zero past count */
   _Alignas(64) float S[XV * XLD], T[XV * XLD];
-  /* the block's queries at an odd number of lines apart, as the panels (a power-of-two D puts the columns
-   * of Q^T that the S kernel walks together onto a few L1 sets: 5-10% at D 256) */
-  const float *q = job->q + (size_t)x0 * D;
-  int32_t ldq = D;
-  _Alignas(64) float Q[XV * (QPAD_MAX_D + 16)]; /* odd_lines(D) <= D + 16 */
-  if (D <= QPAD_MAX_D && odd_lines(D) != D) {
-    ldq = odd_lines(D);
-    for (int i = 0; i < nb; i++) memcpy(Q + (size_t)i * ldq, q + (size_t)i * D, sizeof(float) * (size_t)D);
-    q = Q;
-  }
   /* S^T = K Q^T, DB dims at a time */
   for (int32_t d0 = 0; d0 < D; d0 += DB) {
     const xsmm_shape s = {j1 - j0, nb, D - d0 < DB ? D - d0 : DB, c->P, ldq, XLD, 0};
@@ -287,15 +278,25 @@ AVX2_TARGET void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_key
   if (kmax <= 0) return;
   const attend_ctx c = {job, align64c(job->keys), align64c(job->values), key_stride(panel_keys),
                         value_stride(job->head_dim)};
-  /* blocks of at most XV vectors, as even as they go */
-  const int32_t n = job->rows * job->group, blocks = (n + XV - 1) / XV, small = n / blocks, big = n % blocks;
-  for (int32_t c0 = 0; c0 < kmax; c0 += XK) {
-    const int32_t c1 = kmax - c0 < XK ? kmax : c0 + XK;
-    for (int32_t b = 0, x0 = 0; b < blocks; b++) {
-      const int nb = small + (b < big);
-      xsmm_block(&c, x0, nb, c0, c1);
-      x0 += nb;
+  /* blocks of at most XV vectors, as even as they go, each through every chunk of keys in turn: its
+   * queries and outputs stay in L1 while the panels stream from L2 (a job of a 512-row causal slice has
+   * 2 MB of them, the panels of a 128-key chunk 128 KB) */
+  const int32_t D = job->head_dim, n = job->rows * job->group, blocks = (n + XV - 1) / XV;
+  const int32_t small = n / blocks, big = n % blocks;
+  for (int32_t b = 0, x0 = 0; b < blocks; b++) {
+    const int nb = small + (b < big);
+    /* the block's queries at an odd number of lines apart, as the panels (a power-of-two D puts the columns
+     * of Q^T that the S kernel walks together onto a few L1 sets: 5-10% at D 256) */
+    const float *q = job->q + (size_t)x0 * D;
+    int32_t ldq = D;
+    _Alignas(64) float Q[XV * (QPAD_MAX_D + 16)]; /* odd_lines(D) <= D + 16 */
+    if (D <= QPAD_MAX_D && odd_lines(D) != D) {
+      ldq = odd_lines(D);
+      for (int i = 0; i < nb; i++) memcpy(Q + (size_t)i * ldq, q + (size_t)i * D, sizeof(float) * (size_t)D);
+      q = Q;
     }
+    for (int32_t c0 = 0; c0 < kmax; c0 += XK) xsmm_block(&c, x0, nb, q, ldq, c0, kmax - c0 < XK ? kmax : c0 + XK);
+    x0 += nb;
   }
 }
 
