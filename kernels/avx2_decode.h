@@ -1,7 +1,8 @@
-/* The AVX2 decode kernel: one query row (its group of query vectors) against keys read straight from the
- * cache, widened in registers, with no key or value panel. A decode reads each cache block once, so the
- * panels of avx2_load (a transposed key panel and a value panel, written and then read back) cost more than
- * they save there; here the keys and values go from the cache to the FMAs.
+/* The AVX2 decode kernel: a few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors: a decode, a
+ * short verification) against keys read straight from the cache, widened in registers, with no key or
+ * value panel. Few vectors read each cache block once or a few times, so the panels of avx2_load (a
+ * transposed key panel and a value panel, written and then read back) cost more than they save there;
+ * here the keys and values go from the cache to the FMAs, 4 vectors a pass.
  *
  *   scores  two keys at a time against up to 4 query vectors: 8 accumulators of 8 lanes over the head
  *           dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial sums), then one hadd
@@ -198,9 +199,14 @@ AVX2_INLINE void decode_pv(const int NB, const int W, uattn_dtype t, float (*S)[
     }
 }
 
-/* Vectors [x0, x0 + NB) of the row (NB <= 4) against its keys [lo, hi). */
+/* Vectors [x0, x0 + NB) of the job (NB <= 4), each with its row's rule, against the keys any of them
+ * sees. The first block also asks for the keys and values ahead; the others find them in L1/L2. */
 AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t x0, uattn_dtype t, const char *k,
-                              const char *v, size_t step, int32_t lo, int32_t hi, const int32_t D) {
+                              const char *v, size_t step, const int32_t D) {
+  vec_rule rule[4];
+  int32_t lo, hi;
+  block_rules(job, x0, NB, 0, job->num_keys, rule, &lo, &hi);
+  if (lo >= hi) return; /* none of the block's vectors sees a key */
   const int32_t j0 = lo & ~7, j1 = (hi + 7) & ~7;
   _Alignas(32) float S[4][DECODE_MAX_KEYS];
   for (int i = 0; i < NB; i++) /* the columns softmax_row reads outside [lo, hi): masked, but set */
@@ -220,11 +226,7 @@ AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t 
     decode_scores(NB, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
   }
   float alpha[4];
-  for (int i = 0; i < NB; i++) {
-    const size_t x = (size_t)x0 + i;
-    const vec_rule rule = {lo, hi, job->key_pos0 - job->query_pos[0], job->alibi ? job->alibi[x] : 0.0f};
-    alpha[i] = softmax_row(S[i], j0, j1, &rule, job->soft_cap, &job->m[x], &job->l[x]);
-  }
+  block_softmax(job, x0, NB, rule, S[0], DECODE_MAX_KEYS, j0, j1, alpha);
   float *o = job->o + (size_t)x0 * D;
   if (eo) {
     for (int32_t d = 0; d < D; d += 16) decode_pv_eo(NB, S, j0, lo, hi, v + (size_t)d * 2, step, o + d, D, alpha);
@@ -236,28 +238,22 @@ AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t 
   if (d < D) decode_pv(NB, 1, t, S, j0, lo, hi, v + (size_t)d * uattn_dtype_size(t), step, o + d, D, alpha);
 }
 
-/* The job (one row, keys [0, num_keys) of which the row sees [0, visible[0]) within its window) with key i
- * and value i at k_src / v_src + i * stride elements of dtype. D: the head dim (a multiple of 8), constant
- * where the caller is specialized. */
+/* The job (rows x group <= UATTN_DECODE_MAX_VECTORS vectors; keys [0, num_keys), each row seeing its
+ * visible count within its window) with key i and value i at k_src / v_src + i * stride elements of
+ * dtype. D: the head dim (a multiple of 8), constant where the caller is specialized. */
 AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src,
                                   const void *v_src, size_t stride, const int32_t D) {
-  int32_t hi = job->visible[0] < job->num_keys ? job->visible[0] : job->num_keys, lo = 0;
-  if (job->window > 0) {
-    const int32_t first = job->query_pos[0] - job->window + 1 - job->key_pos0;
-    if (first > lo) lo = first;
-  }
-  if (lo >= hi) return;
   const size_t step = stride * uattn_dtype_size(dtype);
   const char *k = k_src, *v = v_src;
-  /* the group's vectors 4 at a time, as even as they go (6 heads: 3 + 3) */
-  const int32_t n = job->group, blocks = (n + 3) / 4, small = n / blocks, big = n % blocks;
+  /* the vectors 4 at a time, as even as they go (6 heads: 3 + 3) */
+  const int32_t n = job->rows * job->group, blocks = (n + 3) / 4, small = n / blocks, big = n % blocks;
   for (int32_t b = 0, x0 = 0; b < blocks; b++) {
     const int32_t nb = small + (b < big);
     switch (nb) {
-    case 1: decode_block(1, job, x0, dtype, k, v, step, lo, hi, D); break;
-    case 2: decode_block(2, job, x0, dtype, k, v, step, lo, hi, D); break;
-    case 3: decode_block(3, job, x0, dtype, k, v, step, lo, hi, D); break;
-    default: decode_block(4, job, x0, dtype, k, v, step, lo, hi, D); break;
+    case 1: decode_block(1, job, x0, dtype, k, v, step, D); break;
+    case 2: decode_block(2, job, x0, dtype, k, v, step, D); break;
+    case 3: decode_block(3, job, x0, dtype, k, v, step, D); break;
+    default: decode_block(4, job, x0, dtype, k, v, step, D); break;
     }
     x0 += nb;
   }

@@ -22,13 +22,15 @@ typedef struct uattn_kernels {
   void (*attend[UATTN_NUM_PARTS])(const uattn_panel_job *job, int32_t panel_keys);
   /* Floats each panel needs for panel_keys keys (a set may pad). */
   size_t (*panel_floats)(int32_t panel_keys, int32_t head_dim);
-  /* Optional (NULL: load, then attend[UATTN_PART_UNIQUE]): the unique part's one-row jobs straight from the
-   * cache, key and value i at k_src / v_src + i * stride elements of dtype, without panels (job->keys and
-   * values unused). Only for num_keys <= UATTN_DECODE_MAX_KEYS and a head dim that is a multiple of 8. */
+  /* Optional (NULL: load, then attend): jobs of a few rows (decodes, short verifications) straight from
+   * the cache, key and value i at k_src / v_src + i * stride elements of dtype, without panels (job->keys
+   * and values unused). Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <=
+   * UATTN_DECODE_MAX_KEYS and a head dim that is a multiple of 8. */
   void (*decode)(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride);
 } uattn_kernels;
 
 #define UATTN_DECODE_MAX_KEYS 256
+#define UATTN_DECODE_MAX_VECTORS 16
 
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;

@@ -74,15 +74,16 @@ typedef struct case_limits {
   int32_t head_dim;   /* every job's */
   int32_t block_size; /* most jobs load exactly one block of this many keys in the dtype below */
   uattn_dtype dtype;
-  bool one_row; /* jobs of one row (the unique part) */
+  bool decode;  /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
   bool large;   /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
 } case_limits;
 
 static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   memset(c, 0, sizeof *c);
-  c->rows = lim->one_row || test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
+  c->rows = test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
   if (lim->large) c->rows = test_rng_range(rng, 8, 64);
   c->group = test_rng_range(rng, 1, 8);
+  if (lim->decode) c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
   const int32_t dt = test_rng_range(rng, 0, 2);
@@ -183,8 +184,8 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .o = r.o,
       .scores = scores,
   };
-  if (part == UATTN_PART_UNIQUE && set->decode && c->rows == 1 && c->num_keys <= UATTN_DECODE_MAX_KEYS &&
-      c->D % 8 == 0)
+  if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
+      c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0)
     set->decode(&job, c->dtype, c->k_src, c->v_src, c->stride); /* straight from the source, no panels */
   else
     set->attend[part](&job, c->panel_keys);
@@ -443,11 +444,12 @@ Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
   cr_assert(qk > 0 && pv > 0, "%d entries, %d for S, %d for P V", entries, qk, pv);
 }
 
-/* The decode kernel (one row straight from the cache) on one-row jobs of every shape it takes. */
+/* The decode kernel (a few rows straight from the cache) on jobs of every shape it takes: one row half the
+ * time, else up to UATTN_DECODE_MAX_VECTORS vectors. */
 Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
   need_avx2();
-  const case_limits one_row = {.one_row = true};
-  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &one_row, 1500 / SPARSE, 20261121);
+  const case_limits few_rows = {.decode = true};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
 }
 
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
@@ -469,12 +471,17 @@ ParameterizedTestParameters(buckets, match_portable_on_random_jobs) {
 }
 
 /* Every part of every generated bucket against the portable set, on random jobs of the bucket's head dim,
- * mostly whole blocks of its block size and dtype (the unique part: one row a job). */
+ * mostly whole blocks of its block size and dtype (the unique part: the decode kernel's jobs of a few rows). */
 ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = 300) {
   const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
   if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
-  const case_limits lim = {b->head_dim, b->block_size, b->dtype, param->part == UATTN_PART_UNIQUE};
-  check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, 60 / SPARSE + 4,
+  const bool decode = param->part == UATTN_PART_UNIQUE;
+  const case_limits lim = {b->head_dim, b->block_size, b->dtype, decode};
+  /* the decode kernel's jobs are small, and the worst of a few dozen of them is a noisy figure to hold
+   * against the portable set's: 6 times as many (at D 96, the worst of 64 came out at 1.7x the portable
+   * set's, of 400 and of 1000 at 1.00x) */
+  const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4);
+  check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, cases,
                            1000u + 7u * (uint64_t)param->index + (uint64_t)param->part);
 }
 
