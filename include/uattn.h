@@ -492,10 +492,14 @@ typedef struct uattn_kernel_report {
   /* per part, the function that attends: a bucket's own (uattn_bf16_unique_b128_d128_c0__avx2), or the
    * generic set's name */
   char part_kernel[UATTN_NUM_PARTS][64];
+  /* the function that reads a few rows' keys straight from the cache, without panels ("" when the set has
+   * none): decodes' unique blocks, and on an NHD cache every block of a decode or a short verification */
+  char decode_kernel[64];
   char reason[192]; /* "generated bucket" or, for a fallback, what is missing and what serves instead */
-  /* uattn_last_forward_report only (0 in uattn_describe_kernels): the calls each part's kernel got (0 = the
-   * step had none of that part), the scratch each worker used, and the workers that ran */
+  /* uattn_last_forward_report only (0 in uattn_describe_kernels): the calls each part got (0 = the step had
+   * none of that part) and, of those, the decode kernel's; the scratch each worker used; the workers */
   int64_t part_calls[UATTN_NUM_PARTS];
+  int64_t decode_calls[UATTN_NUM_PARTS];
   size_t workspace_bytes;
   int32_t workers;
 } uattn_kernel_report;

@@ -32,6 +32,11 @@ typedef struct uattn_kernels {
 #define UATTN_DECODE_MAX_KEYS 256
 #define UATTN_DECODE_MAX_VECTORS 16
 
+/* Whether a set's decode kernel takes a layer's cache blocks. */
+static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim) {
+  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0;
+}
+
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;
 

@@ -29,6 +29,8 @@ const bench_case bench_cases[] = {
      true},
     {"shared-prefix", "shared-prefix 64x4k", "64 decodes sharing a 4096-key prefix, 64 keys of their own each",
      4096, {DECODES(64, 4096 + 64, 4096 + 64)}, false},
+    {"spec-decode", "spec-decode 32x2", "32 requests verify 1 draft (2 rows each) over 2048 cached keys", 0,
+     {VERIFY(32, 2048, 2)}, false},
     {"spec-decode", "spec-decode 16x4", "16 requests verify 3 drafts (4 rows each) over 2048 cached keys", 0,
      {VERIFY(16, 2048, 4)}, false},
     {"spec-decode", "spec-decode 16x8", "16 requests verify 7 drafts (8 rows each) over 2048 cached keys", 0,

@@ -179,15 +179,17 @@ static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const u
 
 /* ---- the decode kernel ------------------------------------------------------------------------------ */
 
-/* Whether a decode row's blocks go straight from the cache through the kernel set's decode (kernels.h). */
-static bool decode_kernel_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim) {
-  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0;
+/* Rows of a request an all-heads unit takes (run_all_heads): as many as the decode kernel's jobs hold. */
+static int32_t all_heads_max_rows(const uattn_layer *L) {
+  return UATTN_DECODE_MAX_VECTORS / (L->num_q_heads / L->num_kv_heads);
 }
 
-/* Whether lone decodes run as all-heads units (run_decode_all_heads): on an NHD cache of several KV heads,
- * where one head's keys are a few lines of every row, with the decode kernel. */
+/* Whether short cache-only requests run as all-heads units (run_all_heads): on an NHD cache of several KV
+ * heads, where one head's keys are a few lines of every row, with the decode kernel, and without the
+ * chunked merge of shared blocks (chunk_size, which the panel path keeps). */
 static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && decode_kernel_fits(k, block_size, L->head_dim);
+  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 &&
+         L->chunk_size == 0 && uattn_decode_fits(k, block_size, L->head_dim);
 }
 
 /* ---- workspace ------------------------------------------------------------------------------------- */
@@ -196,9 +198,10 @@ static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32
 typedef struct workspace {
   const uattn_kernels *kern;
   int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
+  int64_t decode_calls[UATTN_NUM_PARTS]; /* of those, the decode kernel's */
   size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
   int32_t tile;      /* query rows per tile (the causal width) */
-  int32_t slots;     /* rows of q, states and visible: the tile's, or one decode row a KV head (all_heads) */
+  int32_t slots;     /* rows of q, states and visible: the tile's, or an all-heads unit's rows of every head */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
   int32_t group;     /* query heads per KV head */
   float *q;          /* [slots, group, D] scaled queries */
@@ -221,7 +224,9 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
   w->kern = k;
   w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
-  w->slots = all_heads_layout(L, k, in->block_size) && L->num_kv_heads > w->tile ? L->num_kv_heads : w->tile;
+  w->slots = w->tile;
+  if (all_heads_layout(L, k, in->block_size) && L->num_kv_heads * all_heads_max_rows(L) > w->slots)
+    w->slots = L->num_kv_heads * all_heads_max_rows(L);
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
   w->panel_floats = k->panel_floats(w->panel, L->head_dim);
@@ -468,7 +473,7 @@ PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
 
 /* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
 static bool decodes_from_cache(const step_ctx *c) {
-  return decode_kernel_fits(c->w->kern, c->in->block_size, c->L->head_dim);
+  return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim);
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
@@ -477,6 +482,7 @@ static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_uniq
   c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
   const uattn_panel_job job = panel_job(c, PART_UNIQUE, row, row + 1, c->in->block_size, u->block_start);
   c->w->calls[UATTN_PART_UNIQUE]++;
+  c->w->decode_calls[UATTN_PART_UNIQUE]++;
   c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
 }
 
@@ -505,29 +511,59 @@ static int32_t all_heads_chunk(const step_ctx *c) {
   return n < c->in->block_size ? n : c->in->block_size;
 }
 
-/* The unique part of an all-heads unit's decode row (c: the ctx of KV head 0; head g's states in slot g). */
-PART_FN void unique_part_all_heads(const step_ctx *c) {
-  const uattn_plan_info *in = c->in;
-  const int32_t row = c->row0, chunk = all_heads_chunk(c);
+/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile; head g's rows from slot g * rows)
+ * against a cache block, into `part`, through the decode kernel: a chunk of keys at a time, for every head
+ * in turn. */
+static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+                            int32_t block_start) {
+  if (row_lo < c->row0) row_lo = c->row0;
+  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
+  int32_t keys = 0; /* the most any of the rows sees */
+  for (int32_t row = row_lo; row < row_hi; row++) {
+    const int32_t u = context_usage(c, row, block_start);
+    if (u > keys) keys = u;
+  }
+  const int32_t chunk = all_heads_chunk(c);
   const size_t esz = uattn_dtype_size(c->cache.dtype);
-  for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
-    const uattn_unique_block *u = &in->unique_blocks[k];
-    if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-    const int32_t usage = context_usage(c, row, u->block_start);
-    for (int32_t k0 = 0; k0 < usage; k0 += chunk) {
-      const int32_t n = usage - k0 < chunk ? usage - k0 : chunk;
-      for (int32_t g = 0; g < c->cache.kv_heads; g++) {
-        step_ctx h = *c;
-        h.kv_head = g, h.slot = g;
-        size_t stride;
-        const size_t off = block_source(&h, u->block, &stride) + (size_t)k0 * stride * esz;
-        c->w->visible[g] = n;
-        const uattn_panel_job job = panel_job(&h, PART_UNIQUE, row, row + 1, n, u->block_start + k0);
-        c->w->calls[UATTN_PART_UNIQUE]++;
-        c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+  for (int32_t k0 = 0; k0 < keys; k0 += chunk) {
+    const int32_t n = keys - k0 < chunk ? keys - k0 : chunk;
+    for (int32_t g = 0; g < c->cache.kv_heads; g++) {
+      step_ctx h = *c;
+      h.kv_head = g, h.slot = g * c->rows;
+      for (int32_t row = row_lo; row < row_hi; row++) {
+        const int32_t v = context_usage(c, row, block_start) - k0;
+        c->w->visible[tile_slot(&h, row)] = v < 0 ? 0 : (v > n ? n : v);
       }
+      size_t stride;
+      const size_t off = block_source(&h, block, &stride) + (size_t)k0 * stride * esz;
+      const uattn_panel_job job = panel_job(&h, part, row_lo, row_hi, n, block_start + k0);
+      c->w->calls[kernel_part(part)]++;
+      c->w->decode_calls[kernel_part(part)]++;
+      c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
     }
   }
+}
+
+/* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
+PART_FN void shared_part_all_heads(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const int32_t *order = c->plan->spans_by_req.data;
+  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+    const uattn_shared_span *sp = &in->shared_spans[order[k]];
+    if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
+    all_heads_block(c, PART_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index],
+                    sp->block_start);
+  }
+}
+
+PART_FN void unique_part_all_heads(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
+    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+      const uattn_unique_block *u = &in->unique_blocks[k];
+      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+      all_heads_block(c, PART_UNIQUE, row, row + 1, u->block, u->block_start);
+    }
 }
 
 static int32_t cross_usage(const step_ctx *c, int32_t row, int32_t block_start) {
@@ -587,7 +623,7 @@ typedef struct forward_job {
   atomic_int node_next[UATTN_MAX_NODES];
   atomic_int next_unit;
   atomic_int out_of_memory;
-  atomic_llong part_calls[UATTN_NUM_PARTS];
+  atomic_llong part_calls[UATTN_NUM_PARTS], decode_calls[UATTN_NUM_PARTS];
   int32_t max_workers; /* workers that take units (a tuning file may ask for fewer than the runtime has) */
 } forward_job;
 
@@ -705,32 +741,36 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   }
 }
 
-/* A decode on an NHD cache, every KV head in one unit, each head's row in its own slot. The unique blocks
- * are read as they lie in the cache, a chunk of keys at a time for every head in turn (a chunk is
- * contiguous: a row holds every head), where a unit of one head would read 256 bytes of every 2 KB row. */
-static void run_decode_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
-  const int32_t Hkv = job->L->num_kv_heads, row = job->plan->info.query_start_loc[r];
+/* A decode or a short verification (request r, its rows all reading the cache) on an NHD cache, every KV
+ * head in one unit, head g's rows from slot g * rows. Its blocks are read as they lie in the cache, a
+ * chunk of keys at a time for every head in turn (a chunk is contiguous: a row holds every head), where a
+ * unit of one head would read 256 bytes of every 2 KB row; the decode kernel takes them straight from the
+ * cache, without panels. */
+static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
+  const uattn_plan_info *in = &job->plan->info;
+  const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
   for (int32_t g = 0; g < Hkv; g++) {
-    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row, 1, g);
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
     begin_tile(job, &c);
-    shared_part(&c);
   }
-  const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row, 1, 0);
+  const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row0, rows, 0);
+  shared_part_all_heads(&c0);
   unique_part_all_heads(&c0);
   for (int32_t g = 0; g < Hkv; g++) {
-    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row, 1, g);
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
     end_tile(job, &c, pos, split);
   }
 }
 
-/* Whether an item runs as one all-heads unit (run_decode_all_heads): a lone decode row over an NHD cache of
- * several KV heads, with the decode kernel. */
+/* Whether an item runs as one all-heads unit (run_all_heads): one request that reads only the cache
+ * (a decode, a verification), of at most all_heads_max_rows rows. */
 static bool all_heads_item(const forward_job *job, int32_t pos) {
   const uattn_plan_info *in = &job->plan->info;
-  const int32_t r = job->plan->item_first[pos];
-  return job->shape.slots >= job->L->num_kv_heads && all_heads_layout(job->L, job->shape.kern, in->block_size) &&
-         job->L->attn_type == UATTN_ATTENTION_DECODER && job->plan->item_reqs[pos] == 1 && !in->is_prompt[r] &&
-         in->query_start_loc[r + 1] - in->query_start_loc[r] == 1;
+  const uattn_layer *L = job->L;
+  const int32_t r = job->plan->item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
+  return L->attn_type == UATTN_ATTENTION_DECODER && all_heads_layout(L, job->shape.kern, in->block_size) &&
+         job->plan->item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
+         rows * L->num_kv_heads <= job->shape.slots;
 }
 
 /* Unit u: the item's position (by cost), the KV head and the split it stands for. */
@@ -753,7 +793,7 @@ static void run_unit(forward_job *job, workspace *w, int32_t unit) {
   unit_of(job, unit, &pos, &g, &split);
   const int32_t first = plan->item_first[pos], end = first + plan->item_reqs[pos];
   if (all_heads_item(job, pos)) {
-    if (g == 0) run_decode_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
+    if (g == 0) run_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
     return;
   }
   if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
@@ -780,7 +820,10 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
       run_unit(job, &w, unit);
     }
   }
-  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_fetch_add(&job->part_calls[p], w.calls[p]);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+    atomic_fetch_add(&job->part_calls[p], w.calls[p]);
+    atomic_fetch_add(&job->decode_calls[p], w.decode_calls[p]);
+  }
 }
 
 /* The merge pass over split requests: each (request, KV head) folds its splits in split order, then the
@@ -859,7 +902,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   uattn_worker_node(rt, 0, &job.num_nodes);
   if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;
   for (int32_t n = 0; n < UATTN_MAX_NODES; n++) atomic_init(&job.node_next[n], 0);
-  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_init(&job.part_calls[p], 0);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_init(&job.part_calls[p], 0), atomic_init(&job.decode_calls[p], 0);
   atomic_init(&job.out_of_memory, 0);
   uattn_runtime_run(rt, reserve_scratch, &job);
   if (atomic_load(&job.out_of_memory))
@@ -873,7 +916,10 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);
   }
-  for (int p = 0; p < UATTN_NUM_PARTS; p++) report.part_calls[p] = atomic_load(&job.part_calls[p]);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+    report.part_calls[p] = atomic_load(&job.part_calls[p]);
+    report.decode_calls[p] = atomic_load(&job.decode_calls[p]);
+  }
   report.workspace_bytes = job.scratch_bytes;
   report.workers = job.max_workers;
   uattn_describe_keep(&report);

@@ -128,6 +128,16 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
   cr_assert_gt(r.part_calls[UATTN_PART_CAUSAL] + r.part_calls[UATTN_PART_SHARED] + r.part_calls[UATTN_PART_UNIQUE], 0);
   if (kind == BATCH_MIXED) cr_assert_gt(r.part_calls[UATTN_PART_CAUSAL], 0, "a mixed step has prompt rows");
   cr_assert_gt(r.workspace_bytes, 0);
+  /* the decode kernel: the bucket's unique-part function; it serves some of each part's calls (never the
+   * causal part's), and on this NHD cache (chunk size 0) every block of a mixed step's decodes */
+  cr_assert_str_eq(r.decode_kernel, r.part_kernel[UATTN_PART_UNIQUE]);
+  int64_t decode_calls = 0;
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+    cr_assert_leq(r.decode_calls[p], r.part_calls[p], "part %d", p);
+    decode_calls += r.decode_calls[p];
+  }
+  cr_assert_eq(r.decode_calls[UATTN_PART_CAUSAL], 0, "prompt rows never go through the decode kernel");
+  if (b->chunk_size == 0 && kind == BATCH_MIXED) cr_assert_gt(decode_calls, 0);
 
   uattn_tensors on_bucket = attention_run_forward(&run, NULL);
   uattn_runtime_config cfg = uattn_runtime_config_default();
