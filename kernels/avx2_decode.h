@@ -67,40 +67,6 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
 
 enum { DECODE_EO_MAX_DIM = 256 }; /* the even/odd path's query copy (larger head dims: widen8) */
 
-/* decode_scores for bf16 with the NB query vectors at qeo in even/odd order (D a multiple of 16). */
-AVX2_INLINE void decode_scores_eo(const int NB, const float *qeo, const int32_t D, const char *k, const char *v,
-                                  size_t step, int32_t lo, int32_t hi, int32_t j0, bool first,
-                                  float (*S)[DECODE_MAX_KEYS]) {
-  const size_t row_bytes = (size_t)D * 2;
-  for (int32_t j = lo; first && j < lo + DECODE_AHEAD; j++) prefetch_row(k, step, j, hi, row_bytes);
-  for (int32_t j = lo; j < hi; j += 2) {
-    if (first)
-      for (int32_t x = j; x < j + 2; x++) {
-        prefetch_row(k, step, x + DECODE_AHEAD, hi, row_bytes);
-        prefetch_row(v, step, x, hi, row_bytes);
-      }
-    const char *r0 = k + (size_t)j * step, *r1 = j + 1 < hi ? r0 + step : r0; /* an odd last key: twice */
-    __m256 a[8];
-    for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < D; d += 16) {
-      __m256 k0e, k0o, k1e, k1o;
-      widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
-      widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
-      for (int i = 0; i < NB; i++) {
-        const __m256 qe = _mm256_load_ps(qeo + (size_t)i * D + d), qo = _mm256_load_ps(qeo + (size_t)i * D + d + 8);
-        a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
-        a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
-      }
-    }
-    _Alignas(32) float s[8];
-    _mm256_store_ps(s, hsum8x8(a));
-    for (int i = 0; i < NB; i++) {
-      S[i][j - j0] = s[2 * i];
-      if (j + 1 < hi) S[i][j + 1 - j0] = s[2 * i + 1];
-    }
-  }
-}
-
 /* decode_pv for bf16: 16 dims (from d, as one 32-byte load a value row) of NB vectors, the tile read into
  * and written back out of even/odd order. */
 AVX2_INLINE void decode_pv_eo(const int NB, float (*S)[DECODE_MAX_KEYS], int32_t j0, int32_t lo, int32_t hi,
@@ -123,13 +89,15 @@ AVX2_INLINE void decode_pv_eo(const int NB, float (*S)[DECODE_MAX_KEYS], int32_t
   for (int i = 0; i < NB; i++) from_eo(a[i][0], a[i][1], o + (size_t)i * D);
 }
 
-/* ---- any dtype ---------------------------------------------------------------------------------------- */
+/* ---- scores and P V ----------------------------------------------------------------------------------- */
 
-/* S[i][j - j0] = <q_i, k_j> for NB <= 4 vectors and keys [lo, hi), key j's row at k + j * step bytes. The
- * first block of vectors (first) also asks for the keys ahead and for the values P V will read. */
-AVX2_INLINE void decode_scores(const int NB, uattn_dtype t, const float *q, const int32_t D, const char *k,
-                               const char *v, size_t step, int32_t lo, int32_t hi, int32_t j0, bool first,
-                               float (*S)[DECODE_MAX_KEYS]) {
+/* S[i][j - j0] = <q_i, k_j> for NB <= 4 vectors and keys [lo, hi), key j's row at k + j * step bytes. EO:
+ * bf16 keys widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16);
+ * else widen8, the vectors in natural order. The first block of vectors (first) also asks for the keys
+ * ahead and for the values P V will read. */
+AVX2_INLINE void decode_scores(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+                               const char *k, const char *v, size_t step, int32_t lo, int32_t hi, int32_t j0,
+                               bool first, float (*S)[DECODE_MAX_KEYS]) {
   const size_t esz = uattn_dtype_size(t), row_bytes = (size_t)D * esz;
   for (int32_t j = lo; first && j < lo + DECODE_AHEAD; j++) prefetch_row(k, step, j, hi, row_bytes);
   for (int32_t j = lo; j < hi; j += 2) {
@@ -141,12 +109,25 @@ AVX2_INLINE void decode_scores(const int NB, uattn_dtype t, const float *q, cons
     const char *r0 = k + (size_t)j * step, *r1 = j + 1 < hi ? r0 + step : r0; /* an odd last key: twice */
     __m256 a[8];
     for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < D; d += 8) {
-      const __m256 k0 = widen8(t, r0 + (size_t)d * esz), k1 = widen8(t, r1 + (size_t)d * esz);
-      for (int i = 0; i < NB; i++) {
-        const __m256 qv = _mm256_loadu_ps(q + (size_t)i * D + d);
-        a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
-        a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
+    if (EO) {
+      for (int32_t d = 0; d < D; d += 16) {
+        __m256 k0e, k0o, k1e, k1o;
+        widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
+        widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
+        for (int i = 0; i < NB; i++) {
+          const __m256 qe = _mm256_load_ps(q + (size_t)i * D + d), qo = _mm256_load_ps(q + (size_t)i * D + d + 8);
+          a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
+          a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
+        }
+      }
+    } else {
+      for (int32_t d = 0; d < D; d += 8) {
+        const __m256 k0 = widen8(t, r0 + (size_t)d * esz), k1 = widen8(t, r1 + (size_t)d * esz);
+        for (int i = 0; i < NB; i++) {
+          const __m256 qv = _mm256_loadu_ps(q + (size_t)i * D + d);
+          a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
+          a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
+        }
       }
     }
     _Alignas(32) float s[8];
@@ -221,9 +202,9 @@ AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t 
         _mm256_store_ps(qeo + (size_t)i * D + d, e);
         _mm256_store_ps(qeo + (size_t)i * D + d + 8, o);
       }
-    decode_scores_eo(NB, qeo, D, k, v, step, lo, hi, j0, x0 == 0, S);
+    decode_scores(NB, true, t, qeo, D, k, v, step, lo, hi, j0, x0 == 0, S);
   } else {
-    decode_scores(NB, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
+    decode_scores(NB, false, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
   }
   float alpha[4];
   block_softmax(job, x0, NB, rule, S[0], DECODE_MAX_KEYS, j0, j1, alpha);
