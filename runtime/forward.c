@@ -297,7 +297,7 @@ typedef struct step_ctx {
 } step_ctx;
 
 /* Where a row of the tile keeps its query, states and visible count in the workspace: the tile's rows in
- * order, from slot 0 or, in an all-heads decode unit, from the KV head's own slot. */
+ * order, from slot 0 or, in an all-heads unit, from KV head g's slot g * rows. */
 static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 + c->slot; }
 
 /* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `part`. */
@@ -476,14 +476,21 @@ static bool decodes_from_cache(const step_ctx *c) {
   return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim);
 }
 
-static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+/* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
+ * keys [k0, k0 + n) of a cache block, into `part`. */
+static void decode_from_cache(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+                              int32_t block_start, int32_t k0, int32_t n) {
   size_t stride;
-  const size_t off = block_source(c, u->block, &stride);
-  c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
-  const uattn_panel_job job = panel_job(c, PART_UNIQUE, row, row + 1, c->in->block_size, u->block_start);
-  c->w->calls[UATTN_PART_UNIQUE]++;
-  c->w->decode_calls[UATTN_PART_UNIQUE]++;
+  const size_t off = block_source(c, block, &stride) + (size_t)k0 * stride * uattn_dtype_size(c->cache.dtype);
+  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, n, block_start + k0);
+  c->w->calls[kernel_part(part)]++;
+  c->w->decode_calls[kernel_part(part)]++;
   c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+}
+
+static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+  c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
+  decode_from_cache(c, PART_UNIQUE, row, row + 1, u->block, u->block_start, 0, c->in->block_size);
 }
 
 PART_FN void unique_part(const step_ctx *c) {
@@ -524,7 +531,6 @@ static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t
     if (u > keys) keys = u;
   }
   const int32_t chunk = all_heads_chunk(c);
-  const size_t esz = uattn_dtype_size(c->cache.dtype);
   for (int32_t k0 = 0; k0 < keys; k0 += chunk) {
     const int32_t n = keys - k0 < chunk ? keys - k0 : chunk;
     for (int32_t g = 0; g < c->cache.kv_heads; g++) {
@@ -534,12 +540,7 @@ static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t
         const int32_t v = context_usage(c, row, block_start) - k0;
         c->w->visible[tile_slot(&h, row)] = v < 0 ? 0 : (v > n ? n : v);
       }
-      size_t stride;
-      const size_t off = block_source(&h, block, &stride) + (size_t)k0 * stride * esz;
-      const uattn_panel_job job = panel_job(&h, part, row_lo, row_hi, n, block_start + k0);
-      c->w->calls[kernel_part(part)]++;
-      c->w->decode_calls[kernel_part(part)]++;
-      c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+      decode_from_cache(&h, part, row_lo, row_hi, block, block_start, k0, n);
     }
   }
 }
