@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,13 +380,14 @@ Test(tuning, report_lists_entries_uses_and_default_buckets) {
 
 typedef struct race {
   uattn_runtime *rt;
-  _Atomic int stop;
+  _Atomic int stop, started;
   _Atomic long found, missed;
   int calls; /* > 0: make exactly this many lookups, then return */
 } race;
 
 static void *finder(void *p) {
   race *r = p;
+  atomic_fetch_add(&r->started, 1);
   for (int i = 0; r->calls ? i < r->calls : !atomic_load(&r->stop); i++) {
     const uattn_tuning_entry *e = uattn_tuning_find(r->rt, 16, 128, UATTN_BF16);
     if (e) {
@@ -404,6 +406,9 @@ Test(tuning, lookups_from_threads_while_files_are_reloaded) {
   race r = {.rt = runtime()};
   pthread_t th[3];
   for (int i = 0; i < 3; i++) cr_assert_eq(pthread_create(&th[i], NULL, finder, &r), 0);
+  /* the reloads start once every finder runs (on a loaded machine they could otherwise all be over first,
+   * and a finder that starts after the stop looks nothing up) */
+  while (atomic_load(&r.started) < 3) sched_yield();
   for (int i = 0; i < 40; i++) CHECK_OK(uattn_runtime_load_tuning(r.rt, i % 4 == 3 ? NULL : p));
   atomic_store(&r.stop, 1);
   for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
