@@ -496,8 +496,9 @@ typedef struct uattn_kernel_report {
    * none): decodes' unique blocks, and on an NHD cache every block of a decode or a short verification */
   char decode_kernel[64];
   char reason[192]; /* "generated bucket" or, for a fallback, what is missing and what serves instead */
-  /* uattn_last_forward_report only (0 in uattn_describe_kernels): the calls each part got (0 = the step had
-   * none of that part) and, of those, the decode kernel's; the scratch each worker used; the workers */
+  /* uattn_last_forward_report only (0 in uattn_describe_kernels): the kernel jobs each part got (0 = the
+   * step had none of that part; a decode call over several KV heads is a job a head) and, of those, the
+   * decode kernel's; the scratch each worker used; the workers */
   int64_t part_calls[UATTN_NUM_PARTS];
   int64_t decode_calls[UATTN_NUM_PARTS];
   size_t workspace_bytes;

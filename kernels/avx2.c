@@ -63,9 +63,10 @@ AVX2_TARGET void uattn_avx2_tanh(const float *x, float *y, size_t n) {
   }
 }
 
-AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src,
-                                    const void *v_src, size_t stride) {
-  avx2_decode_body(job, dtype, k_src, v_src, stride, job->head_dim);
+AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                                    const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                    float *scratch) {
+  avx2_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
 const uattn_kernels uattn_kernels_avx2 = {

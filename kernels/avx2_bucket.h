@@ -22,8 +22,8 @@ void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t
 void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys);
 void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys);
 void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys);
-void BUCKET_DECODE(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src,
-                   size_t stride);
+void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                   const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
 
 AVX2_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
                              int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
@@ -57,12 +57,14 @@ AVX2_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
 
 /* The unique part's decode rows straight from the cache (avx2_decode.h), where the bucket allows it. */
 #if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
-AVX2_TARGET void BUCKET_DECODE(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src,
-                               size_t stride) {
+AVX2_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                               const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                               float *scratch) {
   if (dtype == BUCKET_DTYPE)
-    avx2_decode_body(job, BUCKET_DTYPE, k_src, v_src, stride, BUCKET_HEAD_DIM);
+    avx2_decode_body(job, heads, head_vectors, BUCKET_DTYPE, k_src, v_src, stride, head_stride, scratch,
+                     BUCKET_HEAD_DIM);
   else
-    avx2_decode_body(job, dtype, k_src, v_src, stride, BUCKET_HEAD_DIM);
+    avx2_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, BUCKET_HEAD_DIM);
 }
 #define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
 #else

@@ -1,19 +1,24 @@
-/* The AVX2 decode kernel: a few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors: a decode, a
- * short verification) against keys read straight from the cache, widened in registers, with no key or
- * value panel. Few vectors read each cache block once or a few times, so the panels of avx2_load (a
- * transposed key panel and a value panel, written and then read back) cost more than they save there;
- * here the keys and values go from the cache to the FMAs, 4 vectors a pass.
+/* The AVX2 decode kernel: a few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors a KV head: a
+ * decode, a short verification) of one or several KV heads against keys read straight from the cache,
+ * widened in registers, with no key or value panel. Few vectors read each cache block once or a few
+ * times, so the panels of avx2_load (a transposed key panel and a value panel, written and then read back)
+ * cost more than they save there; here the keys and values go from the cache to the FMAs.
  *
- *   scores  two keys at a time against up to 4 query vectors: 8 accumulators of 8 lanes over the head
- *           dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial sums), then one hadd
- *           tree turns the 8 accumulators into the 8 scores;
- *   softmax the panel kernel's softmax_row (mask, soft cap, ALiBi, online rescale);
- *   P V     register tiles of up to 4 vectors x 16 dims over the keys, each value vector widened from
- *           the cache row as it is used.
+ * Several heads (an NHD cache, whose row holds every head) are taken in the order of the cache's bytes: a
+ * few rows at a time, every head in turn. A head at a time would read 256 bytes of every 2 KB row, a
+ * pattern this machine's prefetchers follow at 60-70% of a sequential read; row order reads as fast as a
+ * sequential read (measured: 11 vs 16 GB/s on one core, no compute).
+ *
+ *   scores  two keys at a time, every head in turn, against up to 4 query vectors: 8 accumulators of 8
+ *           lanes over the head dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial
+ *           sums), then one hadd tree turns the 8 accumulators into the 8 scores;
+ *   softmax the panel kernel's softmax_row (mask, soft cap, ALiBi, online rescale), per head and block;
+ *   P V     PV_TILE keys at a time, every head in turn: register tiles of up to 4 vectors x 16 dims, each
+ *           value vector widened from the cache row as it is used.
  * bf16 rows are widened 16 elements at a time: in a 32-byte load, a shift gives the even elements as f32
  * and a mask the odd ones (one instruction per 8 floats, where widen8 takes two). The query vectors are put
- * in that even/odd order once a call, and the output tile is read into it and written back out of it, so
- * every dot product and sum has the same terms as in natural order.
+ * in that even/odd order once a call, and the outputs are turned into it (and rescaled) before P V and
+ * back after, so every dot product and sum has the same terms as in natural order.
  * Needs a head dim that is a multiple of 8 (every generated bucket's); the forward uses load + attend
  * otherwise. Include after avx2_body.h. */
 #ifndef UATTN_AVX2_DECODE_H
@@ -21,7 +26,11 @@
 
 #include "avx2_body.h"
 
-enum { DECODE_MAX_KEYS = UATTN_DECODE_MAX_KEYS };
+enum {
+  DECODE_AHEAD = 8, /* rows ahead of the two being scored that are asked for */
+  PV_TILE = 8,      /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
+  DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
+};
 
 /* The 8 sums of a[0..7], in order. */
 AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
@@ -30,18 +39,6 @@ AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
   const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3); /* [a0..a3 | a0..a3] halves */
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
-
-/* Asks for the cache lines of row j of a source, when j < hi. */
-AVX2_INLINE void prefetch_row(const char *src, size_t step, int32_t j, int32_t hi, size_t row_bytes) {
-  if (j >= hi) return;
-  const char *r = src + (size_t)j * step;
-  for (size_t b = 0; b < row_bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
-  _mm_prefetch(r + row_bytes - 1, _MM_HINT_T0); /* a row need not start on a line */
-}
-
-/* Keys ahead of the one being scored that are asked for: the cache rows are cold and, in NHD, a row of
- * heads apart, so the hardware prefetcher alone falls behind. */
-enum { DECODE_AHEAD = 8 };
 
 /* ---- bf16, even/odd --------------------------------------------------------------------------------- */
 
@@ -65,91 +62,99 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
   _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-enum { DECODE_EO_MAX_DIM = 256 }; /* the even/odd path's query copy (larger head dims: widen8) */
+/* ---- one call's shape ---------------------------------------------------------------------------------- */
 
-/* decode_pv for bf16: 16 dims (from d, as one 32-byte load a value row) of NB vectors, the tile read into
- * and written back out of even/odd order. */
-AVX2_INLINE void decode_pv_eo(const int NB, float (*S)[DECODE_MAX_KEYS], int32_t j0, int32_t lo, int32_t hi,
-                              const char *v, size_t step, float *o, const int32_t D, const float *alpha) {
-  __m256 a[4][2];
-  for (int i = 0; i < NB; i++) {
-    to_eo(o + (size_t)i * D, &a[i][0], &a[i][1]);
-    const __m256 s = _mm256_set1_ps(alpha[i]);
-    a[i][0] = _mm256_mul_ps(s, a[i][0]), a[i][1] = _mm256_mul_ps(s, a[i][1]);
-  }
-  for (int32_t j = lo; j < hi; j++) {
-    __m256 ve, vo;
-    widen16_eo(v + (size_t)j * step, &ve, &vo);
-    for (int i = 0; i < NB; i++) {
-      const __m256 p = _mm256_broadcast_ss(S[i] + (j - j0));
-      a[i][0] = _mm256_fmadd_ps(p, ve, a[i][0]);
-      a[i][1] = _mm256_fmadd_ps(p, vo, a[i][1]);
-    }
-  }
-  for (int i = 0; i < NB; i++) from_eo(a[i][0], a[i][1], o + (size_t)i * D);
+/* What every head of a call shares: the vectors' blocks (4 at a time, as even as they go: 6 = 3 + 3), the
+ * keys each block sees (the rows, visible counts and window are the same for every head), and where the
+ * heads' data lie. */
+typedef struct decode_shape {
+  int32_t heads, n, blocks, nb[4], x0[4], lo[4], hi[4];
+  int32_t LO, HI, j0, W; /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
+  size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
+  size_t share;                 /* bytes of span each head asks for (whole lines) */
+  size_t hv, hq; /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
+  bool eo;                      /* bf16 widened into even/odd halves */
+} decode_shape;
+
+/* Head g's view of the job (decode in kernels.h: head g's vectors, states and slopes follow head g - 1's). */
+AVX2_INLINE uattn_panel_job head_job(const uattn_panel_job *job, const decode_shape *s, int32_t g) {
+  uattn_panel_job h = *job;
+  h.q += (size_t)g * s->hq, h.o += (size_t)g * s->hq;
+  h.m += (size_t)g * s->hv, h.l += (size_t)g * s->hv;
+  if (h.alibi) h.alibi += (size_t)g * job->group;
+  return h;
+}
+
+/* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
+ * every head in turn is asked for a share at a time, as each head runs, so the requests go out in the row's
+ * order and are spread over the step. */
+AVX2_INLINE void prefetch_share(const decode_shape *s, const char *row, int32_t g) {
+  const size_t a = (size_t)g * s->share, b = a + s->share < s->span ? a + s->share : s->span;
+  for (uintptr_t x = ((uintptr_t)row + a) & ~(uintptr_t)63; x < (uintptr_t)row + b; x += 64)
+    _mm_prefetch((const char *)x, _MM_HINT_T0);
 }
 
 /* ---- scores and P V ----------------------------------------------------------------------------------- */
 
-/* S[i][j - j0] = <q_i, k_j> for NB <= 4 vectors and keys [lo, hi), key j's row at k + j * step bytes. EO:
- * bf16 keys widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16);
- * else widen8, the vectors in natural order. The first block of vectors (first) also asks for the keys
- * ahead and for the values P V will read. */
-AVX2_INLINE void decode_scores(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
-                               const char *k, const char *v, size_t step, int32_t lo, int32_t hi, int32_t j0,
-                               bool first, float (*S)[DECODE_MAX_KEYS]) {
-  const size_t esz = uattn_dtype_size(t), row_bytes = (size_t)D * esz;
-  for (int32_t j = lo; first && j < lo + DECODE_AHEAD; j++) prefetch_row(k, step, j, hi, row_bytes);
-  for (int32_t j = lo; j < hi; j += 2) {
-    if (first)
-      for (int32_t x = j; x < j + 2; x++) {
-        prefetch_row(k, step, x + DECODE_AHEAD, hi, row_bytes);
-        prefetch_row(v, step, x, hi, row_bytes);
-      }
-    const char *r0 = k + (size_t)j * step, *r1 = j + 1 < hi ? r0 + step : r0; /* an odd last key: twice */
-    __m256 a[8];
-    for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
-    if (EO) {
-      for (int32_t d = 0; d < D; d += 16) {
-        __m256 k0e, k0o, k1e, k1o;
-        widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
-        widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
-        for (int i = 0; i < NB; i++) {
-          const __m256 qe = _mm256_load_ps(q + (size_t)i * D + d), qo = _mm256_load_ps(q + (size_t)i * D + d + 8);
-          a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
-          a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
-        }
-      }
-    } else {
-      for (int32_t d = 0; d < D; d += 8) {
-        const __m256 k0 = widen8(t, r0 + (size_t)d * esz), k1 = widen8(t, r1 + (size_t)d * esz);
-        for (int i = 0; i < NB; i++) {
-          const __m256 qv = _mm256_loadu_ps(q + (size_t)i * D + d);
-          a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
-          a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
-        }
+/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as s[2 i], s[2 i + 1]. EO: bf16 keys
+ * widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16); else widen8,
+ * the vectors in natural order. */
+AVX2_INLINE void scores_pair(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+                             const char *r0, const char *r1, float *s) {
+  const size_t esz = uattn_dtype_size(t);
+  __m256 a[8];
+  for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
+  if (EO) {
+    for (int32_t d = 0; d < D; d += 16) {
+      __m256 k0e, k0o, k1e, k1o;
+      widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
+      widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
+      for (int i = 0; i < NB; i++) {
+        const __m256 qe = _mm256_loadu_ps(q + (size_t)i * D + d), qo = _mm256_loadu_ps(q + (size_t)i * D + d + 8);
+        a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
+        a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
       }
     }
-    _Alignas(32) float s[8];
-    _mm256_store_ps(s, hsum8x8(a));
-    for (int i = 0; i < NB; i++) {
-      S[i][j - j0] = s[2 * i];
-      if (j + 1 < hi) S[i][j + 1 - j0] = s[2 * i + 1];
+  } else {
+    for (int32_t d = 0; d < D; d += 8) {
+      const __m256 k0 = widen8(t, r0 + (size_t)d * esz), k1 = widen8(t, r1 + (size_t)d * esz);
+      for (int i = 0; i < NB; i++) {
+        const __m256 qv = _mm256_loadu_ps(q + (size_t)i * D + d);
+        a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
+        a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
+      }
     }
   }
+  _mm256_store_ps(s, hsum8x8(a));
 }
 
-/* 16 dims (from d) of o_i = alpha_i o_i + sum_{j in [lo, hi)} P[i][j - j0] v_j for NB vectors, value j's
- * row at v + j * step bytes: per key, two widened value vectors serve NB broadcasts and 2 NB FMAs (split
- * over CHAINS(NB) chains for small NB, as in pv_part). W = 1: 8 dims. */
-AVX2_INLINE void decode_pv(const int NB, const int W, uattn_dtype t, float (*S)[DECODE_MAX_KEYS], int32_t j0,
-                           int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D,
-                           const float *alpha) {
+/* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
+ * o_i at o + i * D in even/odd order), value j's bf16 row at v + j * step bytes. */
+AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int32_t lo, int32_t hi, const char *v,
+                       size_t step, float *o, const int32_t D) {
+  __m256 a[4][2];
+  for (int i = 0; i < NB; i++) a[i][0] = _mm256_loadu_ps(o + (size_t)i * D), a[i][1] = _mm256_loadu_ps(o + i * D + 8);
+  for (int32_t j = lo; j < hi; j++) {
+    __m256 ve, vo;
+    widen16_eo(v + (size_t)j * step, &ve, &vo);
+    for (int i = 0; i < NB; i++) {
+      const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j - j0));
+      a[i][0] = _mm256_fmadd_ps(p, ve, a[i][0]);
+      a[i][1] = _mm256_fmadd_ps(p, vo, a[i][1]);
+    }
+  }
+  for (int i = 0; i < NB; i++) _mm256_storeu_ps(o + (size_t)i * D, a[i][0]), _mm256_storeu_ps(o + i * D + 8, a[i][1]);
+}
+
+/* pv_eo in natural order, any dtype: 16 dims (W = 2) or 8 (W = 1), split over CHAINS(NB) chains of keys
+ * for small NB, as in pv_part. */
+AVX2_INLINE void pv_natural(const int NB, const int W, uattn_dtype t, const float *S, int32_t ld, int32_t j0,
+                            int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
   const int C = CHAINS(NB);
   __m256 a[4][QB][2];
   for (int i = 0; i < NB; i++)
     for (int w = 0; w < W; w++) {
-      a[0][i][w] = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), _mm256_loadu_ps(o + (size_t)i * D + 8 * w));
+      a[0][i][w] = _mm256_loadu_ps(o + (size_t)i * D + 8 * w);
       for (int c = 1; c < C; c++) a[c][i][w] = _mm256_setzero_ps();
     }
   const size_t wstep = 8 * uattn_dtype_size(t);
@@ -160,14 +165,14 @@ AVX2_INLINE void decode_pv(const int NB, const int W, uattn_dtype t, float (*S)[
       __m256 vv[2];
       for (int w = 0; w < W; w++) vv[w] = widen8(t, r + w * wstep);
       for (int i = 0; i < NB; i++) {
-        const __m256 p = _mm256_broadcast_ss(S[i] + (j + c - j0));
+        const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j + c - j0));
         for (int w = 0; w < W; w++) a[c][i][w] = _mm256_fmadd_ps(p, vv[w], a[c][i][w]);
       }
     }
   for (; j < hi; j++) {
     const char *r = v + (size_t)j * step;
     for (int i = 0; i < NB; i++) {
-      const __m256 p = _mm256_broadcast_ss(S[i] + (j - j0));
+      const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j - j0));
       for (int w = 0; w < W; w++) a[0][i][w] = _mm256_fmadd_ps(p, widen8(t, r + w * wstep), a[0][i][w]);
     }
   }
@@ -180,64 +185,175 @@ AVX2_INLINE void decode_pv(const int NB, const int W, uattn_dtype t, float (*S)[
     }
 }
 
-/* Vectors [x0, x0 + NB) of the job (NB <= 4), each with its row's rule, against the keys any of them
- * sees. The first block also asks for the keys and values ahead; the others find them in L1/L2. */
-AVX2_INLINE void decode_block(const int NB, const uattn_panel_job *job, int32_t x0, uattn_dtype t, const char *k,
-                              const char *v, size_t step, const int32_t D) {
-  vec_rule rule[4];
-  int32_t lo, hi;
-  block_rules(job, x0, NB, 0, job->num_keys, rule, &lo, &hi);
-  if (lo >= hi) return; /* none of the block's vectors sees a key */
-  const int32_t j0 = lo & ~7, j1 = (hi + 7) & ~7;
-  _Alignas(32) float S[4][DECODE_MAX_KEYS];
-  for (int i = 0; i < NB; i++) /* the columns softmax_row reads outside [lo, hi): masked, but set */
-    for (int32_t j = j0; j < j1; j++) S[i][j - j0] = 0.0f;
-  const bool eo = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM;
-  if (eo) {
-    _Alignas(32) float qeo[4 * DECODE_EO_MAX_DIM];
-    for (int i = 0; i < NB; i++)
-      for (int32_t d = 0; d < D; d += 16) {
-        __m256 e, o;
-        to_eo(job->q + ((size_t)x0 + i) * D + d, &e, &o);
-        _mm256_store_ps(qeo + (size_t)i * D + d, e);
-        _mm256_store_ps(qeo + (size_t)i * D + d + 8, o);
-      }
-    decode_scores(NB, true, t, qeo, D, k, v, step, lo, hi, j0, x0 == 0, S);
-  } else {
-    decode_scores(NB, false, t, job->q + (size_t)x0 * D, D, k, v, step, lo, hi, j0, x0 == 0, S);
-  }
-  float alpha[4];
-  block_softmax(job, x0, NB, rule, S[0], DECODE_MAX_KEYS, j0, j1, alpha);
-  float *o = job->o + (size_t)x0 * D;
-  if (eo) {
-    for (int32_t d = 0; d < D; d += 16) decode_pv_eo(NB, S, j0, lo, hi, v + (size_t)d * 2, step, o + d, D, alpha);
+/* Keys [lo, hi) of one block of NB vectors of one head into its outputs o (P at S, ld). */
+AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const float *S, int32_t lo,
+                          int32_t hi, const char *v, float *o, const int32_t D) {
+  const size_t esz = uattn_dtype_size(t);
+  int32_t d = 0;
+  if (s->eo) {
+    for (; d < D; d += 16) pv_eo(NB, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
     return;
   }
-  int32_t d = 0;
-  for (; d + 16 <= D; d += 16)
-    decode_pv(NB, 2, t, S, j0, lo, hi, v + (size_t)d * uattn_dtype_size(t), step, o + d, D, alpha);
-  if (d < D) decode_pv(NB, 1, t, S, j0, lo, hi, v + (size_t)d * uattn_dtype_size(t), step, o + d, D, alpha);
+  for (; d + 16 <= D; d += 16) pv_natural(NB, 2, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
+  if (d < D) pv_natural(NB, 1, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
 }
 
-/* The job (rows x group <= UATTN_DECODE_MAX_VECTORS vectors; keys [0, num_keys), each row seeing its
- * visible count within its window) with key i and value i at k_src / v_src + i * stride elements of
- * dtype. D: the head dim (a multiple of 8), constant where the caller is specialized. */
-AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src,
-                                  const void *v_src, size_t stride, const int32_t D) {
-  const size_t step = stride * uattn_dtype_size(dtype);
-  const char *k = k_src, *v = v_src;
-  /* the vectors 4 at a time, as even as they go (6 heads: 3 + 3) */
-  const int32_t n = job->rows * job->group, blocks = (n + 3) / 4, small = n / blocks, big = n % blocks;
-  for (int32_t b = 0, x0 = 0; b < blocks; b++) {
-    const int32_t nb = small + (b < big);
-    switch (nb) {
-    case 1: decode_block(1, job, x0, dtype, k, v, step, D); break;
-    case 2: decode_block(2, job, x0, dtype, k, v, step, D); break;
-    case 3: decode_block(3, job, x0, dtype, k, v, step, D); break;
-    default: decode_block(4, job, x0, dtype, k, v, step, D); break;
+/* ---- the kernel ---------------------------------------------------------------------------------------- */
+
+/* The call's shape; false when no vector sees a key. */
+AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                 size_t stride, size_t head_stride, const int32_t D, decode_shape *s) {
+  const size_t esz = uattn_dtype_size(t);
+  s->heads = heads, s->n = job->rows * job->group;
+  s->blocks = (s->n + 3) / 4;
+  const int32_t small = s->n / s->blocks, big = s->n % s->blocks;
+  s->LO = INT32_MAX, s->HI = INT32_MIN;
+  for (int32_t b = 0, x0 = 0; b < s->blocks; b++) {
+    vec_rule rule[4];
+    s->nb[b] = small + (b < big), s->x0[b] = x0;
+    block_rules(job, x0, s->nb[b], 0, job->num_keys, rule, &s->lo[b], &s->hi[b]);
+    if (s->lo[b] < s->hi[b]) {
+      if (s->lo[b] < s->LO) s->LO = s->lo[b];
+      if (s->hi[b] > s->HI) s->HI = s->hi[b];
     }
-    x0 += nb;
+    x0 += s->nb[b];
   }
+  if (s->LO >= s->HI) return false;
+  s->j0 = s->LO & ~7, s->W = ((s->HI + 7) & ~7) - s->j0;
+  s->step = stride * esz, s->head_step = head_stride * esz;
+  s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
+  s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
+  s->hv = head_vectors, s->hq = head_vectors * (size_t)D;
+  s->eo = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM;
+  return true;
+}
+
+/* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
+ * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The columns softmax_row reads
+ * outside [LO, HI) are masked, but set. The rows ahead are asked for a head's share at a time, and after
+ * the last keys the first values. */
+AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
+                               const char *k, const char *v, float *S, const int32_t D) {
+  const int32_t heads = s->heads, n = s->n;
+  for (size_t x = 0; x < (size_t)heads * n; x++) {
+    float *row = S + x * s->W;
+    for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
+    for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
+  }
+  for (int32_t j = s->LO; j < s->LO + DECODE_AHEAD && j < s->HI; j++)
+    for (int32_t g = 0; g < heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
+  for (int32_t j = s->LO; j < s->HI; j += 2) {
+    const char *r0 = k + (size_t)j * s->step, *r1 = j + 1 < s->HI ? r0 + s->step : r0; /* an odd last key: twice */
+    for (int32_t g = 0; g < heads; g++) {
+      for (int32_t x = j + DECODE_AHEAD; x < j + DECODE_AHEAD + 2; x++)
+        prefetch_share(s, x < s->HI ? k + (size_t)x * s->step : v + (size_t)(x - s->HI + s->LO) * s->step, g);
+      const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
+        _Alignas(32) float p[8];
+        switch (s->nb[b]) {
+        case 1: scores_pair(1, EO, t, qb, D, g0, g1, p); break;
+        case 2: scores_pair(2, EO, t, qb, D, g0, g1, p); break;
+        case 3: scores_pair(3, EO, t, qb, D, g0, g1, p); break;
+        default: scores_pair(4, EO, t, qb, D, g0, g1, p); break;
+        }
+        float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
+        for (int i = 0; i < s->nb[b]; i++) {
+          Sb[(size_t)i * s->W] = p[2 * i];
+          if (j + 1 < s->HI) Sb[(size_t)i * s->W + 1] = p[2 * i + 1];
+        }
+      }
+    }
+  }
+}
+
+/* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha and, for
+ * even/odd P V, put in that order. */
+AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
+  for (int32_t g = 0; g < s->heads; g++) {
+    const uattn_panel_job h = head_job(job, s, g);
+    for (int32_t b = 0; b < s->blocks; b++) {
+      vec_rule rule[4];
+      int32_t lo, hi;
+      float alpha[4];
+      block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
+      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0,
+                    s->j0 + s->W, alpha);
+      for (int i = 0; i < s->nb[b]; i++) {
+        float *o = h.o + (size_t)(s->x0[b] + i) * D;
+        const __m256 a = _mm256_set1_ps(alpha[i]);
+        if (s->eo)
+          for (int32_t d = 0; d < D; d += 16) {
+            __m256 e, od;
+            to_eo(o + d, &e, &od);
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(a, e)), _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(a, od));
+          }
+        else if (alpha[i] != 1.0f)
+          for (int32_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(a, _mm256_loadu_ps(o + d)));
+      }
+    }
+  }
+}
+
+/* P V of every head and block, PV_TILE rows at a time, every head in turn (the next tile asked for a head's
+ * share at a time); even/odd outputs back in natural order at the end. */
+AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
+                           const float *S, const int32_t D) {
+  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
+    for (int32_t g = 0; g < s->heads; g++) {
+      for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++)
+        prefetch_share(s, v + (size_t)x * s->step, g);
+      const char *vg = v + (size_t)g * s->head_step;
+      float *og = job->o + (size_t)g * s->hq;
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b], hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
+        if (lo >= hi) continue;
+        const float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W;
+        float *ob = og + (size_t)s->x0[b] * D;
+        switch (s->nb[b]) {
+        case 1: pv_block(1, s, t, Sb, lo, hi, vg, ob, D); break;
+        case 2: pv_block(2, s, t, Sb, lo, hi, vg, ob, D); break;
+        case 3: pv_block(3, s, t, Sb, lo, hi, vg, ob, D); break;
+        default: pv_block(4, s, t, Sb, lo, hi, vg, ob, D); break;
+        }
+      }
+    }
+  if (s->eo)
+    for (int32_t g = 0; g < s->heads; g++)
+      for (int32_t x = 0; x < s->n; x++)
+        for (int32_t d = 0; d < D; d += 16) {
+          float *o = job->o + g * s->hq + (size_t)x * D + d;
+          from_eo(_mm256_loadu_ps(o), _mm256_loadu_ps(o + 8), o);
+        }
+}
+
+/* decode in kernels.h: `heads` KV heads of the job, head g's key and value i at k_src / v_src + i * stride +
+ * g * head_stride elements of dtype, its vectors and states head_vectors after head g - 1's; scratch:
+ * uattn_decode_scratch_floats, 32-byte aligned. D: the head dim (a multiple of 8), constant where the
+ * caller is specialized. */
+AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                  float *scratch, const int32_t D) {
+  decode_shape s;
+  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  /* scratch: the query vectors in even/odd order [heads][n][D], then the scores S [heads][n][W] */
+  const int32_t n = s.n;
+  float *qeo = scratch, *S = scratch + (size_t)heads * n * D;
+  if (s.eo) {
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++)
+        for (int32_t d = 0; d < D; d += 16) {
+          __m256 e, o;
+          to_eo(job->q + g * s.hq + (size_t)x * D + d, &e, &o);
+          float *dst = qeo + ((size_t)g * n + x) * D + d;
+          _mm256_store_ps(dst, e), _mm256_store_ps(dst + 8, o);
+        }
+    decode_scores(true, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+  } else {
+    decode_scores(false, &s, t, job->q, s.hq, k_src, v_src, S, D);
+  }
+  decode_softmax(job, &s, S, D);
+  decode_pv(job, &s, t, v_src, S, D);
 }
 
 #endif

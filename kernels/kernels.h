@@ -23,18 +23,29 @@ typedef struct uattn_kernels {
   /* Floats each panel needs for panel_keys keys (a set may pad). */
   size_t (*panel_floats)(int32_t panel_keys, int32_t head_dim);
   /* Optional (NULL: load, then attend): jobs of a few rows (decodes, short verifications) straight from
-   * the cache, key and value i at k_src / v_src + i * stride elements of dtype, without panels (job->keys
-   * and values unused). Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <=
-   * UATTN_DECODE_MAX_KEYS and a head dim that is a multiple of 8. */
-  void (*decode)(const uattn_panel_job *job, uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride);
+   * the cache, without panels (job->keys, values and scores unused), for `heads` KV heads at once: head g's
+   * key and value i at k_src / v_src + i * stride + g * head_stride elements of dtype, its query vectors
+   * and states head_vectors vectors after head g - 1's (q and o + g * head_vectors * head_dim, m and l + g *
+   * head_vectors), its slopes at alibi + g * group; every head's rows see the same keys. Each head's result
+   * is the one a call for that head alone gives, bit for bit. scratch: uattn_decode_scratch_floats floats,
+   * 32-byte aligned. Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <= UATTN_DECODE_MAX_KEYS
+   * and a head dim that is a multiple of 8. */
+  void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                 const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
 } uattn_kernels;
 
 #define UATTN_DECODE_MAX_KEYS 256
 #define UATTN_DECODE_MAX_VECTORS 16
 
-/* Whether a set's decode kernel takes a layer's cache blocks. */
-static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim) {
-  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0;
+/* Scratch floats a decode call of `heads` heads of `vectors` query vectors each needs (the vectors in the
+ * kernel's order, their scores). */
+static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors, int32_t head_dim) {
+  return (size_t)heads * (size_t)vectors * ((size_t)head_dim + UATTN_DECODE_MAX_KEYS);
+}
+
+/* Whether a set's decode kernel takes a layer's cache blocks, for a decode row of `group` query heads. */
+static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
+  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
 }
 
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */

@@ -22,7 +22,8 @@ const uattn_kernels *uattn_describe_choose(const uattn_layer *L, int32_t block_s
   r->kernel_set = set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
     snprintf(r->part_kernel[p], sizeof r->part_kernel[p], "%s", bucket ? bucket->part_names[p] : set->name);
-  if (uattn_decode_fits(set, block_size, L->head_dim)) /* a bucket's unique part is its decode kernel */
+  /* a bucket's unique part is its decode kernel */
+  if (uattn_decode_fits(set, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads))
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", bucket ? bucket->part_names[UATTN_PART_UNIQUE] : set->name);
   return set;
 }

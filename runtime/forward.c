@@ -189,7 +189,8 @@ static int32_t all_heads_max_rows(const uattn_layer *L) {
  * chunked merge of shared blocks (chunk_size, which the panel path keeps). */
 static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
   return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 &&
-         L->chunk_size == 0 && uattn_decode_fits(k, block_size, L->head_dim);
+         L->chunk_size == 0 &&
+         uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
 }
 
 /* ---- workspace ------------------------------------------------------------------------------------- */
@@ -200,10 +201,12 @@ typedef struct workspace {
   int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
   int64_t decode_calls[UATTN_NUM_PARTS]; /* of those, the decode kernel's */
   size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
+  size_t decode_floats; /* the decode kernel's scratch (0: the set's decode kernel does not run) */
   int32_t tile;      /* query rows per tile (the causal width) */
   int32_t slots;     /* rows of q, states and visible: the tile's, or an all-heads unit's rows of every head */
   int32_t panel;     /* keys per panel: max(block_size, tile) */
   int32_t group;     /* query heads per KV head */
+  float *decode_scratch; /* [decode_floats], first: the kernel wants it 32-byte aligned */
   float *q;          /* [slots, group, D] scaled queries */
   float *keys, *values; /* [panel, D] */
   float *scores;     /* [panel] */
@@ -230,17 +233,26 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
   w->panel_floats = k->panel_floats(w->panel, L->head_dim);
+  w->decode_floats = 0;
+  if (uattn_decode_fits(k, in->block_size, L->head_dim, w->group)) {
+    const bool all = all_heads_layout(L, k, in->block_size);
+    w->decode_floats = uattn_decode_scratch_floats(all ? L->num_kv_heads : 1,
+                                                   all ? all_heads_max_rows(L) * w->group : w->group, L->head_dim);
+    w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
+  }
 }
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) * (tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D + NUM_PARTS * tg * 2) +
+  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D +
+                          NUM_PARTS * tg * 2) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
 static void workspace_carve(workspace *w, void *memory, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
   float *f = memory;
+  w->decode_scratch = f, f += w->decode_floats;
   w->q = f, f += tg * D;
   w->keys = f, f += w->panel_floats;
   w->values = f, f += w->panel_floats;
@@ -473,24 +485,26 @@ PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
 
 /* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
 static bool decodes_from_cache(const step_ctx *c) {
-  return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim);
+  return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
 }
 
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
- * keys [k0, k0 + n) of a cache block, into `part`. */
+ * the first n keys of a cache block, into `part`, for `heads` KV heads from the tile's (an all-heads unit's
+ * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
 static void decode_from_cache(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
-                              int32_t block_start, int32_t k0, int32_t n) {
+                              int32_t block_start, int32_t n, int32_t heads) {
   size_t stride;
-  const size_t off = block_source(c, block, &stride) + (size_t)k0 * stride * uattn_dtype_size(c->cache.dtype);
-  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, n, block_start + k0);
-  c->w->calls[kernel_part(part)]++;
-  c->w->decode_calls[kernel_part(part)]++;
-  c->w->kern->decode(&job, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride);
+  const size_t off = block_source(c, block, &stride);
+  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, n, block_start);
+  c->w->calls[kernel_part(part)] += heads;
+  c->w->decode_calls[kernel_part(part)] += heads;
+  c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off,
+                     c->cache.v + off, stride, c->cache.head_dim, c->w->decode_scratch);
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
   c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
-  decode_from_cache(c, PART_UNIQUE, row, row + 1, u->block, u->block_start, 0, c->in->block_size);
+  decode_from_cache(c, PART_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1);
 }
 
 PART_FN void unique_part(const step_ctx *c) {
@@ -509,18 +523,8 @@ PART_FN void unique_part(const step_ctx *c) {
     }
 }
 
-/* Keys of a chunk an all-heads unit reads for every head in turn: about 128 KB of keys, so the chunk's keys
- * and values stay in L2 while each head reads its part of them. */
-static int32_t all_heads_chunk(const step_ctx *c) {
-  const size_t row_bytes = (size_t)c->cache.kv_heads * c->cache.head_dim * uattn_dtype_size(c->cache.dtype);
-  int32_t n = (int32_t)((128u << 10) / row_bytes) & ~7;
-  if (n < 8) n = 8;
-  return n < c->in->block_size ? n : c->in->block_size;
-}
-
-/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile; head g's rows from slot g * rows)
- * against a cache block, into `part`, through the decode kernel: a chunk of keys at a time, for every head
- * in turn. */
+/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `part`: one
+ * decode call for every head, which reads the block's rows in the cache's order. */
 static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
                             int32_t block_start) {
   if (row_lo < c->row0) row_lo = c->row0;
@@ -528,21 +532,10 @@ static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t
   int32_t keys = 0; /* the most any of the rows sees */
   for (int32_t row = row_lo; row < row_hi; row++) {
     const int32_t u = context_usage(c, row, block_start);
+    c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
-  const int32_t chunk = all_heads_chunk(c);
-  for (int32_t k0 = 0; k0 < keys; k0 += chunk) {
-    const int32_t n = keys - k0 < chunk ? keys - k0 : chunk;
-    for (int32_t g = 0; g < c->cache.kv_heads; g++) {
-      step_ctx h = *c;
-      h.kv_head = g, h.slot = g * c->rows;
-      for (int32_t row = row_lo; row < row_hi; row++) {
-        const int32_t v = context_usage(c, row, block_start) - k0;
-        c->w->visible[tile_slot(&h, row)] = v < 0 ? 0 : (v > n ? n : v);
-      }
-      decode_from_cache(&h, part, row_lo, row_hi, block, block_start, k0, n);
-    }
-  }
+  if (keys > 0) decode_from_cache(c, part, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads);
 }
 
 /* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
@@ -743,10 +736,9 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
 }
 
 /* A decode or a short verification (request r, its rows all reading the cache) on an NHD cache, every KV
- * head in one unit, head g's rows from slot g * rows. Its blocks are read as they lie in the cache, a
- * chunk of keys at a time for every head in turn (a chunk is contiguous: a row holds every head), where a
- * unit of one head would read 256 bytes of every 2 KB row; the decode kernel takes them straight from the
- * cache, without panels. */
+ * head in one unit, head g's rows from slot g * rows. Each block goes through one decode call for every
+ * head, which reads the block's rows in order (a row holds every head), where a unit of one head would
+ * read 256 bytes of every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
 static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
   const uattn_plan_info *in = &job->plan->info;
   const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;

@@ -186,7 +186,12 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
   };
   if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
       c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0)
-    set->decode(&job, c->dtype, c->k_src, c->v_src, c->stride); /* straight from the source, no panels */
+  {
+    const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
+    float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    set->decode(&job, 1, nx, c->dtype, c->k_src, c->v_src, c->stride, 0, scratch); /* from the source, no panels */
+    free(scratch);
+  }
   else
     set->attend[part](&job, c->panel_keys);
   free(scores), free(keys), free(values);
@@ -452,6 +457,89 @@ Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
 }
 
+/* The decode kernel over several KV heads at once (an all-heads unit on an NHD cache) gives each head what
+ * a call for that head alone gives, bit for bit (that call is checked against the portable set above):
+ * heads' vectors and states further apart than the job's rows (as an all-heads unit's slots are, when a
+ * shared span covers some of its rows), their slopes a group apart, their keys a head dim apart in a row.
+ * The vectors between the heads' (another span's rows) are left as they were. */
+static void check_decode_heads(const uattn_kernels *set, const char *label, const case_limits *lim, int cases,
+                               uint64_t seed) {
+  test_rng rng = {seed};
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, lim);
+    if (c.num_keys > UATTN_DECODE_MAX_KEYS || c.D % 8 != 0) {
+      free_case(&c);
+      continue;
+    }
+    const int32_t heads = test_rng_range(&rng, 2, 8), D = c.D;
+    const size_t nx = (size_t)c.rows * c.group, hv = nx + (size_t)test_rng_range(&rng, 0, 2) * c.group;
+    const size_t esz = uattn_dtype_size(c.dtype), stride = (size_t)heads * D, n = (size_t)c.count * stride;
+    char *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t x = 0; x < n; x++) {
+      store_elem(c.dtype, k, x, uniform(&rng, -1.0f, 1.0f));
+      store_elem(c.dtype, v, x, uniform(&rng, -1.0f, 1.0f));
+    }
+    const size_t vecs = (size_t)heads * hv;
+    float *q = malloc(sizeof(float) * vecs * D), *alibi = malloc(sizeof(float) * heads * c.group);
+    float *state[2][3]; /* [every head in one call, each head alone][m, l, o] */
+    for (int w = 0; w < 2; w++)
+      for (int a = 0; a < 3; a++) state[w][a] = malloc(sizeof(float) * vecs * (a == 2 ? D : 1));
+    for (size_t x = 0; x < vecs * D; x++) q[x] = uniform(&rng, -1.0f, 1.0f) / sqrtf((float)D);
+    for (int32_t h = 0; h < heads * c.group; h++) alibi[h] = uniform(&rng, 0.0f, 0.5f);
+    const bool fresh = test_rng_range(&rng, 0, 1);
+    for (size_t x = 0; x < vecs; x++) {
+      state[0][0][x] = fresh ? -INFINITY : uniform(&rng, -3.0f, 3.0f);
+      state[0][1][x] = fresh ? 0.0f : uniform(&rng, 0.5f, 4.0f);
+      for (int32_t d = 0; d < D; d++) state[0][2][x * D + d] = fresh ? 0.0f : uniform(&rng, -1.0f, 1.0f);
+    }
+    for (int a = 0; a < 3; a++) memcpy(state[1][a], state[0][a], sizeof(float) * vecs * (a == 2 ? D : 1));
+    float *before = malloc(sizeof(float) * vecs * D);
+    memcpy(before, state[0][2], sizeof(float) * vecs * D);
+    const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(heads, (int32_t)nx, D);
+    float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    uattn_panel_job job = {
+        .rows = c.rows,
+        .group = c.group,
+        .head_dim = D,
+        .query_pos = c.query_pos,
+        .visible = c.visible,
+        .num_keys = c.num_keys,
+        .key_pos0 = c.key_pos0,
+        .soft_cap = c.soft_cap,
+        .window = c.window,
+    };
+    for (int32_t g = -1; g < heads; g++) { /* -1: every head in one call; then each head alone */
+      const int w = g < 0 ? 0 : 1;
+      const size_t h = g < 0 ? 0 : (size_t)g;
+      job.q = q + h * hv * D, job.o = state[w][2] + h * hv * D;
+      job.m = state[w][0] + h * hv, job.l = state[w][1] + h * hv;
+      job.alibi = c.has_alibi ? alibi + h * c.group : NULL;
+      set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, k + h * D * esz, v + h * D * esz, stride, (size_t)D, scratch);
+    }
+    for (int32_t g = 0; g < heads; g++) {
+      const size_t x0 = (size_t)g * hv;
+      cr_assert(!memcmp(state[0][0] + x0, state[1][0] + x0, sizeof(float) * nx) &&
+                    !memcmp(state[0][1] + x0, state[1][1] + x0, sizeof(float) * nx) &&
+                    !memcmp(state[0][2] + x0 * D, state[1][2] + x0 * D, sizeof(float) * nx * D),
+                "%s: case %d (heads %d, rows %d, group %d, D %d, keys %d): head %d differs from its own call", label,
+                i, heads, c.rows, c.group, D, c.num_keys, g);
+      cr_assert(!memcmp(state[0][2] + (x0 + nx) * D, before + (x0 + nx) * D, sizeof(float) * (hv - nx) * D),
+                "%s: case %d: head %d's call wrote past its rows", label, i, g);
+    }
+    free(scratch), free(before), free(q), free(alibi), free(k), free(v);
+    for (int w = 0; w < 2; w++)
+      for (int a = 0; a < 3; a++) free(state[w][a]);
+    free_case(&c);
+  }
+}
+
+Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);
+}
+
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
 
 /* One (bucket, part) of the registry a test. */
@@ -483,6 +571,8 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4);
   check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, cases,
                            1000u + 7u * (uint64_t)param->index + (uint64_t)param->part);
+  if (decode && b->set.decode)
+    check_decode_heads(&b->set, b->part_names[param->part], &lim, 40 / SPARSE + 4, 5000u + (uint64_t)param->index);
 }
 
 /* ---- vector math ------------------------------------------------------------------------------------- */
