@@ -24,7 +24,8 @@ import argparse
 import os
 import sys
 
-ISAS = ["avx2"]  # best first; each has kernels/<isa>_bucket.h and a uattn_<isa>_runs_here() probe
+ISAS = ["avx512", "avx2"]  # best first; each has kernels/<isa>_bucket.h and a uattn_<isa>_runs_here() probe
+SHARES = {"avx512": "avx2"}  # an ISA whose buckets share another's functions (all but the decode kernel)
 DTYPES = {"f32": "UATTN_F32", "bf16": "UATTN_BF16", "f16": "UATTN_F16"}
 PARTS = ["causal", "shared", "unique"]  # uattn_part order
 
@@ -79,10 +80,13 @@ def bucket_source(bucket, isa):
         f"#define BUCKET_BLOCK_SIZE {b}",
         f"#define BUCKET_HEAD_DIM {h}",
         f"#define BUCKET_CHUNK_SIZE {c}",
-        f"#define BUCKET_LOAD {name(bucket, 'load', isa)}",
         f"#define BUCKET_DECODE {name(bucket, 'decode', isa)}",
     ]
-    lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, isa)}" for p in PARTS]
+    if isa in SHARES:  # the other ISA's functions for everything but the decode kernel
+        other = SHARES[isa]
+        lines += [f"#define {other.upper()}_BUCKET_{p.upper()} {name(bucket, p, other)}" for p in ["load"] + PARTS]
+    else:
+        lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, isa)}" for p in ["load"] + PARTS]
     lines += [
         f"#define BUCKET_ENTRY uattn_bucket_{d}_b{b}_d{h}_c{c}__{isa}",
         f'#include "{isa}_bucket.h"',

@@ -453,8 +453,8 @@ typedef struct uattn_tensors {
 UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t,
                                      uattn_runtime *rt);
 
-/* The name of the generic kernel set uattn_forward runs on this CPU when no generated bucket fits ("avx2",
- * "portable"), and in *why (when not NULL) how it was chosen: the best set the CPU runs, or forced by the
+/* The name of the generic kernel set uattn_forward runs on this CPU when no generated bucket fits ("avx512",
+ * "avx2", "portable"), and in *why (when not NULL) how it was chosen: the best set the CPU runs, or forced by the
  * environment variable UATTN_ISA. */
 UATTN_API const char *uattn_kernel_set(const char **why);
 
@@ -472,7 +472,7 @@ typedef struct uattn_kernel_bucket {
   int32_t block_size, head_dim;
   uattn_dtype dtype; /* of the cache */
   int32_t chunk_size; /* the layer's chunk_size it serves (0 = whole shared part) */
-  const char *isa;    /* "avx2" */
+  const char *isa;    /* "avx2", "avx512" (its decode kernel; the other parts are the avx2 bucket's) */
   bool runs_here;     /* this CPU has the ISA */
 } uattn_kernel_bucket;
 
@@ -488,7 +488,7 @@ typedef struct uattn_kernel_report {
   uattn_dtype cache_dtype;
   int32_t chunk_size;
   bool bucket_hit;        /* a generated bucket serves it; else a generic set (a fallback) */
-  const char *kernel_set; /* the set whose code runs: "avx2", "portable" */
+  const char *kernel_set; /* the set whose code runs: "avx512", "avx2", "portable" */
   /* per part, the function that attends: a bucket's own (uattn_bf16_unique_b128_d128_c0__avx2), or the
    * generic set's name */
   char part_kernel[UATTN_NUM_PARTS][64];

@@ -32,13 +32,13 @@ size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim) {
   return (k > v ? k : v) + 16; /* + the slack align64 may skip */
 }
 
-AVX2_TARGET static void avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
-                                  int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
+AVX2_TARGET void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                                 int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
   avx2_load_body(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
 }
 
 /* Jobs where the libxsmm GEMM body measured faster (uattn_xsmm_wins: their shape only) go to it. */
-AVX2_TARGET static void avx2_attend(const uattn_panel_job *job, int32_t panel_keys) {
+AVX2_TARGET void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys) {
   if (uattn_xsmm_wins(job))
     uattn_xsmm_attend(job, panel_keys);
   else
@@ -70,7 +70,8 @@ AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, s
 }
 
 const uattn_kernels uattn_kernels_avx2 = {
-    "avx2", avx2_load, {avx2_attend, avx2_attend, avx2_attend}, uattn_avx2_panel_floats, avx2_decode};
+    "avx2", uattn_avx2_load, {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend}, uattn_avx2_panel_floats,
+    avx2_decode};
 
 #else /* not x86: the set exists (select.c lists it) but never runs */
 
@@ -80,6 +81,7 @@ void uattn_avx2_layout(int32_t panel_keys, int32_t head_dim, int32_t *ks, int32_
   *vs = head_dim;
 }
 size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim) { return (size_t)panel_keys * head_dim; }
+
 void uattn_avx2_exp(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }

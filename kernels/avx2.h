@@ -16,6 +16,11 @@ int uattn_avx2_runs_here(void);
 void uattn_avx2_exp(const float *x, float *y, size_t n);  /* e^x, inputs <= 88 */
 void uattn_avx2_tanh(const float *x, float *y, size_t n); /* tanh x */
 
+/* The set's load and attend (every part), which the avx512 set shares. */
+void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                     int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys);
+
 /* Floats each panel of the set needs (its panel_floats; the generated buckets share the layout). */
 size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim);
 

@@ -228,25 +228,36 @@ AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size
   return true;
 }
 
-/* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
- * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The columns softmax_row reads
- * outside [LO, HI) are masked, but set. The rows ahead are asked for a head's share at a time, and after
- * the last keys the first values. */
-AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
-                               const char *k, const char *v, float *S, const int32_t D) {
-  const int32_t heads = s->heads, n = s->n;
-  for (size_t x = 0; x < (size_t)heads * n; x++) {
+/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first rows of keys
+ * asked for. */
+AVX2_INLINE void begin_scores(const decode_shape *s, const char *k, float *S) {
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
     float *row = S + x * s->W;
     for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
     for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
   }
   for (int32_t j = s->LO; j < s->LO + DECODE_AHEAD && j < s->HI; j++)
-    for (int32_t g = 0; g < heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
+    for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
+}
+
+/* Head g's share of the rows [x0, x1) of keys ahead asked for (past the last key, the first values). */
+AVX2_INLINE void prefetch_ahead(const decode_shape *s, const char *k, const char *v, int32_t x0, int32_t x1,
+                                int32_t g) {
+  for (int32_t x = x0; x < x1; x++)
+    prefetch_share(s, x < s->HI ? k + (size_t)x * s->step : v + (size_t)(x - s->HI + s->LO) * s->step, g);
+}
+
+/* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
+ * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
+ * head's share at a time. */
+AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
+                               const char *k, const char *v, float *S, const int32_t D) {
+  const int32_t heads = s->heads, n = s->n;
+  begin_scores(s, k, S);
   for (int32_t j = s->LO; j < s->HI; j += 2) {
     const char *r0 = k + (size_t)j * s->step, *r1 = j + 1 < s->HI ? r0 + s->step : r0; /* an odd last key: twice */
     for (int32_t g = 0; g < heads; g++) {
-      for (int32_t x = j + DECODE_AHEAD; x < j + DECODE_AHEAD + 2; x++)
-        prefetch_share(s, x < s->HI ? k + (size_t)x * s->step : v + (size_t)(x - s->HI + s->LO) * s->step, g);
+      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + 2, g);
       const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;

@@ -51,9 +51,9 @@ static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size,
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;
 
-/* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2").
- * A name the CPU cannot run falls back to the best one, and *why says so (NULL when not asked). *forced
- * (when not NULL) says whether UATTN_ISA chose it. */
+/* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
+ * "avx512"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when not asked).
+ * *forced (when not NULL) says whether UATTN_ISA chose it. */
 const uattn_kernels *uattn_kernels_select(const char **why, bool *forced);
 
 /* A generated bucket: kernels specialized at build time for one (block_size, head_dim, cache dtype,
@@ -62,7 +62,7 @@ typedef struct uattn_bucket_kernels {
   int32_t block_size, head_dim;
   uattn_dtype dtype; /* of the cache */
   int32_t chunk_size;
-  const char *isa;         /* the generic set it specializes ("avx2") */
+  const char *isa;         /* the generic set it specializes ("avx2", "avx512") */
   int (*runs_here)(void);  /* whether this CPU runs it */
   const char *part_names[UATTN_NUM_PARTS]; /* its attend functions' names, e.g. uattn_bf16_unique_b128_d128_c0__avx2 */
   uattn_kernels set;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "avx2.h"
+#include "avx512.h"
 #include "kernels.h"
 
 /* The generic sets, best first; a set's probe says whether this CPU runs it (NULL: always). The portable set
@@ -14,6 +15,7 @@ typedef struct candidate {
 } candidate;
 
 static const candidate candidates[] = {
+    {&uattn_kernels_avx512, uattn_avx512_runs_here},
     {&uattn_kernels_avx2, uattn_avx2_runs_here},
     {&uattn_kernels_portable, NULL},
 };

@@ -300,13 +300,8 @@ AVX2_TARGET void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_key
   }
 }
 
-static void xsmm_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
-                      int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
-  uattn_kernels_avx2.load(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
-}
-
 const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm",
-                                          .load = xsmm_load,
+                                          .load = uattn_avx2_load,
                                           .attend = {uattn_xsmm_attend, uattn_xsmm_attend, uattn_xsmm_attend},
                                           .panel_floats = uattn_avx2_panel_floats};
 
@@ -316,7 +311,7 @@ AVX2_TARGET static void fused_attend(const uattn_panel_job *job, int32_t panel_k
 }
 
 const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused",
-                                                .load = xsmm_load,
+                                                .load = uattn_avx2_load,
                                                 .attend = {fused_attend, fused_attend, fused_attend},
                                                 .panel_floats = uattn_avx2_panel_floats};
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../kernels/avx2.h"
+#include "../kernels/avx512.h"
 #include "../kernels/convert.h"
 #include "../kernels/kernels.h"
 #include "../kernels/xsmm.h"
@@ -199,6 +200,13 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
 }
 
 static void free_result(job_result *r) { free(r->m), free(r->l), free(r->o); }
+
+/* Whether two runs of a case left the same bits in every state and output. */
+static bool same_bits(const job_result *a, const job_result *b, const job_case *c) {
+  const size_t nx = (size_t)c->rows * c->group;
+  return !memcmp(a->o, b->o, sizeof(float) * nx * c->D) && !memcmp(a->m, b->m, sizeof(float) * nx) &&
+         !memcmp(a->l, b->l, sizeof(float) * nx);
+}
 
 /* The case in fp64 from the same widened inputs: out[x * D + d] (NaN where the vector sees nothing),
  * score_size[x] (the largest sum_d |q_d k_d| + |score| of the vector's keys, what the fp32 rounding of a
@@ -391,11 +399,9 @@ Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 
   for (int i = 0; i < 300 / SPARSE; i++) {
     job_case c;
     make_case(&c, &rng, &large);
-    const size_t nx = (size_t)c.rows * c.group;
     job_result a = run_set(&uattn_kernels_avx2_fused, UATTN_PART_SHARED, &c);
     job_result b = run_set(&uattn_kernels_xsmm, UATTN_PART_SHARED, &c);
-    cr_assert(!memcmp(a.o, b.o, sizeof(float) * nx * c.D) && !memcmp(a.m, b.m, sizeof(float) * nx) &&
-                  !memcmp(a.l, b.l, sizeof(float) * nx),
+    cr_assert(same_bits(&a, &b, &c),
               "case %d (rows %d, group %d, D %d, keys %d): the libxsmm body differs from the fused one", i, c.rows,
               c.group, c.D, c.num_keys);
     free_result(&a), free_result(&b), free_case(&c);
@@ -538,6 +544,38 @@ Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = 300)
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);
+}
+
+/* The avx512 set's decode kernel, through its twin (avx512_vec.h: the same arithmetic on pairs of ymm
+ * registers), which runs wherever AVX2 does: against the portable set, and over several heads. */
+Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin)", &few_rows,
+                           1500 / SPARSE, 20261123);
+}
+
+Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx512_twin, "avx512 decode (twin)", &few_rows, 400 / SPARSE, 20261124);
+}
+
+/* Where AVX-512 runs: the zmm kernel computes its twin's bits (what the two tests above checked). */
+Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
+  test_rng rng = {20261125};
+  const case_limits few_rows = {.decode = true};
+  for (int i = 0; i < 1000 / SPARSE; i++) {
+    job_case c;
+    make_case(&c, &rng, &few_rows);
+    job_result a = run_set(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, &c);
+    job_result b = run_set(&uattn_kernels_avx512, UATTN_PART_UNIQUE, &c);
+    cr_assert(same_bits(&a, &b, &c),
+              "case %d (rows %d, group %d, D %d, keys %d, dtype %d): the zmm kernel differs from its twin", i, c.rows,
+              c.group, c.D, c.num_keys, (int)c.dtype);
+    free_result(&a), free_result(&b), free_case(&c);
+  }
 }
 
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
@@ -744,12 +782,16 @@ Test(kernels, selection) {
   const char *why;
   unsetenv("UATTN_ISA");
   const uattn_kernels *best = uattn_kernels_select(&why, NULL);
-  cr_assert_str_eq(best->name, uattn_avx2_runs_here() ? "avx2" : "portable");
+  cr_assert_str_eq(best->name, uattn_avx512_runs_here() ? "avx512" : uattn_avx2_runs_here() ? "avx2" : "portable");
   setenv("UATTN_ISA", "portable", 1);
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, "portable");
   cr_assert_str_eq(why, "forced by UATTN_ISA");
   setenv("UATTN_ISA", "avx2", 1);
-  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, best->name);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx2_runs_here() ? "avx2" : best->name);
+  setenv("UATTN_ISA", "avx512", 1); /* where the CPU lacks it: the best set it runs, and why says so */
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512_runs_here() ? "avx512" : best->name);
+  if (!uattn_avx512_runs_here())
+    cr_assert_str_eq(why, "UATTN_ISA names a set this CPU cannot run: using the best one it runs");
   setenv("UATTN_ISA", "no-such-set", 1);
   cr_assert_eq(uattn_kernels_select(&why, NULL), best);
 }
