@@ -48,6 +48,7 @@ STACK_ROOTS = {"main", "_start", "__libc_start_main", "__libc_start_call_main", 
 # groups by source file basename (the library's files; see README's Layout)
 FILE_GROUPS = {
     "avx2.c": "uattn kernels: avx2 set (generic)",
+    "avx512.c": "uattn kernels: avx512 set (generic)",
     "portable.c": "uattn kernels: portable set (generic)",
     "convert.c": "uattn kernels: dtype conversion",
     "select.c": "uattn kernels: selection",
