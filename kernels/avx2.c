@@ -8,18 +8,26 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <stdatomic.h>
 
 #include "avx2_body.h"
 #include "avx2_decode.h"
 #include "xsmm.h"
 
 int uattn_avx2_runs_here(void) {
-  __builtin_cpu_init();
-  /* F16C through CPUID: not every compiler's __builtin_cpu_supports knows it (clang 14 does not); the
-   * builtin's avx2 already says the OS saves the ymm registers */
-  unsigned a, b, c, d;
-  const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  /* probed once: every forward asks, and CPUID traps to the hypervisor in a VM (~10 us each on this one) */
+  static _Atomic int state = -1; /* -1: not probed yet */
+  int v = atomic_load_explicit(&state, memory_order_relaxed);
+  if (v < 0) {
+    __builtin_cpu_init();
+    /* F16C through CPUID: not every compiler's __builtin_cpu_supports knows it (clang 14 does not); the
+     * builtin's avx2 already says the OS saves the ymm registers */
+    unsigned a, b, c, d;
+    const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    atomic_store_explicit(&state, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 void uattn_avx2_layout(int32_t panel_keys, int32_t head_dim, int32_t *ks, int32_t *vs) {

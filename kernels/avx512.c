@@ -6,8 +6,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <stdatomic.h>
 
-int uattn_avx512_runs_here(void) {
+/* CPU and OS, asked once (as uattn_avx2_runs_here: CPUID is slow in a VM). */
+static int probe(void) {
   if (!uattn_avx2_runs_here()) return 0;
   __builtin_cpu_init();
   unsigned a, b, c, d, lo, hi;
@@ -15,6 +17,13 @@ int uattn_avx512_runs_here(void) {
   /* XCR0: the OS saves the ymm halves (bit 2), the opmask registers and both halves of the zmm (5, 6, 7) */
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (lo & 0xe6u) == 0xe6u;
+}
+
+int uattn_avx512_runs_here(void) {
+  static _Atomic int state = -1; /* -1: not probed yet */
+  int v = atomic_load_explicit(&state, memory_order_relaxed);
+  if (v < 0) atomic_store_explicit(&state, v = probe(), memory_order_relaxed);
+  return v;
 }
 
 #define AVX512_VEC_ZMM
