@@ -89,7 +89,6 @@ void uattn_avx2_layout(int32_t panel_keys, int32_t head_dim, int32_t *ks, int32_
   *vs = head_dim;
 }
 size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim) { return (size_t)panel_keys * head_dim; }
-
 void uattn_avx2_exp(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }
