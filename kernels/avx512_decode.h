@@ -4,7 +4,7 @@
  * instructions a key and give the FMAs twice the independent chains:
  *   scores  WIDE_KEYS keys at a time against up to 4 query vectors: 16 accumulators of 16 lanes over the
  *           head dim, folded to 8 lanes and summed by avx2_decode.h's hadd tree;
- *   softmax avx2_body.h's block_softmax (mask, soft cap, ALiBi, online rescale), per head and block;
+ *   softmax avx2_decode.h's (block_softmax: mask, soft cap, ALiBi, online rescale), per head and block;
  *   P V     register tiles of up to 4 vectors x 64 dims, each value row widened as it is used.
  * bf16 rows with a head dim a multiple of 32 are widened 32 elements at a time into even/odd halves (a
  * shift and a mask), so the query vectors and outputs are kept in that order, [evens | odds] for each 32
@@ -96,26 +96,6 @@ V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t,
   }
 }
 
-/* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha. */
-V16_INLINE void wide_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
-  for (int32_t g = 0; g < s->heads; g++) {
-    const uattn_panel_job h = head_job(job, s, g);
-    for (int32_t b = 0; b < s->blocks; b++) {
-      vec_rule rule[4];
-      int32_t lo, hi;
-      float alpha[4];
-      block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
-      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0,
-                    s->j0 + s->W, alpha);
-      for (int i = 0; i < s->nb[b]; i++) {
-        if (alpha[i] == 1.0f) continue;
-        float *o = h.o + (size_t)(s->x0[b] + i) * D;
-        for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha[i]), v16_load(o + d)));
-      }
-    }
-  }
-}
-
 /* U (<= 4; even with EO) 16-float parts of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at
  * S + i * ld + j - j0, o_i at o + i * D, in the kernel's order), value j's row at v + j * step bytes. */
 V16_INLINE void wide_pv_step(const int NB, const int U, const bool EO, uattn_dtype t, const float *S, int32_t ld,
@@ -200,7 +180,7 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
     q = scratch, qstep = (size_t)n * D;
   }
   wide_scores(EO, s, t, q, qstep, k_src, v_src, S, D);
-  wide_softmax(job, s, S, D);
+  decode_softmax(job, s, S, D); /* s->eo is false: it only rescales the outputs, whatever their order */
   wide_pv(EO, job, s, t, v_src, S, D);
   if (EO)
     for (int32_t g = 0; g < heads; g++)
@@ -217,6 +197,7 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
   }
   decode_shape s;
   if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  s.eo = false; /* avx2_decode.h's 16-dim even/odd order: this kernel keeps its own */
   if (t == UATTN_BF16 && D % 32 == 0)
     wide_decode_phases(true, job, &s, t, k_src, v_src, scratch, D);
   else
