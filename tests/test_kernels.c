@@ -309,7 +309,7 @@ static void check_states(const job_case *c, const job_result *ref, const job_res
 static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const char *label,
                                      const case_limits *lim, int cases, uint64_t seed) {
   test_rng rng = {seed};
-  double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0;
+  double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0, sum_set = 0, sum_portable = 0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;
@@ -336,6 +336,7 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
     if (e > worst) worst = e, worst_case = i;
     if (ep > worst_portable) worst_portable = ep;
     if (ea > worst_set) worst_set = ea;
+    sum_set += ea, sum_portable += ep;
     if (tol > worst_tol) worst_tol = tol;
     cr_assert(e <= tol,
               "%s: case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
@@ -353,13 +354,18 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
     free_result(&again), free_result(&ref), free_result(&got);
     free_case(&c);
   }
+  const double mean_set = sum_set / cases, mean_portable = sum_portable / cases;
   fprintf(stderr,
           "%s vs portable: worst error %.3g of the output scale (case %d of %d; the loosest bound %.3g); "
-          "against fp64: %.3g, portable %.3g\n",
-          label, worst, worst_case, cases, worst_tol, worst_set, worst_portable);
-  /* as accurate as the reference: a different order, not a lossier one */
-  cr_assert(worst_set <= 1.5 * worst_portable + 1e-7, "%s is %.3g from fp64, portable %.3g", label, worst_set,
-            worst_portable);
+          "against fp64: worst %.3g, portable %.3g; mean %.3g, portable %.3g\n",
+          label, worst, worst_case, cases, worst_tol, worst_set, worst_portable, mean_set, mean_portable);
+  /* As accurate as the reference: a different order, not a lossier one. On the mean error over the cases:
+   * the worst of a few dozen jobs is a noisy figure (over 12 seeds of every bucket's parts, 11 jobs each,
+   * as the sanitized build runs them, the set's worst came out at up to 2.5x the portable set's, in 1.6% of
+   * the checks; the mean at most at 1.35x, median 0.94x), where a kernel that loses a bit on every job
+   * doubles its mean. */
+  cr_assert(mean_set <= 1.5 * mean_portable + 1e-8, "%s is %.3g from fp64 on average, portable %.3g", label,
+            mean_set, mean_portable);
 }
 
 Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
@@ -603,14 +609,15 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
   if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
   const bool decode = param->part == UATTN_PART_UNIQUE;
   const case_limits lim = {b->head_dim, b->block_size, b->dtype, decode};
-  /* the decode kernel's jobs are small, and the worst of a few dozen of them is a noisy figure to hold
-   * against the portable set's: 6 times as many (at D 96, the worst of 64 came out at 1.7x the portable
-   * set's, of 400 and of 1000 at 1.00x) */
-  const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4);
+  const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
+  /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
+   * shape, and for every build that lists it */
+  const uint64_t shape = (((uint64_t)b->dtype * 4099u + (uint64_t)b->block_size) * 4099u + (uint64_t)b->head_dim) *
+                             4099u + (uint64_t)b->chunk_size;
   check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, cases,
-                           1000u + 7u * (uint64_t)param->index + (uint64_t)param->part);
+                           1000u + 7u * shape + (uint64_t)param->part);
   if (decode && b->set.decode)
-    check_decode_heads(&b->set, b->part_names[param->part], &lim, 40 / SPARSE + 4, 5000u + (uint64_t)param->index);
+    check_decode_heads(&b->set, b->part_names[param->part], &lim, 40 / SPARSE + 4, 5000u + shape);
 }
 
 /* ---- vector math ------------------------------------------------------------------------------------- */
