@@ -306,26 +306,44 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
   }
 }
 
+/* What block b of head g does in the P V tile of keys from jt: keys [lo, hi) (false when none), its P and
+ * outputs, the head's values. */
+typedef struct pv_step {
+  int32_t lo, hi;
+  const float *S;
+  const char *v;
+  float *o;
+} pv_step;
+
+AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const char *v, const float *S,
+                            int32_t jt, int32_t g, int32_t b, const int32_t D, pv_step *p) {
+  p->lo = jt > s->lo[b] ? jt : s->lo[b], p->hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
+  p->S = S + ((size_t)g * s->n + s->x0[b]) * s->W;
+  p->v = v + (size_t)g * s->head_step;
+  p->o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+  return p->lo < p->hi;
+}
+
+/* Head g's share of the P V tile after the one from jt asked for. */
+AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_t jt, int32_t g) {
+  for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++) prefetch_share(s, v + (size_t)x * s->step, g);
+}
+
 /* P V of every head and block, PV_TILE rows at a time, every head in turn (the next tile asked for a head's
  * share at a time); even/odd outputs back in natural order at the end. */
 AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
                            const float *S, const int32_t D) {
   for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
     for (int32_t g = 0; g < s->heads; g++) {
-      for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++)
-        prefetch_share(s, v + (size_t)x * s->step, g);
-      const char *vg = v + (size_t)g * s->head_step;
-      float *og = job->o + (size_t)g * s->hq;
+      prefetch_next_tile(s, v, jt, g);
       for (int32_t b = 0; b < s->blocks; b++) {
-        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b], hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
-        if (lo >= hi) continue;
-        const float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W;
-        float *ob = og + (size_t)s->x0[b] * D;
+        pv_step p;
+        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
         switch (s->nb[b]) {
-        case 1: pv_block(1, s, t, Sb, lo, hi, vg, ob, D); break;
-        case 2: pv_block(2, s, t, Sb, lo, hi, vg, ob, D); break;
-        case 3: pv_block(3, s, t, Sb, lo, hi, vg, ob, D); break;
-        default: pv_block(4, s, t, Sb, lo, hi, vg, ob, D); break;
+        case 1: pv_block(1, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 2: pv_block(2, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 3: pv_block(3, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        default: pv_block(4, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
         }
       }
     }

@@ -142,20 +142,15 @@ V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_
                         const char *v, const float *S, const int32_t D) {
   for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
     for (int32_t g = 0; g < s->heads; g++) {
-      for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++)
-        prefetch_share(s, v + (size_t)x * s->step, g);
-      const char *vg = v + (size_t)g * s->head_step;
-      float *og = job->o + (size_t)g * s->hq;
+      prefetch_next_tile(s, v, jt, g);
       for (int32_t b = 0; b < s->blocks; b++) {
-        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b], hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
-        if (lo >= hi) continue;
-        const float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W;
-        float *ob = og + (size_t)s->x0[b] * D;
+        pv_step p;
+        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
         switch (s->nb[b]) {
-        case 1: wide_pv_block(1, EO, s, t, Sb, lo, hi, vg, ob, D); break;
-        case 2: wide_pv_block(2, EO, s, t, Sb, lo, hi, vg, ob, D); break;
-        case 3: wide_pv_block(3, EO, s, t, Sb, lo, hi, vg, ob, D); break;
-        default: wide_pv_block(4, EO, s, t, Sb, lo, hi, vg, ob, D); break;
+        case 1: wide_pv_block(1, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 2: wide_pv_block(2, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 3: wide_pv_block(3, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        default: wide_pv_block(4, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
         }
       }
     }
