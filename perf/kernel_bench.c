@@ -12,9 +12,16 @@
  * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
  * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/xsmm.h) are chosen from.
  *
+ * --decode: the avx2 set's decode kernel (a few rows straight from the cache, every KV head of a block a call,
+ * as the forward's all-heads unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block
+ * again and again), cold (a walk over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
+ * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
+ * reaches; cold against hot + read, how much of the memory time it hides.
+ *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
- *   uattn-kernel-bench [RUNS] [--bucket | --xsmm] [--cpu-time]   (RUNS: timed runs per figure, 7 by default) */
+ *   uattn-kernel-bench [RUNS] [--bucket | --xsmm | --decode] [--cpu-time]   (RUNS: timed runs per figure, 7 by
+ *   default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,12 +55,13 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-/* Median seconds per call of fn(arg[s], i) for both sets, their runs interleaved (portable, avx2, portable,
- * ...) so that both see the same machine: on a shared host its speed drifts by tens of % within a minute. */
-static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2]) {
-  double t[2][64];
-  long calls[2] = {1, 1};
-  for (int s = 0; s < 2; s++)
+/* Median seconds per call of fn(arg[s], i) for n variants (the two sets; hot, cold and a plain read), their
+ * runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared host its
+ * speed drifts by tens of % within a minute. */
+static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[]) {
+  double t[3][64];
+  long calls[3] = {1, 1, 1};
+  for (int s = 0; s < n; s++)
     for (;;) { /* calibrate */
       const double t0 = now();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
@@ -61,15 +69,19 @@ static void time_both(void (*fn)(void *, long), void *const arg[2], double secon
       calls[s] *= 2;
     }
   for (int r = 0; r < runs; r++)
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < n; s++) {
       const double t0 = now();
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
       t[s][r] = (now() - t0) / calls[s];
     }
-  for (int s = 0; s < 2; s++) {
+  for (int s = 0; s < n; s++) {
     qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
     seconds[s] = t[s][runs / 2];
   }
+}
+
+static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2]) {
+  time_interleaved(fn, 2, arg, seconds);
 }
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
@@ -164,10 +176,13 @@ typedef struct load_case {
   float *keys, *values;
 } load_case;
 
+/* Where call `call` finds its block of KEYS x KV_HEADS x D elements: a pseudo-random walk over the blocks, so
+ * the prefetchers cannot run ahead. */
+static size_t walk_offset(long blocks, long call) { return (size_t)((call * 7919) % blocks) * KEYS * KV_HEADS * D; }
+
 static void run_load(void *arg, long call) {
   const load_case *c = arg;
-  /* a pseudo-random walk over the blocks, so the prefetchers cannot run ahead */
-  const size_t b = (size_t)((call * 7919) % c->blocks), off = b * KEYS * KV_HEADS * D;
+  const size_t off = walk_offset(c->blocks, call);
   c->set->load(UATTN_BF16, c->k + off, c->v + off, c->hnd ? (size_t)D : (size_t)KV_HEADS * D, KEYS, D, KEYS, c->keys,
                c->values);
 }
@@ -190,6 +205,89 @@ static void bench_load(const uattn_kernels *const set[2], const uint16_t *k, con
 
 static void row(const char *name, const char *unit_name, const double x[2]) {
   printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, x[0], x[1], unit_name, x[1] / x[0]);
+}
+
+/* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
+
+typedef struct decode_case {
+  const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
+  const uint16_t *k, *v;   /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  long blocks;             /* 1: the same block each call (hot) */
+  uattn_panel_job job;     /* every KV head's vectors, head after head */
+  float *scratch;
+  float sink[8];
+} decode_case;
+
+#if defined(__x86_64__)
+/* The sum of a block's keys and values as 16-bit words, in the cache's order: the memory time of a call. */
+__attribute__((target("avx2"))) static void read_block(const uint16_t *k, const uint16_t *v, float *sink) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  const size_t n = (size_t)KEYS * KV_HEADS * D;
+  for (const uint16_t *src = k;; src = v) {
+    for (size_t i = 0; i < n; i += 64)
+      for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const void *)(src + i + 16 * x)));
+    if (src == v) break;
+  }
+  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
+  _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
+}
+#else
+static void read_block(const uint16_t *k, const uint16_t *v, float *sink) { sink[0] = (float)(k[0] + v[0]); }
+#endif
+
+static void run_decode(void *arg, long call) {
+  decode_case *c = arg;
+  const size_t off = walk_offset(c->blocks, call);
+  if (!c->set) {
+    read_block(c->k + off, c->v + off, c->sink);
+    return;
+  }
+  c->set->decode(&c->job, KV_HEADS, (size_t)c->job.rows * GROUP, UATTN_BF16, c->k + off, c->v + off,
+                 (size_t)KV_HEADS * D, D, c->scratch);
+}
+
+/* --decode: the set's decode kernel over every KV head of a 128-key bf16 block of an NHD cache (the forward's
+ * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
+ * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
+ * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. */
+static int bench_decode(const uattn_kernels *set, double peak) {
+  if (!set->decode) {
+    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->name);
+    return 1;
+  }
+  const size_t block = (size_t)KEYS * KV_HEADS * D;
+  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
+  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
+  printf("  %s decode kernel, %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", set->name,
+         KV_HEADS, KEYS);
+  printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
+  for (int32_t rows = 1; rows <= 4; rows *= 2) {
+    const size_t nx = (size_t)KV_HEADS * rows * GROUP;
+    float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
+    float *o = calloc(nx * D, sizeof(float));
+    float *scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, D));
+    int32_t pos[4], vis[4];
+    for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+    for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
+    for (int32_t r = 0; r < rows; r++) pos[r] = KEYS - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .q = q, .query_pos = pos,
+                                 .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o};
+    decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, COLD_BLOCKS, job, scratch, {0}},
+                        {NULL, k, v, COLD_BLOCKS, job, scratch, {0}}};
+    double sec[3];
+    time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec);
+    const double kh = (double)KEYS * KV_HEADS, flops = 4.0 * D * rows * GROUP * kh;
+    char name[48];
+    snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
+    printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
+           100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
+           sec[1] / (sec[0] + sec[2]));
+    free(q), free(m), free(l), free(o), free(scratch);
+  }
+  printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
+         "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
+  free(k), free(v);
+  return 0;
 }
 
 /* --xsmm: fused against libxsmm on large jobs (group 4; all keys visible, or causal: row r sees r + 1), and
@@ -241,15 +339,16 @@ static const uattn_kernels *bench_bucket(void) {
 }
 
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0;
+  int bucket = 0, xsmm = 0, decode = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) bucket = 1;
     else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
+    else if (!strcmp(argv[i], "--decode")) decode = 1;
     else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
     else runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > 64 || (bucket && xsmm)) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket | --xsmm] [--cpu-time]\n");
+  if (runs < 1 || runs > 64 || bucket + xsmm + decode > 1) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket | --xsmm | --decode] [--cpu-time]\n");
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
@@ -274,6 +373,7 @@ int main(int argc, char **argv) {
          D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
+  if (decode) return bench_decode(&uattn_kernels_avx2, peak);
   printf("  %-44s %9s %9s %s %9s\n", "", bucket ? "avx2" : "portable", bucket ? "bucket" : "avx2", "     ", "speedup");
 
   struct {
