@@ -55,7 +55,7 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-/* Median seconds per call of fn(arg[s], i) for n variants (the two sets; hot, cold and a plain read), their
+/* Median seconds per call of fn(arg[s], i) for n <= 3 variants (the two sets; hot, cold and a plain read), their
  * runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared host its
  * speed drifts by tens of % within a minute. */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[]) {
