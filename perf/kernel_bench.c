@@ -12,8 +12,9 @@
  * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
  * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/xsmm.h) are chosen from.
  *
- * --decode: the avx2 set's decode kernel (a few rows straight from the cache, every KV head of a block a call,
- * as the forward's all-heads unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block
+ * --decode: the decode kernel the forward runs on this shape (the bf16 b128 d128 bucket's, else the generic
+ * avx2 set's: a few rows straight from the cache, every KV head of a block a call, as the forward's all-heads
+ * unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block
  * again and again), cold (a walk over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
  * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
  * reaches; cold against hot + read, how much of the memory time it hides.
@@ -250,7 +251,7 @@ static void run_decode(void *arg, long call) {
  * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
  * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
  * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. */
-static int bench_decode(const uattn_kernels *set, double peak) {
+static int bench_decode(const uattn_kernels *set, const char *which, double peak) {
   if (!set->decode) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->name);
     return 1;
@@ -258,7 +259,7 @@ static int bench_decode(const uattn_kernels *set, double peak) {
   const size_t block = (size_t)KEYS * KV_HEADS * D;
   uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
   for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
-  printf("  %s decode kernel, %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", set->name,
+  printf("  the %s decode kernel, %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
          KV_HEADS, KEYS);
   printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
   for (int32_t rows = 1; rows <= 4; rows *= 2) {
@@ -373,7 +374,11 @@ int main(int argc, char **argv) {
          D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
-  if (decode) return bench_decode(&uattn_kernels_avx2, peak);
+  if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
+    const uattn_kernels *b = bench_bucket();
+    const bool own = b && b->decode;
+    return bench_decode(own ? b : &uattn_kernels_avx2, own ? "bf16 b128 d128 bucket's" : "generic avx2 set's", peak);
+  }
   printf("  %-44s %9s %9s %s %9s\n", "", bucket ? "avx2" : "portable", bucket ? "bucket" : "avx2", "     ", "speedup");
 
   struct {
