@@ -96,11 +96,11 @@ AVX2_INLINE void prefetch_share(const decode_shape *s, const char *row, int32_t 
 
 /* ---- scores and P V ----------------------------------------------------------------------------------- */
 
-/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as s[2 i], s[2 i + 1]. EO: bf16 keys
+/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. EO: bf16 keys
  * widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16); else widen8,
  * the vectors in natural order. */
-AVX2_INLINE void scores_pair(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
-                             const char *r0, const char *r1, float *s) {
+AVX2_INLINE __m256 scores_pair(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+                               const char *r0, const char *r1) {
   const size_t esz = uattn_dtype_size(t);
   __m256 a[8];
   for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
@@ -125,7 +125,23 @@ AVX2_INLINE void scores_pair(const int NB, const bool EO, uattn_dtype t, const f
       }
     }
   }
-  _mm256_store_ps(s, hsum8x8(a));
+  return hsum8x8(a);
+}
+
+/* scores_pair's lanes into S: vector i's two scores at Sb + i * W, or (an odd last key: both false) its first
+ * only. Two scores a store, not one. */
+AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W, bool both) {
+  const __m128 lo = _mm256_castps256_ps128(x), hi = _mm256_extractf128_ps(x, 1);
+  if (both) {
+    _mm_storel_pi((__m64 *)Sb, lo);
+    if (NB > 1) _mm_storeh_pi((__m64 *)(Sb + W), lo);
+    if (NB > 2) _mm_storel_pi((__m64 *)(Sb + 2 * (size_t)W), hi);
+    if (NB > 3) _mm_storeh_pi((__m64 *)(Sb + 3 * (size_t)W), hi);
+    return;
+  }
+  _Alignas(32) float p[8];
+  _mm256_store_ps(p, x);
+  for (int i = 0; i < NB; i++) Sb[(size_t)i * W] = p[2 * i];
 }
 
 /* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
@@ -262,17 +278,13 @@ AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype
       const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
-        _Alignas(32) float p[8];
-        switch (s->nb[b]) {
-        case 1: scores_pair(1, EO, t, qb, D, g0, g1, p); break;
-        case 2: scores_pair(2, EO, t, qb, D, g0, g1, p); break;
-        case 3: scores_pair(3, EO, t, qb, D, g0, g1, p); break;
-        default: scores_pair(4, EO, t, qb, D, g0, g1, p); break;
-        }
         float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
-        for (int i = 0; i < s->nb[b]; i++) {
-          Sb[(size_t)i * s->W] = p[2 * i];
-          if (j + 1 < s->HI) Sb[(size_t)i * s->W + 1] = p[2 * i + 1];
+        const bool both = j + 1 < s->HI;
+        switch (s->nb[b]) {
+        case 1: store_score_pairs(1, scores_pair(1, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        case 2: store_score_pairs(2, scores_pair(2, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        case 3: store_score_pairs(3, scores_pair(3, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        default: store_score_pairs(4, scores_pair(4, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
         }
       }
     }
