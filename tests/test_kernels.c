@@ -208,6 +208,21 @@ static bool same_bits(const job_result *a, const job_result *b, const job_case *
          !memcmp(a->l, b->l, sizeof(float) * nx);
 }
 
+/* Sets a and b leave the same bits on `cases` random jobs of `part` (limits, seed); `differs` says what it
+ * means when they do not. */
+static void check_sets_same_bits(const uattn_kernels *a, const uattn_kernels *b, uattn_part part,
+                                 const case_limits *limits, int cases, uint64_t seed, const char *differs) {
+  test_rng rng = {seed};
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, limits);
+    job_result ra = run_set(a, part, &c), rb = run_set(b, part, &c);
+    cr_assert(same_bits(&ra, &rb, &c), "case %d (rows %d, group %d, D %d, keys %d, dtype %d): %s", i, c.rows, c.group,
+              c.D, c.num_keys, (int)c.dtype, differs);
+    free_result(&ra), free_result(&rb), free_case(&c);
+  }
+}
+
 /* The case in fp64 from the same widened inputs: out[x * D + d] (NaN where the vector sees nothing),
  * score_size[x] (the largest sum_d |q_d k_d| + |score| of the vector's keys, what the fp32 rounding of a
  * score is proportional to), and the scale errors are measured against: the larger of max |out| and max over (x, d) of
@@ -398,18 +413,9 @@ Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
  * or the other (uattn_xsmm_wins) never changes a result. Jobs of 8 vectors or more (n = 7 splits 4 + 3). */
 Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 300) {
   need_xsmm();
-  test_rng rng = {4242};
   const case_limits large = {.large = true};
-  for (int i = 0; i < 300 / SPARSE; i++) {
-    job_case c;
-    make_case(&c, &rng, &large);
-    job_result a = run_set(&uattn_kernels_avx2_fused, UATTN_PART_SHARED, &c);
-    job_result b = run_set(&uattn_kernels_xsmm, UATTN_PART_SHARED, &c);
-    cr_assert(same_bits(&a, &b, &c),
-              "case %d (rows %d, group %d, D %d, keys %d): the libxsmm body differs from the fused one", i, c.rows,
-              c.group, c.D, c.num_keys);
-    free_result(&a), free_result(&b), free_case(&c);
-  }
+  check_sets_same_bits(&uattn_kernels_avx2_fused, &uattn_kernels_xsmm, UATTN_PART_SHARED, &large, 300 / SPARSE, 4242,
+                       "the libxsmm body differs from the fused one");
 }
 
 /* UATTN_PERF_MAP=1: every JIT kernel the body dispatches is listed in /tmp/perf-<pid>.map as
@@ -568,18 +574,9 @@ Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout
 /* Where AVX-512 runs: the zmm kernel computes its twin's bits (what the two tests above checked). */
 Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
   if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
-  test_rng rng = {20261125};
   const case_limits few_rows = {.decode = true};
-  for (int i = 0; i < 1000 / SPARSE; i++) {
-    job_case c;
-    make_case(&c, &rng, &few_rows);
-    job_result a = run_set(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, &c);
-    job_result b = run_set(&uattn_kernels_avx512, UATTN_PART_UNIQUE, &c);
-    cr_assert(same_bits(&a, &b, &c),
-              "case %d (rows %d, group %d, D %d, keys %d, dtype %d): the zmm kernel differs from its twin", i, c.rows,
-              c.group, c.D, c.num_keys, (int)c.dtype);
-    free_result(&a), free_result(&b), free_case(&c);
-  }
+  check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &few_rows, 1000 / SPARSE,
+                       20261125, "the zmm kernel differs from its twin");
 }
 
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
