@@ -380,6 +380,22 @@ UATTN_API uattn_status uattn_runtime_get_topology(const uattn_runtime *rt, uattn
 /* END runtime */
 
 /* ------------------------------------------------------------------------------------------------ */
+/* KV cache memory                                                                                  */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Zeroed memory for a KV cache, on 2 MiB pages where the system gives them: `bytes` rounded up to whole
+ * 2 MiB pages, 2 MiB-aligned, and asked for transparent huge pages (madvise MADV_HUGEPAGE: honoured under
+ * the THP settings "always" and "madvise"; under "never" the memory is on 4 KiB pages and works the same).
+ * Why: a step's decodes read their blocks wherever they lie in the cache, and on 4 KiB pages every 4 KiB
+ * read is a TLB miss and a page walk. Measured on this project's Zen 3 VM over a 256 MiB cache: the decode
+ * kernel 3-20% faster, a plain read 10-30%. Any cache memory works with uattn_forward; this is only faster.
+ * Pages are placed by the first thread that writes them (the kernel's first-touch rule). Free with
+ * uattn_cache_free and the same bytes. */
+UATTN_API uattn_status uattn_cache_alloc(size_t bytes, void **out);
+/* Frees what uattn_cache_alloc(bytes, ...) returned. NULL is a no-op. */
+UATTN_API void uattn_cache_free(void *ptr, size_t bytes);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Attention over a planned step                                                                    */
 /* ------------------------------------------------------------------------------------------------ */
 

@@ -198,11 +198,12 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   uattn_plan *plan = NULL;
   const size_t elem = o->dtype == UATTN_F32 ? 4 : 2, bs = (size_t)o->block_size, D = (size_t)p->head_dim;
   const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
-  void *kc = malloc(cache_elems * elem), *vc = malloc(cache_elems * elem);
   void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
   void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
+  void *kc = NULL, *vc = NULL; /* on 2 MiB pages, as an engine should give them (the read limit is measured so) */
   int rc = -1;
-  if (!kc || !vc || !q || !out || !k || !v) goto done;
+  if (uattn_cache_alloc(cache_elems * elem, &kc) || uattn_cache_alloc(cache_elems * elem, &vc)) goto done;
+  if (!q || !out || !k || !v) goto done;
   if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
     snprintf(err, sizeof err, "%s", uattn_last_error());
     goto done;
@@ -228,7 +229,8 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
 done:
   if (rc) fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, err);
   uattn_plan_destroy(plan);
-  free(kc), free(vc), free(q), free(out), free(k), free(v);
+  uattn_cache_free(kc, cache_elems * elem), uattn_cache_free(vc, cache_elems * elem);
+  free(q), free(out), free(k), free(v);
   bench_step_free(&s);
   return rc;
 }

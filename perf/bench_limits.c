@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "timing.h"
+#include "uattn.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -106,9 +107,9 @@ int bench_measure_limits(int threads, int runs, bench_limits *out) {
   const size_t n = (size_t)64 << 20; /* 256 MiB: far past the caches */
   limit_job *job = calloc(1, sizeof *job);
   double *t = malloc(sizeof(double) * (size_t)runs);
-  float *x = aligned_alloc(64, n * sizeof(float));
-  if (!job || !t || !x) {
-    free(job), free(t), free(x);
+  float *x = NULL; /* the read runs on the memory the caches get: 2 MiB pages where the system has them */
+  if (!job || !t || uattn_cache_alloc(n * sizeof(float), (void **)&x)) {
+    free(job), free(t);
     return -1;
   }
   for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7);
@@ -124,7 +125,7 @@ int bench_measure_limits(int threads, int runs, bench_limits *out) {
     *(k == 0 ? &out->read_gbs_1 : &out->read_gbs_all) = gbs;
     *(k == 0 ? &out->fma_gflops_1 : &out->fma_gflops_all) = gflops;
   }
-  free(x), free(t), free(job);
+  uattn_cache_free(x, n * sizeof(float)), free(t), free(job);
   return 0;
 }
 

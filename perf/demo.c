@@ -104,10 +104,12 @@ int main(int argc, char **argv) {
   uattn_runtime_get_topology(rt, &topo);
   uattn_layer L = uattn_layer_default(HQ, HKV, HEAD_DIM, UATTN_BF16);
   const size_t cache_elems = (size_t)num_blocks * BLOCK * HKV * HEAD_DIM;
-  uint16_t *key_cache = malloc(cache_elems * 2), *value_cache = malloc(cache_elems * 2);
+  void *key_cache = NULL, *value_cache = NULL; /* the caches on 2 MiB pages: decodes read them all over */
+  if (uattn_cache_alloc(cache_elems * 2, &key_cache) || uattn_cache_alloc(cache_elems * 2, &value_cache))
+    return fail("cache_alloc");
   uint16_t *q = malloc((size_t)budget * HQ * HEAD_DIM * 2), *k = malloc((size_t)budget * HKV * HEAD_DIM * 2);
   uint16_t *v = malloc((size_t)budget * HKV * HEAD_DIM * 2), *out = malloc((size_t)budget * HQ * HEAD_DIM * 2);
-  if (!key_cache || !value_cache || !q || !k || !v || !out) {
+  if (!q || !k || !v || !out) {
     fprintf(stderr, "uattn-demo: out of memory\n");
     return 1;
   }
@@ -198,8 +200,8 @@ int main(int argc, char **argv) {
   printf("  correctness             %d sampled steps match the dense fp64 oracle: worst error %.2g of the largest\n"
          "                          output (bf16 output rounding allows 4e-3)\n",
          checked, worst_error);
-  free(key_cache);
-  free(value_cache);
+  uattn_cache_free(key_cache, cache_elems * 2);
+  uattn_cache_free(value_cache, cache_elems * 2);
   free(q);
   free(k);
   free(v);

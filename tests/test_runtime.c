@@ -818,3 +818,64 @@ Test(runtime, bad_configs_are_refused) {
   uattn_runtime_destroy(NULL);
   CHECK_NO_LEAKS(); /* failed creations released what they had taken */
 }
+
+/* ---- KV cache memory (runtime/cache_memory.c) ----------------------------------------------------------- */
+
+TestSuite(cache_memory);
+
+/* The THPeligible field of the /proc/self/smaps entry that holds p: 1 or 0, -1 where the kernel does not
+ * report it. */
+static int thp_eligible(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[256];
+  int in = 0, v = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    else if (in && sscanf(line, "THPeligible: %d", &v) == 1)
+      break;
+  }
+  fclose(f);
+  return v;
+}
+
+/* Whether /sys says transparent huge pages may be given to a madvise'd range ("always" or "madvise"). */
+static bool thp_on_request(void) {
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char s[128] = "";
+  if (f) {
+    if (!fgets(s, sizeof s, f)) s[0] = '\0';
+    fclose(f);
+  }
+  return strstr(s, "[always]") || strstr(s, "[madvise]");
+}
+
+Test(cache_memory, is_aligned_zeroed_writable_and_asks_for_huge_pages) {
+  const size_t bytes = (3u << 20) + 5; /* rounds up to two 2 MiB pages */
+  void *p = (void *)1;
+  cr_assert_eq(uattn_cache_alloc(bytes, &p), UATTN_OK, "%s", uattn_last_error());
+  cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%p is not 2 MiB-aligned", p);
+  unsigned char *b = p;
+  for (size_t i = 0; i < (4u << 20); i += 4096) cr_assert_eq(b[i], 0, "byte %zu is not zero", i);
+  for (size_t i = 0; i < (4u << 20); i++) b[i] = (unsigned char)(i * 7); /* the whole rounded range is ours */
+  for (size_t i = 0; i < (4u << 20); i += 997) cr_assert_eq(b[i], (unsigned char)(i * 7));
+  const int eligible = thp_eligible(p);
+  if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
+  uattn_cache_free(p, bytes);
+  uattn_cache_free(NULL, bytes);
+}
+
+Test(cache_memory, refuses_bad_requests_and_leaves_out_alone) {
+  void *p = (void *)1;
+  cr_assert_eq(uattn_cache_alloc(1, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(uattn_last_error(), "out"), "%s", uattn_last_error());
+  cr_assert_eq(uattn_cache_alloc(0, &p), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(uattn_last_error(), "bytes is 0"), "%s", uattn_last_error());
+  cr_assert_eq(uattn_cache_alloc(SIZE_MAX, &p), UATTN_ERR_OVERFLOW);
+  cr_assert_eq(uattn_cache_alloc(SIZE_MAX - (2u << 20), &p), UATTN_ERR_OVERFLOW); /* no room for the alignment */
+  cr_assert_eq(uattn_cache_alloc((size_t)1 << 62, &p), UATTN_ERR_NO_MEMORY, "4 EiB: %s", uattn_last_error());
+  cr_assert(strstr(uattn_last_error(), "mmap"), "%s", uattn_last_error());
+  cr_assert_eq(p, (void *)1, "a refused call wrote *out");
+}
