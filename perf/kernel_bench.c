@@ -14,8 +14,8 @@
  *
  * --decode: the decode kernel the forward runs on this shape (the bf16 b128 d128 bucket's, else the generic
  * avx2 set's: a few rows straight from the cache, every KV head of a block a call, as the forward's all-heads
- * unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block
- * again and again), cold (a walk over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
+ * unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block again and again), cold (a walk
+ * over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
  * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
  * reaches; cold against hot + read, how much of the memory time it hides.
  *
