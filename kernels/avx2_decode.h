@@ -40,11 +40,25 @@ AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* x, kept in a register: the empty asm hides where x came from. Else GCC folds a load that several
+ * instructions use into each of them as a memory operand: a query vector meant for both keys of a pair read
+ * twice, a key row twice (a load, then an and from memory): 20 32-byte loads for 16 FMAs, more than this
+ * machine's two a cycle feed. In a register: 10, and the scores 12% faster on cached blocks (in-process A/B,
+ * one thread). */
+AVX2_INLINE __m256 in_register(__m256 x) {
+  __asm__("" : "+x"(x));
+  return x;
+}
+AVX2_INLINE __m256i in_register_si(__m256i x) {
+  __asm__("" : "+x"(x));
+  return x;
+}
+
 /* ---- bf16, even/odd --------------------------------------------------------------------------------- */
 
 /* 16 bf16 elements as f32: e = elements 0, 2, .., 14, o = 1, 3, .., 15. */
 AVX2_INLINE void widen16_eo(const void *src, __m256 *e, __m256 *o) {
-  const __m256i x = _mm256_loadu_si256(src);
+  const __m256i x = in_register_si(_mm256_loadu_si256(src));
   *e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
   *o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
 }
@@ -110,7 +124,8 @@ AVX2_INLINE __m256 scores_pair(const int NB, const bool EO, uattn_dtype t, const
       widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
       widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
       for (int i = 0; i < NB; i++) {
-        const __m256 qe = _mm256_loadu_ps(q + (size_t)i * D + d), qo = _mm256_loadu_ps(q + (size_t)i * D + d + 8);
+        const __m256 qe = in_register(_mm256_loadu_ps(q + (size_t)i * D + d));
+        const __m256 qo = in_register(_mm256_loadu_ps(q + (size_t)i * D + d + 8));
         a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
         a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
       }
