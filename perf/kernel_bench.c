@@ -19,10 +19,16 @@
  * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
  * reaches; cold against hot + read, how much of the memory time it hides.
  *
+ * --variant: the bucket (A) against the same bucket compiled from the kernel headers of the build option
+ * UATTN_KERNEL_VARIANT (B, perf/kernel_variant.c; by default kernels/ itself, which shows the noise floor):
+ * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B / A run by
+ * run (the quartiles of the paired ratios). On a shared host whose speed drifts by tens of % within minutes,
+ * this is how a change of a few % is seen at all: one process, pinned (taskset -c 1), 31 runs or more.
+ *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
- *   uattn-kernel-bench [RUNS] [--bucket | --xsmm | --decode] [--cpu-time]   (RUNS: timed runs per figure, 7 by
- *   default) */
+ *   uattn-kernel-bench [RUNS] [--bucket | --xsmm | --decode] [--variant] [--cpu-time]   (RUNS: timed runs per
+ *   figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +41,8 @@
 #include "xsmm.h"
 
 enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
+
+extern const uattn_bucket_kernels uattn_variant_bucket; /* perf/kernel_variant.c */
 
 static int runs = 7;
 static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
@@ -56,12 +64,16 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-/* Median seconds per call of fn(arg[s], i) for n <= 3 variants (the two sets; hot, cold and a plain read), their
- * runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared host its
- * speed drifts by tens of % within a minute. */
-static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[]) {
-  double t[3][64];
-  long calls[3] = {1, 1, 1};
+enum { MAX_CASES = 5, MAX_RUNS = 64 };
+
+/* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
+ * read), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
+ * case, in run order. */
+static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
+                             double (*raw)[MAX_RUNS]) {
+  double t[MAX_CASES][MAX_RUNS];
+  long calls[MAX_CASES] = {1, 1, 1, 1, 1};
   for (int s = 0; s < n; s++)
     for (;;) { /* calibrate */
       const double t0 = now();
@@ -75,6 +87,7 @@ static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[],
       for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
       t[s][r] = (now() - t0) / calls[s];
     }
+  if (raw) memcpy(raw, t, sizeof t[0] * (size_t)n);
   for (int s = 0; s < n; s++) {
     qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
     seconds[s] = t[s][runs / 2];
@@ -82,7 +95,16 @@ static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[],
 }
 
 static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2]) {
-  time_interleaved(fn, 2, arg, seconds);
+  time_interleaved(fn, 2, arg, seconds, NULL);
+}
+
+/* The quartiles of b's time over a's, run by run: interleaved runs saw the same machine, so their ratios
+ * spread far less than either time does. */
+static void ratio_quartiles(const double *a, const double *b, double q[3]) {
+  double r[MAX_RUNS];
+  for (int i = 0; i < runs; i++) r[i] = b[i] / a[i];
+  qsort(r, (size_t)runs, sizeof *r, perf_compare_double);
+  q[0] = r[runs / 4], q[1] = r[runs / 2], q[2] = r[(3 * runs) / 4];
 }
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
@@ -250,18 +272,23 @@ static void run_decode(void *arg, long call) {
 /* --decode: the set's decode kernel over every KV head of a 128-key bf16 block of an NHD cache (the forward's
  * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
  * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
- * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. */
-static int bench_decode(const uattn_kernels *set, const char *which, double peak) {
-  if (!set->decode) {
-    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->name);
+ * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none)
+ * the set (A) and B, hot and cold, and B / A. */
+static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
+  if (!set->decode || (variant && !variant->decode)) {
+    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->decode ? variant->name : set->name);
     return 1;
   }
   const size_t block = (size_t)KEYS * KV_HEADS * D;
   uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
   for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
-  printf("  the %s decode kernel, %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
-         KV_HEADS, KEYS);
-  printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
+  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
+         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, KEYS);
+  if (variant)
+    printf("  %-28s %8s %8s %19s %8s %8s %19s\n", "", "hot A", "hot B", "B/A [quartiles]", "cold A", "cold B",
+           "B/A [quartiles]");
+  else
+    printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
   for (int32_t rows = 1; rows <= 4; rows *= 2) {
     const size_t nx = (size_t)KV_HEADS * rows * GROUP;
     float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
@@ -273,20 +300,34 @@ static int bench_decode(const uattn_kernels *set, const char *which, double peak
     for (int32_t r = 0; r < rows; r++) pos[r] = KEYS - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
     const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .q = q, .query_pos = pos,
                                  .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o};
-    decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, COLD_BLOCKS, job, scratch, {0}},
-                        {NULL, k, v, COLD_BLOCKS, job, scratch, {0}}};
-    double sec[3];
-    time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec);
     const double kh = (double)KEYS * KV_HEADS, flops = 4.0 * D * rows * GROUP * kh;
     char name[48];
     snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
-    printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
-           100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
-           sec[1] / (sec[0] + sec[2]));
+    if (variant) { /* A hot, B hot, A cold, B cold */
+      decode_case c[4] = {{set, k, v, 1, job, scratch, {0}}, {variant, k, v, 1, job, scratch, {0}},
+                          {set, k, v, COLD_BLOCKS, job, scratch, {0}}, {variant, k, v, COLD_BLOCKS, job, scratch, {0}}};
+      double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
+      time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
+      ratio_quartiles(raw[0], raw[1], hot), ratio_quartiles(raw[2], raw[3], cold);
+      printf("  %-28s %8.1f %8.1f %5.3f [%5.3f %5.3f] %8.1f %8.1f %5.3f [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
+             sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
+             cold[2]);
+    } else {
+      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, COLD_BLOCKS, job, scratch, {0}},
+                          {NULL, k, v, COLD_BLOCKS, job, scratch, {0}}};
+      double sec[3];
+      time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
+      printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
+             100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
+             sec[1] / (sec[0] + sec[2]));
+    }
     free(q), free(m), free(l), free(o), free(scratch);
   }
-  printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
-         "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
+  if (variant)
+    printf("\n  B/A: the median of the runs' ratios (below 1: B is faster), and their quartiles\n");
+  else
+    printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
+           "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
   free(k), free(v);
   return 0;
 }
@@ -340,16 +381,18 @@ static const uattn_kernels *bench_bucket(void) {
 }
 
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0, decode = 0;
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) bucket = 1;
     else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
     else if (!strcmp(argv[i], "--decode")) decode = 1;
+    else if (!strcmp(argv[i], "--variant")) variant = 1;
     else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
     else runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > 64 || bucket + xsmm + decode > 1) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-64)] [--bucket | --xsmm | --decode] [--cpu-time]\n");
+  if (runs < 1 || runs > MAX_RUNS || bucket + xsmm + decode > 1 || (variant && xsmm)) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket | --xsmm | --decode] [--variant] "
+                    "[--cpu-time]\n", MAX_RUNS);
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
@@ -357,12 +400,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
-  if (bucket) {
-    sets[0] = &uattn_kernels_avx2;
-    if (!(sets[1] = bench_bucket())) {
+  if (bucket || variant) { /* the generic avx2 set against the bucket, or the bucket against the variant */
+    const uattn_kernels *b = bench_bucket();
+    if (!b) {
       fprintf(stderr, "uattn-kernel-bench: no bf16 bucket of block size %d, head dim %d was generated\n", KEYS, D);
       return 1;
     }
+    sets[0] = variant ? b : &uattn_kernels_avx2, sets[1] = variant ? &uattn_variant_bucket.set : b;
   }
   float sink[8];
   for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
@@ -374,12 +418,16 @@ int main(int argc, char **argv) {
          D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
+  if (decode && variant) return bench_decode(sets[0], sets[1], "bf16 b128 d128 bucket's", peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const uattn_kernels *b = bench_bucket();
     const bool own = b && b->decode;
-    return bench_decode(own ? b : &uattn_kernels_avx2, own ? "bf16 b128 d128 bucket's" : "generic avx2 set's", peak);
+    return bench_decode(own ? b : &uattn_kernels_avx2, NULL, own ? "bf16 b128 d128 bucket's" : "generic avx2 set's",
+                        peak);
   }
-  printf("  %-44s %9s %9s %s %9s\n", "", bucket ? "avx2" : "portable", bucket ? "bucket" : "avx2", "     ", "speedup");
+  static const char *const names[3][2] = {{"portable", "avx2"}, {"avx2", "bucket"}, {"bucket", "variant"}};
+  const char *const *name = names[variant ? 2 : bucket];
+  printf("  %-44s %9s %9s %s %9s\n", "", name[0], name[1], "     ", "speedup");
 
   struct {
     const char *name;
@@ -408,6 +456,6 @@ int main(int argc, char **argv) {
   bench_load(sets, k, v, COLD_BLOCKS, 1, x);
   row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x);
   free(k), free(v);
-  printf("\n  best %s attend: %.0f%% of the FMA peak\n", bucket ? "bucket" : "avx2", 100.0 * best / peak);
+  printf("\n  best %s attend: %.0f%% of the FMA peak\n", name[1], 100.0 * best / peak);
   return 0;
 }
