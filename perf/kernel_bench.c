@@ -6,7 +6,8 @@
  * reported in GFLOP/s (4 x head_dim flops per visible query-key pair and head) and against this core's fp32
  * FMA peak, measured in the same run; load in GB/s of cache bytes read (one head of a 128-key block, keys
  * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
- * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved.
+ * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved; the speedup is the median
+ * of the runs' ratios (each pair of runs saw the same machine), with their quartiles.
  *
  * --xsmm: the avx2 set's fused register-tile attend against the libxsmm GEMM body (kernels/xsmm.c) on the
  * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
@@ -19,7 +20,7 @@
  * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
  * reaches; cold against hot + read, how much of the memory time it hides.
  *
- * --variant: the bucket (A) against the same bucket compiled from the kernel headers of the build option
+ * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
  * UATTN_KERNEL_VARIANT (B, perf/kernel_variant.c; by default kernels/ itself, which shows the noise floor):
  * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B / A run by
  * run (the quartiles of the paired ratios). On a shared host whose speed drifts by tens of % within minutes,
@@ -94,10 +95,6 @@ static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[],
   }
 }
 
-static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2]) {
-  time_interleaved(fn, 2, arg, seconds, NULL);
-}
-
 /* The quartiles of b's time over a's, run by run: interleaved runs saw the same machine, so their ratios
  * spread far less than either time does. */
 static void ratio_quartiles(const double *a, const double *b, double q[3]) {
@@ -105,6 +102,14 @@ static void ratio_quartiles(const double *a, const double *b, double q[3]) {
   for (int i = 0; i < runs; i++) r[i] = b[i] / a[i];
   qsort(r, (size_t)runs, sizeof *r, perf_compare_double);
   q[0] = r[runs / 4], q[1] = r[runs / 2], q[2] = r[(3 * runs) / 4];
+}
+
+/* time_interleaved for two cases, and the quartiles of the second's speedup over the first (the first's time
+ * over the second's, run by run), or NULL. */
+static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2], double speedup[3]) {
+  double raw[2][MAX_RUNS];
+  time_interleaved(fn, 2, arg, seconds, raw);
+  if (speedup) ratio_quartiles(raw[1], raw[0], speedup);
 }
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
@@ -145,7 +150,7 @@ static void run_attend(void *arg, long call) {
 /* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from bf16;
  * causal: row r sees r + 1 keys (else all). */
 static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_t group, int32_t keys, int causal,
-                         double gflops[2]) {
+                         double gflops[2], double speedup[3]) {
   const size_t n = (size_t)keys * D, nx = (size_t)rows * group;
   uint16_t *k = malloc(2 * n), *v = malloc(2 * n);
   for (size_t i = 0; i < n; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
@@ -181,7 +186,7 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
                                  .scores = scores};
   }
   double seconds[2];
-  time_both(run_attend, (void *const[2]){&c[0], &c[1]}, seconds);
+  time_both(run_attend, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
   for (int s = 0; s < 2; s++) {
     gflops[s] = pairs * group * 4.0 * D / seconds[s] * 1e-9;
     free(c[s].keys), free(c[s].values), free(c[s].job.m), free(c[s].job.l), free(c[s].job.o);
@@ -212,22 +217,24 @@ static void run_load(void *arg, long call) {
 
 /* GB/s of bf16 cache read by each set's load of one head of a 128-key block. */
 static void bench_load(const uattn_kernels *const set[2], const uint16_t *k, const uint16_t *v, long blocks, int hnd,
-                       double gbs[2]) {
+                       double gbs[2], double speedup[3]) {
   load_case c[2];
   for (int s = 0; s < 2; s++) {
     const size_t floats = set[s]->panel_floats(KEYS, D);
     c[s] = (load_case){set[s], k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
   }
   double seconds[2];
-  time_both(run_load, (void *const[2]){&c[0], &c[1]}, seconds);
+  time_both(run_load, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
   for (int s = 0; s < 2; s++) {
     gbs[s] = 2.0 * KEYS * D * 2 / seconds[s] * 1e-9;
     free(c[s].keys), free(c[s].values);
   }
 }
 
-static void row(const char *name, const char *unit_name, const double x[2]) {
-  printf("  %-44s %9.2f %9.2f %s %8.2fx\n", name, x[0], x[1], unit_name, x[1] / x[0]);
+/* A figure of both sets and the second's speedup: the median of the runs' and their quartiles. */
+static void row(const char *name, const char *unit_name, const double x[2], const double speedup[3]) {
+  printf("  %-44s %9.2f %9.2f %s %6.2fx [%4.2f %4.2f]\n", name, x[0], x[1], unit_name, speedup[1], speedup[0],
+         speedup[2]);
 }
 
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
@@ -340,7 +347,8 @@ static int bench_xsmm(double peak) {
     return 1;
   }
   const uattn_kernels *const sets[2] = {&uattn_kernels_avx2_fused, &uattn_kernels_xsmm};
-  printf("  %-40s %15s %15s %8s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm", "speedup", "picks");
+  printf("  %-40s %15s %15s %20s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm",
+         "speedup [quartiles]", "picks");
   const struct {
     const char *what;
     int32_t rows, keys;
@@ -352,8 +360,8 @@ static int bench_xsmm(double peak) {
                {"shared block", 64, 16, 0},       {"shared blocks", 16, 512, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int32_t rows = cases[i].rows, keys = cases[i].keys;
-    double x[2];
-    bench_attend(sets, rows, GROUP, keys, cases[i].causal, x);
+    double x[2], speedup[3];
+    bench_attend(sets, rows, GROUP, keys, cases[i].causal, x, speedup);
     int32_t *vis = malloc(sizeof(int32_t) * rows);
     for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
     const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys};
@@ -362,8 +370,8 @@ static int bench_xsmm(double peak) {
     char name[64];
     snprintf(name, sizeof name, "%-13s %4d x %4d%s", cases[i].what, rows * GROUP, keys,
              cases[i].causal ? " causal" : "");
-    printf("  %-40s %7.1f (%3.0f%%) %7.1f (%3.0f%%) %7.2fx %6s\n", name, x[0], 100 * x[0] / peak, x[1],
-           100 * x[1] / peak, x[1] / x[0], picks ? "xsmm" : "fused");
+    printf("  %-40s %7.1f (%3.0f%%) %7.1f (%3.0f%%) %6.2fx [%4.2f %4.2f] %6s\n", name, x[0], 100 * x[0] / peak, x[1],
+           100 * x[1] / peak, speedup[1], speedup[0], speedup[2], picks ? "xsmm" : "fused");
   }
   printf("\n  GFLOP/s (%% of the FMA peak); the avx2 set takes libxsmm from %d vectors and %d keys, head dim <= %d\n",
          UATTN_XSMM_MIN_VECTORS, UATTN_XSMM_MIN_KEYS, UATTN_XSMM_MAX_HEAD_DIM);
@@ -412,7 +420,7 @@ int main(int argc, char **argv) {
   for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
   void *const sinks[2] = {sink, sink};
   double fma_seconds[2];
-  time_both(fma_loop, sinks, fma_seconds);
+  time_both(fma_loop, sinks, fma_seconds, NULL);
   const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
   printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs%s\n",
          D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
@@ -427,7 +435,7 @@ int main(int argc, char **argv) {
   }
   static const char *const names[3][2] = {{"portable", "avx2"}, {"avx2", "bucket"}, {"bucket", "variant"}};
   const char *const *name = names[variant ? 2 : bucket];
-  printf("  %-44s %9s %9s %s %9s\n", "", name[0], name[1], "     ", "speedup");
+  printf("  %-44s %9s %9s %s %20s\n", "", name[0], name[1], "       ", "speedup [quartiles]");
 
   struct {
     const char *name;
@@ -440,21 +448,21 @@ int main(int argc, char **argv) {
              {"attend prefill tile (128 x 4, all visible)", 128, GROUP, KEYS, 0},
              {"attend prefill tile (128 x 4, causal)", 128, GROUP, KEYS, 1},
              {"attend causal slice (512 x 4, 512 keys)", 512, GROUP, MAX_KEYS, 1}};
-  double best = 0, x[2];
+  double best = 0, x[2], speedup[3];
   for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
-    bench_attend(sets, att[i].rows, att[i].group, att[i].keys, att[i].causal, x);
-    row(att[i].name, "GFLOP/s", x);
+    bench_attend(sets, att[i].rows, att[i].group, att[i].keys, att[i].causal, x, speedup);
+    row(att[i].name, "GFLOP/s", x, speedup);
     if (x[1] > best) best = x[1];
   }
   const size_t block = (size_t)KEYS * KV_HEADS * D;
   uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
   for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = v[i] = (uint16_t)(0x3c00u + (i & 0xff));
-  bench_load(sets, k, v, 1, 0, x);
-  row("load bf16 block, hot", "GB/s   ", x);
-  bench_load(sets, k, v, COLD_BLOCKS, 0, x);
-  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", x);
-  bench_load(sets, k, v, COLD_BLOCKS, 1, x);
-  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x);
+  bench_load(sets, k, v, 1, 0, x, speedup);
+  row("load bf16 block, hot", "GB/s   ", x, speedup);
+  bench_load(sets, k, v, COLD_BLOCKS, 0, x, speedup);
+  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", x, speedup);
+  bench_load(sets, k, v, COLD_BLOCKS, 1, x, speedup);
+  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x, speedup);
   free(k), free(v);
   printf("\n  best %s attend: %.0f%% of the FMA peak\n", name[1], 100.0 * best / peak);
   return 0;

@@ -1,8 +1,17 @@
 /* The bf16 block-128 head-dim-128 avx2 bucket once more, under the names uattn_variant_*, compiled from the
- * kernel headers of UATTN_KERNEL_VARIANT (a copy of kernels/ with its bodies edited; by default kernels/
- * itself): what `uattn-kernel-bench --variant` times against the library's own bucket in one process. Only
- * the always-inline bodies the bucket includes (avx2_body.h, avx2_decode.h, avx2_bucket.h) come from the
- * variant; the functions of kernels' .c files (the libxsmm body among them) are the library's. */
+ * kernel sources of UATTN_KERNEL_VARIANT (a copy of kernels/ with its code edited; by default kernels/
+ * itself): what `uattn-kernel-bench --variant` times against the library's own bucket in one process. The
+ * variant's bucket is its always-inline bodies (avx2_body.h, avx2_decode.h, avx2_bucket.h) and its libxsmm
+ * body (xsmm.c, included here under renamed symbols), so a change to any of them is measured; the rest
+ * (avx2.c's generic set, the conversions) is the library's. */
+#define uattn_xsmm_runs_here uattn_variant_xsmm_runs_here
+#define uattn_xsmm_attend uattn_variant_xsmm_attend
+#define uattn_xsmm_qk uattn_variant_xsmm_qk
+#define uattn_xsmm_pv uattn_variant_xsmm_pv
+#define uattn_kernels_xsmm uattn_variant_kernels_xsmm
+#define uattn_kernels_avx2_fused uattn_variant_kernels_avx2_fused
+#include "xsmm.c"
+
 #define BUCKET_DTYPE UATTN_BF16
 #define BUCKET_BLOCK_SIZE 128
 #define BUCKET_HEAD_DIM 128
