@@ -22,8 +22,7 @@
  *
  * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
  * UATTN_KERNEL_VARIANT (B, perf/kernel_variant.c; by default kernels/ itself, which shows the noise floor):
- * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B / A run by
- * run (the quartiles of the paired ratios). On a shared host whose speed drifts by tens of % within minutes,
+ * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B's speedup. On a shared host whose speed drifts by tens of % within minutes,
  * this is how a change of a few % is seen at all: one process, pinned (taskset -c 1), 31 runs or more.
  *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
@@ -95,11 +94,11 @@ static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[],
   }
 }
 
-/* The quartiles of b's time over a's, run by run: interleaved runs saw the same machine, so their ratios
- * spread far less than either time does. */
-static void ratio_quartiles(const double *a, const double *b, double q[3]) {
+/* The quartiles of a's time over b's (b's speedup), run by run: interleaved runs saw the same machine, so
+ * their ratios spread far less than either time does. */
+static void speedup_quartiles(const double *a, const double *b, double q[3]) {
   double r[MAX_RUNS];
-  for (int i = 0; i < runs; i++) r[i] = b[i] / a[i];
+  for (int i = 0; i < runs; i++) r[i] = a[i] / b[i];
   qsort(r, (size_t)runs, sizeof *r, perf_compare_double);
   q[0] = r[runs / 4], q[1] = r[runs / 2], q[2] = r[(3 * runs) / 4];
 }
@@ -109,7 +108,7 @@ static void ratio_quartiles(const double *a, const double *b, double q[3]) {
 static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2], double speedup[3]) {
   double raw[2][MAX_RUNS];
   time_interleaved(fn, 2, arg, seconds, raw);
-  if (speedup) ratio_quartiles(raw[1], raw[0], speedup);
+  if (speedup) speedup_quartiles(raw[0], raw[1], speedup);
 }
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
@@ -280,7 +279,7 @@ static void run_decode(void *arg, long call) {
  * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
  * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
  * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none)
- * the set (A) and B, hot and cold, and B / A. */
+ * the set (A) and B, hot and cold, and B's speedup. */
 static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
   if (!set->decode || (variant && !variant->decode)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->decode ? variant->name : set->name);
@@ -292,8 +291,8 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
   printf("  the %s decode kernel%s\n  %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
          variant ? " (A) against the variant's (B)" : ",", KV_HEADS, KEYS);
   if (variant)
-    printf("  %-28s %8s %8s %19s %8s %8s %19s\n", "", "hot A", "hot B", "B/A [quartiles]", "cold A", "cold B",
-           "B/A [quartiles]");
+    printf("  %-28s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
+           "speedup [quartiles]");
   else
     printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
   for (int32_t rows = 1; rows <= 4; rows *= 2) {
@@ -315,8 +314,8 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
                           {set, k, v, COLD_BLOCKS, job, scratch, {0}}, {variant, k, v, COLD_BLOCKS, job, scratch, {0}}};
       double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
       time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
-      ratio_quartiles(raw[0], raw[1], hot), ratio_quartiles(raw[2], raw[3], cold);
-      printf("  %-28s %8.1f %8.1f %5.3f [%5.3f %5.3f] %8.1f %8.1f %5.3f [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
+      speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
+      printf("  %-28s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
              sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
              cold[2]);
     } else {
@@ -331,7 +330,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     free(q), free(m), free(l), free(o), free(scratch);
   }
   if (variant)
-    printf("\n  B/A: the median of the runs' ratios (below 1: B is faster), and their quartiles\n");
+    printf("\n  speedup: B's, the median of the runs' (A's time over B's; above 1: B is faster), and their quartiles\n");
   else
     printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
            "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
