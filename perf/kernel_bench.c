@@ -64,16 +64,16 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-enum { MAX_CASES = 5, MAX_RUNS = 64 };
+enum { MAX_CASES = 4, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
- * read), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * read; A and B hot and cold), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
  * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
  * case, in run order. */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
                              double (*raw)[MAX_RUNS]) {
   double t[MAX_CASES][MAX_RUNS];
-  long calls[MAX_CASES] = {1, 1, 1, 1, 1};
+  long calls[MAX_CASES] = {1, 1, 1, 1};
   for (int s = 0; s < n; s++)
     for (;;) { /* calibrate */
       const double t0 = now();
