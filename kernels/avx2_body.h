@@ -452,7 +452,8 @@ typedef struct vec_rule {
  * P = e^(s - m_new) (0 where masked), updates m and l, and returns the factor o must be rescaled by. Only
  * the vectors of 8 scores that [lo, hi) cuts are masked, and scores are written back only where a rule
  * (mask, cap, slope) changed them: a row that sees its whole tile (all but the causal diagonal in a
- * prefill) is a max pass and an exp pass, and the whole softmax of a 32 x 128 tile 20% faster. */
+ * prefill) is a max pass and an exp pass. The softmax of a 32 x 128 tile of such rows: 17.3 -> 13.9 TSC
+ * ticks per 8 scores; it is 10-15% of a prefill tile's time, so the attend gains 1-2%. */
 AVX2_INLINE float softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap, float *m, float *l) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i lo = _mm256_set1_epi32(v->lo - 1), hi = _mm256_set1_epi32(v->hi);
