@@ -232,6 +232,25 @@ AVX2_INLINE void add_piece(float *S, const float *T, int nb, int32_t m) {
     }
 }
 
+/* S^T = K Q^T for nb query vectors (q_i at q + i * ldq) and m keys (a multiple of 8) of the transposed key
+ * panel kt (ld P), DB dims at a time, each piece a beta-0 GEMM (into T after the first) added to the sum of
+ * the previous ones: the fused kernel's order. S and T: XLD floats a vector. */
+AVX2_INLINE void block_scores(const float *kt, int32_t P, const float *q, int32_t ldq, int32_t D, int nb, int32_t m,
+                              float *S, float *T) {
+  for (int32_t d0 = 0; d0 < D; d0 += DB) {
+    const xsmm_shape s = {m, nb, D - d0 < DB ? D - d0 : DB, P, ldq, XLD, 0};
+    uattn_xsmm_qk(kernel_for(&s), &s, kt + (size_t)d0 * P, q + d0, d0 ? T : S);
+    if (d0) add_piece(S, T, nb, m);
+  }
+}
+
+/* O^T += V^T P^T for nb vectors (o_i at o + i * D) over n keys: the value panel's rows vp (ld Dv) and each
+ * vector's probabilities at p + i * XLD. */
+AVX2_INLINE void block_values(const float *vp, int32_t Dv, const float *p, int32_t D, int nb, int32_t n, float *o) {
+  const xsmm_shape s = {D, nb, n, Dv, XLD, D, 1};
+  uattn_xsmm_pv(kernel_for(&s), &s, vp, p, o);
+}
+
 /* Query vectors [x0, x0 + nb) (q_i at q + i * ldq) against keys [c0, c1) of the panel. */
 AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, const float *q, int32_t ldq, int32_t c0,
                                    int32_t c1) {
@@ -243,12 +262,7 @@ AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, cons
   if (klo >= khi) return; /* a fully masked tile */
   const int32_t j0 = klo & ~15, j1 = (khi + 7) & ~7; /* as the fused tile: the key panel is zero past count */
   _Alignas(64) float S[XV * XLD], T[XV * XLD];
-  /* S^T = K Q^T, DB dims at a time */
-  for (int32_t d0 = 0; d0 < D; d0 += DB) {
-    const xsmm_shape s = {j1 - j0, nb, D - d0 < DB ? D - d0 : DB, c->P, ldq, XLD, 0};
-    uattn_xsmm_qk(kernel_for(&s), &s, c->kt + (size_t)d0 * c->P + j0, q + d0, d0 ? T : S);
-    if (d0) add_piece(S, T, nb, j1 - j0);
-  }
+  block_scores(c->kt + j0, c->P, q, ldq, D, nb, j1 - j0, S, T);
   float alpha[XV];
   block_softmax(job, x0, nb, rule, S, XLD, j0, j1, alpha);
   /* o_i *= alpha_i (the fused kernel folds this into its load of o: the same rounding) */
@@ -264,9 +278,7 @@ AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, cons
       _mm256_maskstore_ps(oi + d, m, _mm256_mul_ps(a, _mm256_maskload_ps(oi + d, m)));
     }
   }
-  /* O^T += V^T P^T over keys [klo, khi) */
-  const xsmm_shape s = {D, nb, khi - klo, c->Dv, XLD, D, 1};
-  uattn_xsmm_pv(kernel_for(&s), &s, c->vp + (size_t)klo * c->Dv, S + (klo - j0), o);
+  block_values(c->vp + (size_t)klo * c->Dv, c->Dv, S + (klo - j0), D, nb, khi - klo, o);
 }
 
 AVX2_TARGET void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_keys) {
@@ -300,6 +312,25 @@ AVX2_TARGET void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_key
   }
 }
 
+/* ---- the products alone: what uattn-kernel-bench --xsmm compares the body with ---------------------------- */
+
+size_t uattn_xsmm_products_floats(int32_t head_dim) {
+  const size_t D = (size_t)head_dim;
+  return 16 + D * (size_t)key_stride(XK) + XV * (size_t)odd_lines(head_dim) + 2 * (size_t)XV * XLD +
+         XK * (size_t)value_stride(head_dim) + XV * D;
+}
+
+AVX2_TARGET double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_dim, float *scratch) {
+  const int32_t D = head_dim, P = key_stride(XK), ldq = odd_lines(D), Dv = value_stride(D);
+  float *kt = (float *)align64c(scratch), *q = kt + (size_t)D * P, *S = q + (size_t)XV * ldq, *T = S + XV * XLD;
+  float *vp = T + XV * XLD, *o = vp + (size_t)XK * Dv;
+  if (which == UATTN_XSMM_SCORES)
+    block_scores(kt, P, q, ldq, D, XV, XK, S, T);
+  else
+    block_values(vp, Dv, S, D, XV, XK, o);
+  return 2.0 * XV * XK * D;
+}
+
 const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm",
                                           .load = uattn_avx2_load,
                                           .attend = {uattn_xsmm_attend, uattn_xsmm_attend, uattn_xsmm_attend},
@@ -321,6 +352,16 @@ int uattn_xsmm_runs_here(void) { return 0; }
 void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_keys) {
   (void)job;
   (void)panel_keys;
+}
+size_t uattn_xsmm_products_floats(int32_t head_dim) {
+  (void)head_dim;
+  return 0;
+}
+double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_dim, float *scratch) {
+  (void)which;
+  (void)head_dim;
+  (void)scratch;
+  return 0.0;
 }
 const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm"};
 const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused"};

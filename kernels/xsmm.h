@@ -35,6 +35,15 @@ static inline int uattn_xsmm_wins(const uattn_panel_job *job) {
   return keys >= UATTN_XSMM_MIN_KEYS && uattn_xsmm_runs_here();
 }
 
+/* The body's two products alone, on one full block (its most query vectors, its chunk of keys) of the given
+ * head dim: the score GEMMs as the body forms S (its DB-dim pieces summed) or the P V GEMM, with the body's
+ * shapes and strides. For uattn-kernel-bench --xsmm, which times them as the ceiling of the body: what its
+ * products reach with nothing around them. scratch: uattn_xsmm_products_floats(head_dim) floats, any values;
+ * returns the product's flops. Only where uattn_xsmm_runs_here(). */
+typedef enum { UATTN_XSMM_SCORES, UATTN_XSMM_VALUES } uattn_xsmm_product;
+size_t uattn_xsmm_products_floats(int32_t head_dim);
+double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_dim, float *scratch);
+
 /* The avx2 set's loads with uattn_xsmm_attend for every part and shape: for the tests and the benchmark. */
 extern const uattn_kernels uattn_kernels_xsmm;
 /* The avx2 set without the libxsmm path (its fused body on every job): what the libxsmm body is measured and

@@ -11,7 +11,8 @@
  *
  * --xsmm: the avx2 set's fused register-tile attend against the libxsmm GEMM body (kernels/xsmm.c) on the
  * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
- * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/xsmm.h) are chosen from.
+ * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/xsmm.h) are chosen from;
+ * then the body's two products alone on one full block, operands hot: the ceiling of its attend.
  *
  * --decode: the decode kernel the forward runs on this shape (the bf16 b128 d128 bucket's, else the generic
  * avx2 set's: a few rows straight from the cache, every KV head of a block a call, as the forward's all-heads
@@ -338,6 +339,36 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
   return 0;
 }
 
+typedef struct product_case {
+  uattn_xsmm_product which;
+  float *scratch;
+} product_case;
+
+static void run_product(void *arg, long call) {
+  (void)call;
+  const product_case *c = arg;
+  uattn_xsmm_products(c->which, D, c->scratch);
+}
+
+/* The libxsmm body's two products alone on one full block, operands hot: the ceiling of the attend rows
+ * above, which add the softmax and stream the panels. */
+static void bench_xsmm_products(double peak) {
+  const size_t floats = uattn_xsmm_products_floats(D);
+  product_case c[2] = {{UATTN_XSMM_SCORES, malloc(sizeof(float) * floats)},
+                       {UATTN_XSMM_VALUES, malloc(sizeof(float) * floats)}};
+  for (int s = 0; s < 2; s++)
+    for (size_t i = 0; i < floats; i++) c[s].scratch[i] = unit();
+  double seconds[2];
+  time_interleaved(run_product, 2, (void *const[2]){&c[0], &c[1]}, seconds, NULL);
+  static const char *const what[2] = {"S = Q K^T (its 32-dim pieces summed)", "O += P V"};
+  printf("\n  the libxsmm body's products alone, one full block, operands in cache:\n");
+  for (int s = 0; s < 2; s++) {
+    const double gflops = uattn_xsmm_products(c[s].which, D, c[s].scratch) / seconds[s] * 1e-9;
+    printf("  %-40s %7.1f (%3.0f%%)\n", what[s], gflops, 100 * gflops / peak);
+    free(c[s].scratch);
+  }
+}
+
 /* --xsmm: fused against libxsmm on large jobs (group 4; all keys visible, or causal: row r sees r + 1), and
  * which of the two the avx2 set picks for the job (uattn_xsmm_wins). */
 static int bench_xsmm(double peak) {
@@ -374,6 +405,7 @@ static int bench_xsmm(double peak) {
   }
   printf("\n  GFLOP/s (%% of the FMA peak); the avx2 set takes libxsmm from %d vectors and %d keys, head dim <= %d\n",
          UATTN_XSMM_MIN_VECTORS, UATTN_XSMM_MIN_KEYS, UATTN_XSMM_MAX_HEAD_DIM);
+  bench_xsmm_products(peak);
   return 0;
 }
 

@@ -8,6 +8,8 @@
 #define uattn_xsmm_attend uattn_variant_xsmm_attend
 #define uattn_xsmm_qk uattn_variant_xsmm_qk
 #define uattn_xsmm_pv uattn_variant_xsmm_pv
+#define uattn_xsmm_products uattn_variant_xsmm_products
+#define uattn_xsmm_products_floats uattn_variant_xsmm_products_floats
 #define uattn_kernels_xsmm uattn_variant_kernels_xsmm
 #define uattn_kernels_avx2_fused uattn_variant_kernels_avx2_fused
 #include "xsmm.c"
