@@ -392,7 +392,16 @@ UATTN_API uattn_status uattn_runtime_get_topology(const uattn_runtime *rt, uattn
  * Pages are placed by the first thread that writes them (the kernel's first-touch rule). Free with
  * uattn_cache_free and the same bytes. */
 UATTN_API uattn_status uattn_cache_alloc(size_t bytes, void **out);
-/* Frees what uattn_cache_alloc(bytes, ...) returned. NULL is a no-op. */
+/* uattn_cache_alloc's memory with its pages interleaved over the NUMA nodes of rt's cores (page i on node
+ * i mod n, as the kernel's MPOL_INTERLEAVE places them when first touched), instead of on the node of
+ * whichever thread writes them first. On a machine of several nodes the forward hands KV head g to the
+ * workers of node g % n first, but every worker reads blocks all over the cache: interleaved, the reads
+ * draw on every node's memory controllers, where first touch by one engine thread would put the whole cache
+ * behind one node's. With one node the pages go to that node. The system may refuse a placement policy (a
+ * container's seccomp profile may forbid mbind): UATTN_ERR_UNSUPPORTED, and nothing is kept; use
+ * uattn_cache_alloc then. Free with uattn_cache_free and the same bytes. */
+UATTN_API uattn_status uattn_runtime_cache_alloc(const uattn_runtime *rt, size_t bytes, void **out);
+/* Frees what uattn_cache_alloc or uattn_runtime_cache_alloc(.., bytes, ...) returned. NULL is a no-op. */
 UATTN_API void uattn_cache_free(void *ptr, size_t bytes);
 
 /* ------------------------------------------------------------------------------------------------ */

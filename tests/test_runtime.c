@@ -17,9 +17,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#endif
 
 #include "../runtime/pool.h" /* uattn_runtime_run and friends: internal, linked from the static library */
 #include "uattn.h"
@@ -865,6 +874,133 @@ Test(cache_memory, is_aligned_zeroed_writable_and_asks_for_huge_pages) {
   if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
   uattn_cache_free(p, bytes);
   uattn_cache_free(NULL, bytes);
+}
+
+/* The memory policy /proc/self/numa_maps gives the mapping that holds p ("interleave:0-1", "default"), in
+ * out; false where the kernel keeps no such file (no NUMA support built in). */
+static bool numa_policy(const void *p, char *out, size_t n) {
+  FILE *f = fopen("/proc/self/numa_maps", "r");
+  if (!f) return false;
+  char line[512], policy[128];
+  unsigned long best = 0;
+  out[0] = '\0';
+  while (fgets(line, sizeof line, f)) { /* the mapping with the highest start at or below p */
+    unsigned long start;
+    if (sscanf(line, "%lx %127s", &start, policy) == 2 && start <= (uintptr_t)p && start >= best) {
+      best = start;
+      snprintf(out, n, "%s", policy);
+    }
+  }
+  fclose(f);
+  return out[0] != '\0';
+}
+
+Test(cache_memory, runtime_cache_interleaves_pages_over_its_nodes) {
+  uattn_runtime *rt = create(NULL);
+  const uattn_topology topo = topology(rt);
+  const size_t bytes = (5u << 20) + 3; /* three 2 MiB pages */
+  void *p = (void *)1;
+  cr_assert_eq(uattn_runtime_cache_alloc(rt, bytes, &p), UATTN_OK, "%s", uattn_last_error());
+  cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%p is not 2 MiB-aligned", p);
+  unsigned char *b = p;
+  for (size_t i = 0; i < (6u << 20); i += 4096) cr_assert_eq(b[i], 0, "byte %zu is not zero", i);
+  for (size_t i = 0; i < (6u << 20); i++) b[i] = (unsigned char)(i * 5);
+  for (size_t i = 0; i < (6u << 20); i += 991) cr_assert_eq(b[i], (unsigned char)(i * 5));
+  char policy[128];
+  if (numa_policy(p, policy, sizeof policy)) {
+    /* the nodes of the runtime's workers: one node spelled out, several at least named as interleaved */
+    int32_t node = -1;
+    bool one = true;
+    for (int32_t w = 0; w < topo.num_workers && w < UATTN_TOPOLOGY_MAX_WORKERS; w++) {
+      if (topo.worker_numa[w] < 0) continue;
+      if (node >= 0 && topo.worker_numa[w] != node) one = false;
+      node = topo.worker_numa[w];
+    }
+    char want[32] = "interleave:";
+    if (one && node >= 0) snprintf(want, sizeof want, "interleave:%d", (int)node);
+    cr_assert(one && node >= 0 ? !strcmp(policy, want) : !strncmp(policy, want, strlen(want)),
+              "numa_maps gives \"%s\" for the cache, not \"%s\"", policy, want);
+  }
+  const int eligible = thp_eligible(p);
+  if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
+  uattn_cache_free(p, bytes);
+  uattn_runtime_destroy(rt);
+}
+
+#if defined(__x86_64__)
+/* Makes every later mbind of this process fail with EPERM, as a container's seccomp profile may (seccomp
+ * filter: x86-64's mbind answers EPERM, everything else runs). */
+static bool forbid_mbind(void) {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof filter / sizeof *filter), filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/* Pages of the process's address space (/proc/self/statm's first field). */
+static long mapped_pages(void) {
+  long pages = -1;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld", &pages) != 1) pages = -1;
+    fclose(f);
+  }
+  return pages;
+}
+
+/* Where the system refuses the placement: UATTN_ERR_UNSUPPORTED with a message that says what to use instead,
+ * *out untouched, the mapping given back. In a child process, whose seccomp filter stays with it. */
+Test(cache_memory, runtime_cache_says_so_where_placement_is_refused) {
+  uattn_runtime *rt = create(NULL);
+  const pid_t pid = fork();
+  cr_assert(pid >= 0, "fork failed");
+  if (pid == 0) {
+    if (!forbid_mbind()) _exit(3); /* no seccomp here: nothing to check */
+    const long before = mapped_pages();
+    void *p = (void *)1;
+    const uattn_status st = uattn_runtime_cache_alloc(rt, 64u << 20, &p);
+    const bool said = strstr(uattn_last_error(), "mbind") && strstr(uattn_last_error(), "uattn_cache_alloc");
+    const long after = mapped_pages();
+    if (st != UATTN_ERR_UNSUPPORTED) _exit(10 + (int)st);
+    if (!said) _exit(4);
+    if (p != (void *)1) _exit(5);
+    if (after - before >= (32l << 20) / sysconf(_SC_PAGESIZE)) _exit(6); /* the 64 MiB stayed mapped */
+    _exit(0);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "the child died (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  const int code = WEXITSTATUS(status);
+  if (code != 3)
+    cr_assert_eq(code, 0, "%s", code == 4   ? "the message does not name mbind and uattn_cache_alloc"
+                                : code == 5 ? "a refused call wrote *out"
+                                : code == 6 ? "the refused mapping was not given back"
+                                            : "another status than UATTN_ERR_UNSUPPORTED (10 + status)");
+  uattn_runtime_destroy(rt);
+}
+#endif
+
+Test(cache_memory, runtime_cache_refuses_bad_requests_and_leaves_out_alone) {
+  uattn_runtime *rt = create(NULL);
+  void *p = (void *)1;
+  cr_assert_eq(uattn_runtime_cache_alloc(NULL, 1, &p), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(uattn_last_error(), "rt"), "%s", uattn_last_error());
+  cr_assert_eq(uattn_runtime_cache_alloc(rt, 1, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(uattn_last_error(), "out"), "%s", uattn_last_error());
+  cr_assert_eq(uattn_runtime_cache_alloc(rt, 0, &p), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(uattn_last_error(), "bytes is 0"), "%s", uattn_last_error());
+  cr_assert_eq(uattn_runtime_cache_alloc(rt, SIZE_MAX, &p), UATTN_ERR_OVERFLOW);
+  cr_assert_eq(uattn_runtime_cache_alloc(rt, (size_t)1 << 62, &p), UATTN_ERR_NO_MEMORY, "4 EiB: %s",
+               uattn_last_error());
+  cr_assert_eq(p, (void *)1, "a refused call wrote *out");
+  uattn_runtime_destroy(rt);
 }
 
 Test(cache_memory, refuses_bad_requests_and_leaves_out_alone) {
