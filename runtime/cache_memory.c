@@ -63,7 +63,8 @@ uattn_status uattn_runtime_cache_alloc(const uattn_runtime *rt, size_t bytes, vo
   char *start = NULL;
   size_t size = 0;
   uattn_status st = map_cache("uattn_runtime_cache_alloc", bytes, &start, &size);
-  /* no NUMA node known for the runtime's cores (hwloc always reports one where it can): first touch places */
+  /* set before anything touches the pages; where no node of the runtime's cores is known (hwloc reports one
+   * wherever it can), first touch places them */
   if (st == UATTN_OK && !hwloc_bitmap_iszero(nodes) &&
       hwloc_set_area_membind(t->topo, start, size, nodes, HWLOC_MEMBIND_INTERLEAVE, HWLOC_MEMBIND_BYNODESET) < 0) {
     const int err = errno;
