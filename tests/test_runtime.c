@@ -861,17 +861,23 @@ static bool thp_on_request(void) {
   return strstr(s, "[always]") || strstr(s, "[madvise]");
 }
 
+/* What either allocator gives, `rounded` bytes (its whole 2 MiB pages) at p: 2 MiB-aligned, zeroed, every
+ * byte writable, and marked for huge pages where the system's THP setting allows. */
+static void check_cache_memory(void *p, size_t rounded) {
+  cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%p is not 2 MiB-aligned", p);
+  unsigned char *b = p;
+  for (size_t i = 0; i < rounded; i += 4096) cr_assert_eq(b[i], 0, "byte %zu is not zero", i);
+  for (size_t i = 0; i < rounded; i++) b[i] = (unsigned char)(i * 7); /* the whole rounded range is ours */
+  for (size_t i = 0; i < rounded; i += 997) cr_assert_eq(b[i], (unsigned char)(i * 7));
+  const int eligible = thp_eligible(p);
+  if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
+}
+
 Test(cache_memory, is_aligned_zeroed_writable_and_asks_for_huge_pages) {
   const size_t bytes = (3u << 20) + 5; /* rounds up to two 2 MiB pages */
   void *p = (void *)1;
   cr_assert_eq(uattn_cache_alloc(bytes, &p), UATTN_OK, "%s", uattn_last_error());
-  cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%p is not 2 MiB-aligned", p);
-  unsigned char *b = p;
-  for (size_t i = 0; i < (4u << 20); i += 4096) cr_assert_eq(b[i], 0, "byte %zu is not zero", i);
-  for (size_t i = 0; i < (4u << 20); i++) b[i] = (unsigned char)(i * 7); /* the whole rounded range is ours */
-  for (size_t i = 0; i < (4u << 20); i += 997) cr_assert_eq(b[i], (unsigned char)(i * 7));
-  const int eligible = thp_eligible(p);
-  if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
+  check_cache_memory(p, 4u << 20);
   uattn_cache_free(p, bytes);
   uattn_cache_free(NULL, bytes);
 }
@@ -901,11 +907,7 @@ Test(cache_memory, runtime_cache_interleaves_pages_over_its_nodes) {
   const size_t bytes = (5u << 20) + 3; /* three 2 MiB pages */
   void *p = (void *)1;
   cr_assert_eq(uattn_runtime_cache_alloc(rt, bytes, &p), UATTN_OK, "%s", uattn_last_error());
-  cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%p is not 2 MiB-aligned", p);
-  unsigned char *b = p;
-  for (size_t i = 0; i < (6u << 20); i += 4096) cr_assert_eq(b[i], 0, "byte %zu is not zero", i);
-  for (size_t i = 0; i < (6u << 20); i++) b[i] = (unsigned char)(i * 5);
-  for (size_t i = 0; i < (6u << 20); i += 991) cr_assert_eq(b[i], (unsigned char)(i * 5));
+  check_cache_memory(p, 6u << 20);
   char policy[128];
   if (numa_policy(p, policy, sizeof policy)) {
     /* the nodes of the runtime's workers: one node spelled out, several at least named as interleaved */
@@ -921,8 +923,6 @@ Test(cache_memory, runtime_cache_interleaves_pages_over_its_nodes) {
     cr_assert(one && node >= 0 ? !strcmp(policy, want) : !strncmp(policy, want, strlen(want)),
               "numa_maps gives \"%s\" for the cache, not \"%s\"", policy, want);
   }
-  const int eligible = thp_eligible(p);
-  if (eligible >= 0 && thp_on_request()) cr_assert_eq(eligible, 1, "the cache was not marked for huge pages");
   uattn_cache_free(p, bytes);
   uattn_runtime_destroy(rt);
 }
