@@ -1,6 +1,6 @@
 /* The AVX-512 kernel set (avx512.c): the avx2 set's panels, loads and attend for every part (their GEMMs are
- * libxsmm's, which JITs AVX-512 code for this CPU by itself), with the decode kernel in 16-float vectors
- * (avx512_decode.h). Nothing here may be called unless uattn_avx512_runs_here() said yes. */
+ * libxsmm's, pinned to AVX2 code so that these parts have the avx2 set's bits on every CPU: see xsmm.c), with
+ * the decode kernel in 16-float vectors (avx512_decode.h). Nothing here may be called unless uattn_avx512_runs_here() said yes. */
 #ifndef UATTN_AVX512_H
 #define UATTN_AVX512_H
 

@@ -115,8 +115,25 @@ static void perf_map_add(const xsmm_shape *s, uintptr_t fn) {
   fclose(f);
 }
 
+#if defined(UATTN_HAVE_XSMM)
+/* The body's bits are the fused AVX2 body's only if libxsmm emits AVX2 code: on a CPU with AVX-512 it
+ * would JIT AVX-512 kernels by itself (target "cpx" on Zen 4), whose products sum in another order. So
+ * before its first kernel libxsmm is pinned to AVX2 code; the avx2 set then gives the same bits on every
+ * CPU that runs it, and its libxsmm body stays a choice of speed only. It costs nothing there: on Zen 4,
+ * which runs a zmm FMA as two ymm halves, the AVX2 kernels measured at par with the AVX-512 ones
+ * (uattn-kernel-bench --xsmm, both targets: 0.97-1.02x on prefill tiles and shared blocks of 8 vectors or
+ * more). This instance of libxsmm is uattn's own (linked statically, its symbols hidden), so the pin
+ * changes nothing for a host that uses libxsmm itself; it does override LIBXSMM_TARGET for uattn. */
+static void pin_avx2_code(void) {
+  libxsmm_init(); /* reads LIBXSMM_TARGET and probes the CPU: done first so it cannot undo the pin */
+  if (libxsmm_get_target_archid() > LIBXSMM_X86_AVX2) libxsmm_set_target_archid(LIBXSMM_X86_AVX2);
+}
+#endif
+
 static uintptr_t dispatch(const xsmm_shape *s) {
 #if defined(UATTN_HAVE_XSMM)
+  static pthread_once_t pinned = PTHREAD_ONCE_INIT;
+  pthread_once(&pinned, pin_avx2_code);
   const libxsmm_blasint lda = s->lda, ldb = s->ldb, ldc = s->ldc;
   const float alpha = 1.0f, beta = (float)s->beta;
   const int flags = LIBXSMM_GEMM_FLAG_NONE, prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
@@ -171,6 +188,13 @@ int uattn_xsmm_runs_here(void) {
     atomic_store_explicit(&state, v, memory_order_release);
   }
   return v;
+}
+
+const char *uattn_xsmm_target(void) {
+#if defined(UATTN_HAVE_XSMM)
+  if (uattn_xsmm_runs_here()) return libxsmm_get_target_arch();
+#endif
+  return "none";
 }
 
 /* ---- the GEMM calls --------------------------------------------------------------------------------------- */

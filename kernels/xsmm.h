@@ -17,6 +17,10 @@ enum { UATTN_XSMM_MIN_VECTORS = 8, UATTN_XSMM_MIN_KEYS = 32, UATTN_XSMM_MAX_HEAD
 /* 1 when libxsmm was built in and JITs its kernels on this CPU (probed once; thread-safe), else 0. */
 int uattn_xsmm_runs_here(void);
 
+/* The code libxsmm generates for the body, by libxsmm's name of the target ("hsw": AVX2, which the body pins
+ * so that it has the fused body's bits on every CPU; see xsmm.c), or "none" where libxsmm does not run. */
+const char *uattn_xsmm_target(void);
+
 /* uattn_panel_job semantics over the avx2 set's panels, as the fused body (kernels/avx2_body.h): the same
  * rules and online softmax, S = Q K^T and O += P V as libxsmm GEMMs. Any shape; where libxsmm is missing or
  * returns no kernel for a shape, plain C loops in the same order stand in. */

@@ -8,6 +8,7 @@
  * Every timed test has the same timeout: two tests with different ones running side by side (--jobs 2) make
  * Criterion 2.4's runner leak a timer, which fails the suite under ASan. */
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <criterion/parameterized.h>
 #include <float.h>
 #include <math.h>
@@ -579,6 +580,16 @@ Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
                        20261125, "the zmm kernel differs from its twin");
 }
 
+/* The libxsmm body pins libxsmm to AVX2 code, whatever the CPU offers: on an AVX-512 CPU libxsmm would JIT
+ * AVX-512 kernels by itself, and the test above would find other bits. LIBXSMM_TARGET asks for more; the pin
+ * still wins (libxsmm reads the variable at its first use, in this process: each test is a fresh child). */
+Test(kernels, xsmm_body_generates_avx2_code_on_every_cpu, .timeout = 300) {
+  setenv("LIBXSMM_TARGET", "cpx", 1);
+  need_xsmm();
+  cr_assert_str_eq(uattn_xsmm_target(), "hsw", "libxsmm generates %s code for the body, not AVX2 (hsw)",
+                   uattn_xsmm_target());
+}
+
 /* ---- the generated buckets ----------------------------------------------------------------------------- */
 
 /* One (bucket, part) of the registry a test. */
@@ -777,6 +788,54 @@ Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = 3
   cr_assert(out[0] == 0.0f && !signbit(out[0]) && out[1] == 0.0f && signbit(out[1]), "tanh(+-0)");
   cr_assert(out[2] == 1.0f && out[3] == -1.0f && out[4] == 1.0f && out[5] == -1.0f, "tanh at the ends");
   cr_assert(out[6] == 1e-30f && out[7] == 1e-45f, "tanh of tiny values");
+}
+
+/* ---- which ISA paths this run covered ------------------------------------------------------------------- */
+
+/* After the run, on stderr and in $UATTN_ISA_REPORT (make test prints it): every ISA path of the kernels,
+ * whether this CPU ran it and, where not, why and what stood in for it. Asked in the runner's process after
+ * every test, so that no probe runs before a test's own first use of libxsmm. */
+static void isa_report(FILE *f) {
+  const bool avx2 = uattn_avx2_runs_here(), avx512 = uattn_avx512_runs_here();
+  const bool xsmm = avx2 && uattn_xsmm_runs_here();
+  fprintf(f, "test_kernels: ISA paths on this CPU\n");
+  fprintf(f, "  %-34s ran: the reference every other set is held to\n", "portable");
+  fprintf(f, "  %-34s %s\n", "avx2 (loads, fused attend, decode)",
+          avx2 ? "ran" : "skipped: this CPU lacks AVX2, FMA or F16C");
+  if (xsmm)
+    fprintf(f, "  %-34s ran, libxsmm generating %s code\n", "libxsmm body", uattn_xsmm_target());
+  else
+    fprintf(f, "  %-34s skipped: %s\n", "libxsmm body",
+            avx2 ? "libxsmm is not built in, or JITs nothing on this CPU" : "it runs on the avx2 set's panels");
+  fprintf(f, "  %-34s %s\n", "avx512 decode, ymm twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
+  fprintf(f, "  %-34s %s\n", "avx512 decode, zmm",
+          avx512 ? "ran, held to its twin bit for bit" : "skipped: this CPU lacks AVX-512F (its twin ran instead)");
+  int runs = 0, lacks = 0;
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) uattn_bucket_registry[i]->runs_here() ? runs++ : lacks++;
+  fprintf(f, "  %-34s %d ran", "generated buckets", runs);
+  if (lacks) {
+    fprintf(f, ", %d skipped: this CPU lacks", lacks);
+    const char *named[16];
+    int n = 0;
+    for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+      const uattn_bucket_kernels *b = uattn_bucket_registry[i];
+      bool seen = b->runs_here();
+      for (int k = 0; k < n && !seen; k++) seen = !strcmp(named[k], b->isa);
+      if (!seen && n < 16) {
+        fprintf(f, "%s %s", n ? "," : "", b->isa);
+        named[n++] = b->isa;
+      }
+    }
+  }
+  fprintf(f, "\n");
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+  (void)stats;
+  isa_report(stderr);
+  const char *path = getenv("UATTN_ISA_REPORT");
+  FILE *f = path && *path ? fopen(path, "w") : NULL;
+  if (f) isa_report(f), fclose(f);
 }
 
 /* The best set the CPU runs is the default; UATTN_ISA picks another by name (each test is its own process). */
