@@ -5,6 +5,7 @@
  * body (xsmm.c, included here under renamed symbols), so a change to any of them is measured; the rest
  * (avx2.c's generic set, the conversions) is the library's. */
 #define uattn_xsmm_runs_here uattn_variant_xsmm_runs_here
+#define uattn_xsmm_target uattn_variant_xsmm_target
 #define uattn_xsmm_attend uattn_variant_xsmm_attend
 #define uattn_xsmm_qk uattn_variant_xsmm_qk
 #define uattn_xsmm_pv uattn_variant_xsmm_pv

@@ -198,16 +198,47 @@ static void wait_done(uattn_runtime *rt, bool share_cpu) {
   }
 }
 
+/* Its address names the calling thread (rt->holder): unique among live threads, and never 0. */
+static _Thread_local char thread_id;
+
+static bool held_here(const uattn_runtime *rt) {
+  /* relaxed: a thread only ever finds its own id here, which it stored itself */
+  return atomic_load_explicit(&rt->holder, memory_order_relaxed) == (uintptr_t)&thread_id;
+}
+
+bool uattn_runtime_hold(uattn_runtime *rt) {
+  if (rt == NULL || tls_running == rt || held_here(rt)) return false;
+  pthread_mutex_lock(&rt->run_lock);
+  atomic_store_explicit(&rt->holder, (uintptr_t)&thread_id, memory_order_relaxed);
+  return true;
+}
+
+void uattn_runtime_release(uattn_runtime *rt, bool taken) {
+  if (!taken) return;
+  atomic_store_explicit(&rt->holder, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&rt->run_lock);
+}
+
+/* fn on the calling thread alone, as worker 0 of 1, marked as a job of rt (a run inside it stays here). */
+static void run_inline(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
+  uattn_runtime *outer = tls_running;
+  if (rt) tls_running = rt;
+  fn(ctx, 0, 1);
+  tls_running = outer;
+}
+
 void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
-  if (rt == NULL || rt->num_workers == 1 || tls_running == rt) {
-    /* One worker, or a job of rt asking rt again: no other thread to use. */
-    uattn_runtime *outer = tls_running;
-    if (rt) tls_running = rt;
-    fn(ctx, 0, 1);
-    tls_running = outer;
+  if (rt == NULL || tls_running == rt) { /* a thread of its own, or a job of rt asking rt again */
+    run_inline(rt, fn, ctx);
     return;
   }
-  pthread_mutex_lock(&rt->run_lock);
+  /* One worker too: its scratch is the runtime's, shared by every engine thread that calls it. */
+  const bool taken = uattn_runtime_hold(rt);
+  if (rt->num_workers == 1) {
+    run_inline(rt, fn, ctx);
+    uattn_runtime_release(rt, taken);
+    return;
+  }
   rt->job = fn;
   rt->job_ctx = ctx;
   /* The caller is not pinned: the scheduler may put it on a worker's CPU, where spinning with pause would
@@ -226,7 +257,7 @@ void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   tls_running = outer;
 
   wait_done(rt, share_cpu);
-  pthread_mutex_unlock(&rt->run_lock);
+  uattn_runtime_release(rt, taken);
 }
 
 int32_t uattn_runtime_workers(const uattn_runtime *rt) { return rt ? rt->num_workers : 1; }

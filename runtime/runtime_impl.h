@@ -64,7 +64,8 @@ struct uattn_runtime {
   int64_t spin_ns;
   bool oversubscribed; /* a core has several workers: they spin with yields */
   hwloc_bitmap_t worker_pus; /* PUs of the pinned workers 1.., to tell whether the caller shares one */
-  pthread_mutex_t run_lock; /* serializes uattn_runtime_run from several engine threads */
+  pthread_mutex_t run_lock; /* held by one engine thread's run, or by its hold over several (pool.h) */
+  _Atomic uintptr_t holder; /* the thread holding run_lock (pool.c's thread_id), 0 when none */
 
   /* creation: workers report that they are bound (or why not) */
   pthread_mutex_t start_lock;

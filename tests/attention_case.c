@@ -1,6 +1,10 @@
 #include "attention_case.h"
 
+#ifdef UATTN_TEST_STANDALONE
+#include "standalone_assert.h" /* built into the ThreadSanitizer tests, without Criterion */
+#else
 #include <criterion/criterion.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "standalone_assert.h"
+
 struct st_suite {
   void (*init)(void);
   void (*fini)(void);
@@ -44,35 +46,6 @@ static void st_register(const char *suite, const char *name, const struct st_sui
     st_register(#suite, #name, &st_suite_##suite, st_body_##suite##_##name);          \
   }                                                                                    \
   static void st_body_##suite##_##name(void)
-
-static void st_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
-  fprintf(stderr, "  %s:%d: assertion failed: %s\n", file, line, cond);
-  if (fmt[0]) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("  ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-  }
-  exit(1);
-}
-
-/* "" __VA_ARGS__: the optional message is a string literal followed by its arguments */
-#define cr_assert(cond, ...)                                                     \
-  do {                                                                           \
-    if (!(cond)) st_fail(__FILE__, __LINE__, #cond, "" __VA_ARGS__);             \
-  } while (0)
-#define cr_assert_eq(a, b, ...) cr_assert((a) == (b), __VA_ARGS__)
-#define cr_assert_neq(a, b, ...) cr_assert((a) != (b), __VA_ARGS__)
-#define cr_assert_null(p, ...) cr_assert((p) == NULL, __VA_ARGS__)
-#define cr_assert_not_null(p, ...) cr_assert((p) != NULL, __VA_ARGS__)
-#define cr_skip_test(...)                         \
-  do {                                            \
-    fprintf(stderr, "  skipped: " __VA_ARGS__);   \
-    fputc('\n', stderr);                          \
-    exit(0);                                      \
-  } while (0)
 
 int main(int argc, char **argv) {
   const char *filter = argc > 1 ? argv[1] : NULL;

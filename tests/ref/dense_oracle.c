@@ -335,7 +335,9 @@ enum { UNIT_ITEMS = 1024 };
  * only wider, not different: "avx2" does not enable FMA, so nothing can be contracted. */
 typedef double v4d __attribute__((vector_size(32)));
 
-#if defined(__x86_64__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: the clones' resolver runs while the program is being loaded, before TSan's
+ * runtime is up, and its instrumented code crashes there. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define ORACLE_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
