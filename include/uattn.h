@@ -9,6 +9,9 @@
  *    thread, and nothing the call was given to write (plan, caches, outputs) has been changed.
  *  - Counts and indices are int32_t, slots int64_t (vLLM's types). Arrays are row-major and dense unless a
  *    stride is given; strides are in elements.
+ *  - Every pointer must be aligned as its element type needs (an int32_t array to 4 bytes, a struct to its
+ *    alignment; a void buffer to its dtype's element size, see uattn_tensors). A misaligned one is refused
+ *    with UATTN_ERR_INVALID_ARGUMENT, never accessed.
  *  - A plan is used by one thread at a time; distinct plans may be used from distinct threads.
  */
 #ifndef UATTN_H
@@ -150,7 +153,7 @@ typedef struct uattn_step {
    * draft_offsets[r+1]). A request with at least one entry is a spec-decode request and its num_scheduled
    * becomes (entries != -1) + 1: -1 entries are placeholders and do not count (as in the seed). */
   const int32_t *draft_tokens;
-  const int32_t *draft_offsets; /* [num_reqs + 1] or NULL */
+  const int32_t *draft_offsets; /* [num_reqs + 1] or NULL; >= 0 and non-decreasing */
   /* Async scheduling (the seed's rule): when exactly one request samples nothing (a prompt that is still
    * partial), its last token is sampled anyway and the request is reported in invalid_req_indices. */
   bool async_scheduling;
@@ -457,7 +460,12 @@ typedef struct uattn_cross {
 } uattn_cross;
 
 /* The tensors of one forward call. q [T, Hq, D], k and v [T, Hkv, D] and out [T, Hq, D] are dense in the
- * layer's dtype (T = the plan's num_tokens); the caches are in cache_dtype and kv_layout. */
+ * layer's dtype (T = the plan's num_tokens); the caches are in cache_dtype and kv_layout. Every buffer must
+ * be aligned to its element size: q, k, v and out to the dtype's (2 bytes for bf16 and f16, 4 for f32),
+ * the caches to cache_dtype's, lse and the layer's sinks and alibi_slopes to 4, the cross arrays to 4. The
+ * kernels load and store whole elements, so a misaligned buffer is refused (UATTN_ERR_INVALID_ARGUMENT)
+ * before anything is written; so is a cache or a q whose size in bytes overflows a size_t
+ * (UATTN_ERR_OVERFLOW). */
 typedef struct uattn_tensors {
   const void *q, *k, *v;
   void *key_cache, *value_cache;
@@ -502,7 +510,7 @@ typedef struct uattn_kernel_bucket {
 } uattn_kernel_bucket;
 
 /* Copies up to capacity of the generated buckets into out (out may be NULL when capacity is 0) and returns
- * how many there are. */
+ * how many there are. A capacity <= 0 or a NULL out copies nothing. */
 UATTN_API int32_t uattn_kernel_buckets(uattn_kernel_bucket *out, int32_t capacity);
 
 /* Which kernels serve a layer, and why. */
@@ -799,8 +807,10 @@ UATTN_API uattn_status uattn_select_seq_len_block_table(const uattn_attention_me
 /* BEGIN tuning */
 /*
  * A tuning file says, per kernel bucket (block_size, head_dim, cache dtype), which values of the tunables
- * ran a workload fastest on one machine; perf/uattn-sweep measures them and writes it. Tunables change the
- * speed only, never the results (bitwise, like the thread count). A runtime takes one
+ * ran a workload fastest on one machine; perf/uattn-sweep measures them and writes it. The thread count
+ * changes the speed only, never the results (bitwise). The query tile, the chunk size and split-K regroup
+ * the fp32 sums (causal slices, shared chunks, key ranges merged), so they change results within the
+ * tolerances the tests state, not bit for bit. A runtime takes one
  *  - at creation, from the file named by the environment variable UATTN_TUNING_FILE (unset or "" = none);
  *  - from uattn_runtime_load_tuning(rt, path) at any time.
  * What is applied: a layer field or plan-config field left at 0 (the library default) takes the tuned

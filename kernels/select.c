@@ -110,7 +110,9 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
 int32_t uattn_kernel_buckets(uattn_kernel_bucket *out, int32_t capacity) {
   for (int32_t i = 0; out && i < capacity && (size_t)i < uattn_bucket_registry_size; i++) {
     const uattn_bucket_kernels *e = uattn_bucket_registry[i];
-    out[i] = (uattn_kernel_bucket){e->block_size, e->head_dim, e->dtype, e->chunk_size, e->isa, e->runs_here() != 0};
+    const uattn_kernel_bucket b = {e->block_size, e->head_dim, e->dtype, e->chunk_size, e->isa, e->runs_here() != 0};
+    /* byte-wise: this call has no status to refuse a misaligned out with, so it needs no alignment */
+    memcpy((char *)out + (size_t)i * sizeof b, &b, sizeof b);
   }
   return (int32_t)uattn_bucket_registry_size;
 }

@@ -61,6 +61,8 @@ static uattn_status validate_layer(const uattn_layer *L) {
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
   if (!(L->soft_cap >= 0.0f) || !isfinite(L->soft_cap))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: soft_cap must be >= 0 (0 = none)");
+  UATTN_CHECK_ALIGNED(L->sinks, "layer.sinks");
+  UATTN_CHECK_ALIGNED(L->alibi_slopes, "layer.alibi_slopes");
   if (L->sliding_window < 0 || L->causal_width < 0 || L->chunk_size < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
                       "layer: sliding_window (%d), causal_width (%d) and chunk_size (%d) must be >= 0",
@@ -91,6 +93,24 @@ static uattn_status check_block(int32_t id, int32_t num_blocks, const char *what
   return UATTN_OK;
 }
 
+/* Whether count x a x b x c elements of elem_bytes fit a size_t: the kernels index every tensor in size_t
+ * bytes, and no caller can hold a buffer larger than that. */
+static bool size_fits(size_t elem_bytes, int64_t count, int64_t a, int64_t b, int64_t c) {
+  size_t bytes = elem_bytes;
+  const int64_t dims[] = {count, a, b, c};
+  for (int i = 0; i < 4; i++)
+    if (__builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) return false;
+  return true;
+}
+
+/* A void buffer of dtype: not NULL and aligned to its element size (the kernels load and store whole
+ * elements; uattn.h, uattn_tensors). */
+static uattn_status check_buffer(const void *p, uattn_dtype dtype, const char *what) {
+  UATTN_CHECK_PTR(p, what);
+  UATTN_CHECK_ALIGNMENT(p, uattn_dtype_size(dtype), what);
+  return UATTN_OK;
+}
+
 static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan_config *pc, const uattn_layer *L,
                                      const uattn_tensors *t) {
   const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
@@ -101,17 +121,26 @@ static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan
                       t->block_size, pc->block_size);
   if (t->num_blocks <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tensors.num_blocks = %d must be > 0", t->num_blocks);
-  UATTN_CHECK_PTR(t->key_cache, "tensors.key_cache");
-  UATTN_CHECK_PTR(t->value_cache, "tensors.value_cache");
-  if (in->num_tokens == 0) return UATTN_OK;
-  UATTN_CHECK_PTR(t->q, "tensors.q");
-  UATTN_CHECK_PTR(t->out, "tensors.out");
-  if (!cross) {
-    UATTN_CHECK_PTR(t->k, "tensors.k");
-    UATTN_CHECK_PTR(t->v, "tensors.v");
-  }
-  /* every block the step writes or reads must be inside these caches */
+  if (!size_fits(uattn_dtype_size(L->cache_dtype), t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim))
+    return uattn_fail(UATTN_ERR_OVERFLOW,
+                      "tensors: a cache of num_blocks %d x block_size %d x num_kv_heads %d x head_dim %d elements "
+                      "overflows a size_t",
+                      t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim);
+  if (!size_fits(sizeof(float), in->num_tokens, L->num_q_heads, L->head_dim, 1))
+    return uattn_fail(UATTN_ERR_OVERFLOW,
+                      "tensors: q and out of num_tokens %d x num_q_heads %d x head_dim %d elements overflow a size_t",
+                      in->num_tokens, L->num_q_heads, L->head_dim);
   uattn_status st;
+  if ((st = check_buffer(t->key_cache, L->cache_dtype, "tensors.key_cache")) ||
+      (st = check_buffer(t->value_cache, L->cache_dtype, "tensors.value_cache")))
+    return st;
+  if (in->num_tokens == 0) return UATTN_OK;
+  if ((st = check_buffer(t->q, L->dtype, "tensors.q")) || (st = check_buffer(t->out, L->dtype, "tensors.out")))
+    return st;
+  if (!cross && ((st = check_buffer(t->k, L->dtype, "tensors.k")) || (st = check_buffer(t->v, L->dtype, "tensors.v"))))
+    return st;
+  UATTN_CHECK_ALIGNED(t->lse, "tensors.lse");
+  /* every block the step writes or reads must be inside these caches */
   const int64_t slots = (int64_t)t->num_blocks * t->block_size;
   if (!cross)
     for (int32_t i = 0; i < in->num_tokens; i++)
@@ -897,10 +926,15 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   for (int32_t n = 0; n < UATTN_MAX_NODES; n++) atomic_init(&job.node_next[n], 0);
   for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_init(&job.part_calls[p], 0), atomic_init(&job.decode_calls[p], 0);
   atomic_init(&job.out_of_memory, 0);
+  /* The passes share the workers' scratch (the split slots live in worker 0's): no other engine thread's
+   * forward may run on rt between them. */
+  const bool held = uattn_runtime_hold(rt);
   uattn_runtime_run(rt, reserve_scratch, &job);
-  if (atomic_load(&job.out_of_memory))
+  if (atomic_load(&job.out_of_memory)) {
+    uattn_runtime_release(rt, held);
     return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory for the forward's workspace (%zu bytes a worker)",
                       job.scratch_bytes);
+  }
 
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
@@ -909,6 +943,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);
   }
+  uattn_runtime_release(rt, held);
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
     report.part_calls[p] = atomic_load(&job.part_calls[p]);
     report.decode_calls[p] = atomic_load(&job.decode_calls[p]);

@@ -20,10 +20,28 @@ uattn_status uattn_fail(uattn_status status, const char *fmt, ...) UATTN_PRINTF(
 /* Clears this thread's message; every public entry point calls it first. */
 void uattn_clear_error(void);
 
-/* Checks a caller's pointer; `what` names the argument in the message. */
+/* Checks a caller's pointer: not NULL, and aligned as its element type needs (the code reads and writes
+ * through it as that type, and a misaligned access is undefined behaviour; uattn.h's conventions promise
+ * a status instead). `what` names the argument in the message. A void pointer is checked against its
+ * dtype with UATTN_CHECK_ALIGNMENT. */
 #define UATTN_CHECK_PTR(ptr, what)                                                                         \
   do {                                                                                                     \
     if ((ptr) == NULL) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s must not be NULL", (what));      \
+    UATTN_CHECK_ALIGNMENT((ptr), __alignof__(*(ptr)), (what));                                             \
+  } while (0)
+
+/* The same for an optional pointer: NULL passes. */
+#define UATTN_CHECK_ALIGNED(ptr, what)                                                                     \
+  do {                                                                                                     \
+    if ((ptr) != NULL) UATTN_CHECK_PTR((ptr), (what));                                                     \
+  } while (0)
+
+/* Checks that ptr is a multiple of align bytes. */
+#define UATTN_CHECK_ALIGNMENT(ptr, align, what)                                                            \
+  do {                                                                                                     \
+    if ((uintptr_t)(const void *)(ptr) % (align) != 0)                                                     \
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s = %p is misaligned: its elements need %zu-byte alignment", \
+                        (what), (const void *)(ptr), (size_t)(align));                                    \
   } while (0)
 
 /* The allocator a plan or runtime was created with, resolved once (NULL hooks mean malloc). */

@@ -1,9 +1,29 @@
 /* Merging partial attention results: the building block of cascade and context-parallel attention. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 #include "portable.h"
+
+/* Each part's array: not NULL and aligned for floats. */
+static uattn_status check_parts(int32_t num_parts, const float *const *arrays, const char *name) {
+  for (int32_t i = 0; i < num_parts; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "%s[%d]", name, i);
+    UATTN_CHECK_PTR(arrays[i], what);
+  }
+  return UATTN_OK;
+}
+
+/* rows x heads x head_dim floats must fit a size_t: the loops index them so, and no array can be larger. */
+static uattn_status check_size(int32_t rows, int32_t heads, int32_t head_dim) {
+  size_t bytes;
+  if (__builtin_mul_overflow((size_t)rows * (size_t)heads, (size_t)head_dim * sizeof(float), &bytes))
+    return uattn_fail(UATTN_ERR_OVERFLOW, "rows (%d) x heads (%d) x head_dim (%d) floats overflow a size_t", rows,
+                      heads, head_dim);
+  return UATTN_OK;
+}
 
 uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses, int32_t rows,
                                 int32_t heads, int32_t head_dim, float *out, float *lse) {
@@ -13,12 +33,13 @@ uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, con
                       "merge_states: num_parts (%d) and heads (%d) must be > 0, head_dim (%d) in 1..4096 and rows "
                       "(%d) >= 0",
                       num_parts, heads, head_dim, rows);
+  uattn_status st;
+  if ((st = check_size(rows, heads, head_dim))) return st;
   UATTN_CHECK_PTR(outs, "outs");
   UATTN_CHECK_PTR(lses, "lses");
   UATTN_CHECK_PTR(out, "out");
-  for (int32_t i = 0; i < num_parts; i++)
-    if (!outs[i] || !lses[i])
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "merge_states: outs[%d] and lses[%d] must not be NULL", i, i);
+  UATTN_CHECK_ALIGNED(lse, "lse");
+  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, lses, "lses"))) return st;
   for (size_t x = 0; x < (size_t)rows * heads; x++) {
     float M = -INFINITY;
     for (int32_t i = 0; i < num_parts; i++)
@@ -45,13 +66,15 @@ uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, c
                       "merge_partials: num_parts (%d) must be in 1..64, heads (%d) > 0, head_dim (%d) in 1..4096 "
                       "and rows (%d) >= 0",
                       num_parts, heads, head_dim, rows);
+  uattn_status st;
+  if ((st = check_size(rows, heads, head_dim))) return st;
   UATTN_CHECK_PTR(outs, "outs");
   UATTN_CHECK_PTR(maxes, "maxes");
   UATTN_CHECK_PTR(sums, "sums");
   UATTN_CHECK_PTR(out, "out");
-  for (int32_t i = 0; i < num_parts; i++)
-    if (!outs[i] || !maxes[i] || !sums[i])
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "merge_partials: part %d has a NULL array", i);
+  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, maxes, "maxes")) ||
+      (st = check_parts(num_parts, sums, "sums")))
+    return st;
   uattn_state parts[64];
   float row[4096];
   for (size_t x = 0; x < (size_t)rows * heads; x++) {
