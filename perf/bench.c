@@ -2,7 +2,8 @@
  * prefill over a long context, a mixed continuous-batching step, a shared prefix, spec-decode verification,
  * long-context decodes — for model presets, each as a fraction of this machine's own limit measured in the
  * same run: read bandwidth for a memory-bound case, fp32 FMA peak for a compute-bound one, with one thread
- * and with all. Medians of several runs, each on cold caches.
+ * and with all. A compute-bound bf16 case on a CPU with AVX512-BF16 is also given as a fraction of the bf16
+ * dot-product peak, the physical limit of bf16 work there. Medians of several runs, each on cold caches.
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
  *               [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
@@ -236,19 +237,30 @@ done:
 }
 
 /* What a result achieved against the limits: a case is memory-bound when moving its bytes at the read
- * bandwidth takes longer than its flops at the FMA peak (all threads), and its fraction is of that limit. */
+ * bandwidth takes longer than its flops at the FMA peak (all threads), and its fraction is of that limit.
+ * A compute-bound bf16 case where the CPU has bf16 dot products is also measured against their peak
+ * (bf16_1, bf16_all; -1 elsewhere): the FMA fraction says how it compares with today's fp32 arithmetic,
+ * this one how much of the machine it uses. */
 typedef struct rates {
   bool memory;
-  double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all;
+  double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all, bf16_1, bf16_all;
 } rates;
 
-static rates rates_of(const case_result *r, const bench_limits *lim) {
+/* Whether the table, the JSON and the plot carry the bf16 dot-peak fractions. */
+static bool shows_bf16_dot(const options *o, const bench_limits *lim) {
+  return o->dtype == UATTN_BF16 && lim->bf16_dot;
+}
+
+static rates rates_of(const options *o, const case_result *r, const bench_limits *lim) {
   const double bytes = r->work.cache_bytes + r->work.io_bytes;
   rates x = {.memory = bytes / lim->read_gbs_all >= r->work.flops / lim->fma_gflops_all,
              .gbs_1 = bytes / r->ms_1 * 1e-6, .gbs_all = bytes / r->ms_all * 1e-6,
              .gflops_1 = r->work.flops / r->ms_1 * 1e-6, .gflops_all = r->work.flops / r->ms_all * 1e-6};
   x.frac_1 = x.memory ? x.gbs_1 / lim->read_gbs_1 : x.gflops_1 / lim->fma_gflops_1;
   x.frac_all = x.memory ? x.gbs_all / lim->read_gbs_all : x.gflops_all / lim->fma_gflops_all;
+  const bool bf16 = shows_bf16_dot(o, lim) && !x.memory;
+  x.bf16_1 = bf16 ? x.gflops_1 / lim->bf16_gflops_1 : -1;
+  x.bf16_all = bf16 ? x.gflops_all / lim->bf16_gflops_all : -1;
   return x;
 }
 
@@ -268,23 +280,37 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
+  if (lim->bf16_dot)
+    printf("bf16 dot peak (vdpbf16ps, best of %d): %.1f GFLOP/s on 1 thread, %.1f on %d (%.2fx the fp32 FMA peak)\n",
+           o->runs, lim->bf16_gflops_1, lim->bf16_gflops_all, lim->threads, lim->bf16_gflops_all / lim->fma_gflops_all);
+  else
+    printf("bf16 dot peak: n/a (no AVX512-BF16)\n");
   printf("load average: %s at the start, %s at the end\n", load0, load1);
+  const bool dot = shows_bf16_dot(o, lim);
   const bench_preset *last = NULL;
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
     if (r->preset != last) {
-      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s %7s %8s\n", r->preset->what, "case", "tokens", "bound",
-             "1 thr ms", "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim", "speedup", "kernels");
+      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s", r->preset->what, "case", "tokens", "bound", "1 thr ms",
+             "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim");
+      if (dot) printf(" %7s %7s", "of dot1", "of dot");
+      printf(" %7s %8s\n", "speedup", "kernels");
       last = r->preset;
     }
-    const rates x = rates_of(r, lim);
-    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%% %6.2fx %8s\n", r->c->name, r->work.tokens,
+    const rates x = rates_of(o, r, lim);
+    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%%", r->c->name, r->work.tokens,
            x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
-           100 * x.frac_all, r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "bucket" : "generic");
+           100 * x.frac_all);
+    if (dot && x.bf16_1 >= 0) printf(" %6.0f%% %6.0f%%", 100 * x.bf16_1, 100 * x.bf16_all);
+    else if (dot) printf(" %7s %7s", "-", "-");
+    printf(" %6.2fx %8s\n", r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "bucket" : "generic");
   }
   printf("\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
          "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
          "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+  if (dot)
+    printf("'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
+           "(its limit for bf16 work; 'of lim' is against the fp32 FMA peak).\n");
   for (int i = 0; i < n; i++) /* a layer's kernels depend on its preset only: once per preset */
     if (!res[i].kernels.bucket_hit && (i == 0 || res[i - 1].preset != res[i].preset))
       printf("%s, generic kernels: %s\n", res[i].preset->name, res[i].kernels.reason);
@@ -295,24 +321,38 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
     }
 }
 
+/* v in JSON: the number (fmt) when it is known, else null. */
+static const char *json_number(char *buf, size_t size, const char *fmt, double v, bool known) {
+  if (known) snprintf(buf, size, fmt, v);
+  else snprintf(buf, size, "null");
+  return buf;
+}
+
 static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
                        const char *load1) {
+  char b1[32], b2[32];
   printf("{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
          "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
-         "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f},\n \"cases\": [",
+         "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, \"bf16_dot_gflops_1\": %s, "
+         "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
          uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, layout_names[o->layout], load0,
-         load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all);
+         load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
+         lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+         json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
-    const rates x = rates_of(r, lim);
+    const rates x = rates_of(o, r, lim);
     printf("%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
            "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
            "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
-           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"speedup\": %.3f, \"bucket_hit\": %s, "
+           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
+           "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
            "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
            i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
            r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
-           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "true" : "false",
+           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
+           json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
+           r->kernels.bucket_hit ? "true" : "false",
            r->kernels.part_kernel[0], r->kernels.part_kernel[1], r->kernels.part_kernel[2], r->kernels.reason);
   }
   printf("]}\n");
@@ -324,18 +364,20 @@ static int plot(const options *o, const bench_limits *lim, const case_result *re
   int rc = -1;
   if (bars && labels) {
     for (int i = 0; i < n; i++) {
-      const rates x = rates_of(&res[i], lim);
+      const rates x = rates_of(o, &res[i], lim);
       const bool one_preset = res[0].preset == res[n - 1].preset; /* then the title names it */
       snprintf(labels[i], sizeof labels[i], "%s%s%s (%s)", one_preset ? "" : res[i].preset->name,
                one_preset ? "" : " ", res[i].c->name, x.memory ? "mem" : "fma");
-      bars[i] = (bench_bar){labels[i], x.frac_1, x.frac_all};
+      bars[i] = (bench_bar){labels[i], x.frac_1, x.frac_all, x.bf16_1, x.bf16_all};
     }
-    char title[256];
+    char title[384];
     snprintf(title, sizeof title,
-             "uattn %s%s%s: fraction of read bandwidth (mem) or fp32 FMA peak (fma); 1 thread and %d, %s, block %d",
+             "uattn %s%s%s: fraction of read bandwidth (mem) or fp32 FMA peak (fma); 1 thread and %d, %s, block %d%s",
              uattn_version(), res[0].preset == res[n - 1].preset ? ", " : "",
              res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, dtype_names[o->dtype],
-             o->block_size);
+             o->block_size,
+             shows_bf16_dot(o, lim)     ? "\\nlight bars: the compute-bound cases against the bf16 dot peak"
+             : o->dtype == UATTN_BF16 ? "\\nbf16 dot peak: n/a (no AVX512-BF16)" : "");
     rc = bench_plot(o->plot, title, bars, n);
   } else fprintf(stderr, "uattn-bench: out of memory\n");
   free(bars), free(labels);

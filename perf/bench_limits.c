@@ -7,8 +7,13 @@
 #include "uattn.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define UATTN_BENCH_X86 1
+/* compilers that know the avx512bf16 target and its intrinsics; older ones report the peak as absent */
+#if defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10
+#define UATTN_BENCH_BF16 1
+#endif
 #endif
 
 #ifdef UATTN_BENCH_X86
@@ -38,6 +43,41 @@ __attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
   _mm256_storeu_ps(t, s);
   return t[0];
 }
+
+#ifdef UATTN_BENCH_BF16
+/* The feature bits alone are not enough: the OS must also save the opmask and zmm registers (XCR0 bits 5-7,
+ * with SSE and AVX state, bits 1-2), or the first zmm instruction faults. */
+int bench_has_bf16_dot(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0xe6) != 0xe6) return 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  const unsigned avx512f = 1u << 16, avx512bw = 1u << 30; /* the loop's broadcasts of 16-bit words need BW */
+  if ((b & (avx512f | avx512bw)) != (avx512f | avx512bw) || a < 1) return 0; /* a: the last subleaf of leaf 7 */
+  __get_cpuid_count(7, 1, &a, &b, &c, &d);
+  return (int)(a >> 5 & 1); /* AVX512_BF16 */
+}
+
+/* 12 independent vdpbf16ps chains: Zen 4 issues one zmm vdpbf16ps a cycle at a latency of about 6 (6 chains
+ * reach its peak; 4 give two thirds), so 12 leave room for a core that issues two. The unroll keeps the
+ * accumulators in registers at -O2 too, where GCC 12 would leave the loop rolled over an array in memory
+ * (half the rate). */
+enum { BF16_CHAINS = 12 };
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static double bf16_dot_loop(long iters) {
+  __m512 a[BF16_CHAINS];
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380); /* 1, 2^-24 */
+  for (int k = 0; k < BF16_CHAINS; k++) a[k] = _mm512_set1_ps((float)k);
+  for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 12
+    for (int k = 0; k < BF16_CHAINS; k++) a[k] = _mm512_dpbf16_ps(a[k], x, y);
+  }
+  __m512 s = a[0];
+  for (int k = 1; k < BF16_CHAINS; k++) s = _mm512_add_ps(s, a[k]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
 #else
 static double read_sum(const float *x, size_t n) {
   double s = 0;
@@ -52,8 +92,18 @@ static double fma_loop(long iters) {
 }
 #endif
 
-enum { FMA_ITERS = 20000000 };
-#define FMA_FLOPS_PER_ITER (12.0 * 8 * 2) /* 12 chains of 8 lanes, 2 flops per FMA */
+#ifndef UATTN_BENCH_BF16
+int bench_has_bf16_dot(void) { return 0; }
+static double bf16_dot_loop(long iters) {
+  (void)iters;
+  return 0.0;
+}
+#define BF16_CHAINS 12
+#endif
+
+enum { FMA_ITERS = 20000000, BF16_ITERS = 10000000 };
+#define FMA_FLOPS_PER_ITER (12.0 * 8 * 2)            /* 12 chains of 8 lanes, 2 flops per FMA */
+#define BF16_FLOPS_PER_ITER (BF16_CHAINS * 16.0 * 4) /* chains of 16 lanes, 2 products and 2 adds per lane */
 
 typedef struct limit_job {
   const float *data;
@@ -77,6 +127,12 @@ static void *read_thread(void *p) {
 static void *fma_thread(void *p) {
   limit_arg *a = p;
   a->job->result[a->id] = fma_loop(FMA_ITERS);
+  return NULL;
+}
+
+static void *bf16_thread(void *p) {
+  limit_arg *a = p;
+  a->job->result[a->id] = bf16_dot_loop(BF16_ITERS);
   return NULL;
 }
 
@@ -116,6 +172,8 @@ int bench_measure_limits(int threads, int runs, bench_limits *out) {
   job->data = x;
   job->n = n;
   out->threads = threads;
+  out->bf16_dot = bench_has_bf16_dot();
+  out->bf16_gflops_1 = out->bf16_gflops_all = 0;
   for (int k = 0; k < 2; k++) {
     const int th = k == 0 ? 1 : threads;
     for (int r = 0; r < runs; r++) t[r] = run_threads(read_thread, job, th);
@@ -124,6 +182,11 @@ int bench_measure_limits(int threads, int runs, bench_limits *out) {
     const double gflops = FMA_ITERS * FMA_FLOPS_PER_ITER * th / fastest(t, runs) * 1e-9;
     *(k == 0 ? &out->read_gbs_1 : &out->read_gbs_all) = gbs;
     *(k == 0 ? &out->fma_gflops_1 : &out->fma_gflops_all) = gflops;
+    if (out->bf16_dot) {
+      for (int r = 0; r < runs; r++) t[r] = run_threads(bf16_thread, job, th);
+      const double bf16 = BF16_ITERS * BF16_FLOPS_PER_ITER * th / fastest(t, runs) * 1e-9;
+      *(k == 0 ? &out->bf16_gflops_1 : &out->bf16_gflops_all) = bf16;
+    }
   }
   uattn_cache_free(x, n * sizeof(float)), free(t), free(job);
   return 0;

@@ -1,6 +1,6 @@
 /* The machine's own limits for uattn-bench, measured in the same run as the cases they judge: read
- * bandwidth and fp32 FMA peak, with one thread and with all. They run on plain threads, so they measure the
- * machine rather than the library. */
+ * bandwidth, fp32 FMA peak and, where the CPU has AVX512-BF16, the bf16 dot-product peak, with one thread
+ * and with all. They run on plain threads, so they measure the machine rather than the library. */
 #ifndef UATTN_PERF_BENCH_LIMITS_H
 #define UATTN_PERF_BENCH_LIMITS_H
 
@@ -13,7 +13,14 @@ typedef struct bench_limits {
   int threads;                        /* what "all" means */
   double read_gbs_1, read_gbs_all;    /* GB/s of a streaming read of 256 MiB */
   double fma_gflops_1, fma_gflops_all; /* fp32 FMA, 2 flops per lane */
+  /* bf16 pair products into fp32 (vdpbf16ps zmm: 32 products and 32 adds, 64 flops): what bounds bf16
+   * work on such a CPU. Both 0 where bf16_dot is 0. */
+  int bf16_dot; /* bench_has_bf16_dot() */
+  double bf16_gflops_1, bf16_gflops_all;
 } bench_limits;
+
+/* 1 when this CPU and its OS run AVX512-BF16 (with AVX-512F/BW and the zmm state enabled). */
+int bench_has_bf16_dot(void);
 
 /* Each limit is the best of `runs` runs: a busy neighbour only ever lowers what the machine can do.
  * Returns 0, or -1 when out of memory. threads in [1, BENCH_LIMITS_MAX_THREADS]. */

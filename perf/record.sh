@@ -60,8 +60,10 @@ options:
 
 Exit status: 0; 1 the build or the run failed; 2 bad usage or no such scenario; 3 perf is missing or not
 permitted here (the message says what fixes it).
-JIT code (libxsmm's kernels) shows as bare [JIT] addresses unless the program writes /tmp/perf-<pid>.map;
-the report warns when such addresses take more than 1% of the samples.
+JIT code: the profiled program runs with UATTN_PERF_MAP=1 (unless the environment sets it), so uattn lists
+every libxsmm kernel it JITs in /tmp/perf-<pid>.map, and the report names it (libxsmm_smm_m<M>_n<N>_k<K>_beta<B>,
+in the libxsmm body of its bucket). The maps stay in /tmp for `perf report`. Code no map names shows as bare
+[JIT] addresses; the report warns when they take more than 1% of the samples.
 EOF
 }
 
@@ -151,8 +153,9 @@ if [[ -z $bench ]]; then
     log=$build/record-build.log
     echo "record.sh: building uattn with frame pointers in $build ..." >&2
     # configured every time: cheap, and it puts the flags back if someone reconfigured the directory
+    # the Python package is not profiled from here (and needs python3-dev): left out of this build
     if ! { cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release -DUATTN_BUILD_TESTS=OFF \
-      -DUATTN_BUILD_PERF=ON -DCMAKE_C_FLAGS="$PERF_CFLAGS" &&
+      -DUATTN_BUILD_PERF=ON -DUATTN_BUILD_PYTHON=OFF -DCMAKE_C_FLAGS="$PERF_CFLAGS" &&
       if ((${#exec_cmd[@]})); then cmake --build "$build" -j "$(nproc)"; else
         cmake --build "$build" --target uattn-bench -j "$(nproc)"; fi; } >"$log" 2>&1; then
       tail -n 25 "$log" >&2
@@ -229,6 +232,14 @@ record=(perf record -o "$data")
 if ((dwarf)); then record+=(--call-graph dwarf); else record+=(-g); fi
 [[ -n $freq ]] && record+=(-F "$freq")
 
+# JIT code (libxsmm's GEMMs) has no symbols: uattn lists each kernel it JITs in /tmp/perf-<pid>.map, perf's
+# map of JIT code, when UATTN_PERF_MAP=1, which perf script then reads. Without it those samples are bare
+# [JIT] addresses (about half of a prefill's samples where its tiles run the libxsmm body). UATTN_PERF_MAP=0 in
+# the environment turns it off.
+export UATTN_PERF_MAP=${UATTN_PERF_MAP:-1}
+start_mark=$out/.record-start
+: >"$start_mark"
+
 echo "record.sh: perf record: $what" >&2
 status=0
 "${record[@]}" -- "${cmd[@]}" >"$out/program.out" 2>"$out/program.err" || status=$?
@@ -241,6 +252,9 @@ fi
 grep -E 'lost|LOST' "$out/program.err" >&2 || true
 cat "$out/program.out"
 echo
+# the perf maps the run wrote (one per process that JITted code): perf script reads them below
+mapfile -t jit_maps < <(find /tmp -maxdepth 1 -name 'perf-*.map' -newer "$start_mark" 2>/dev/null | sort)
+rm -f "$start_mark"
 
 perf script -i "$data" -F comm,tid,time,period,ip,sym,dso >"$out/perf-script.txt" 2>"$out/perf-script.err" ||
   { tail -n 5 "$out/perf-script.err" >&2; die 1 "perf script failed on $data"; }
@@ -256,6 +270,7 @@ for o in "${own[@]}"; do report_args+=(--own "$o"); done
 
 echo
 echo "perf.data, the perf script text and this report: $out/ (perf report -i $data --no-children)"
+for m in "${jit_maps[@]}"; do echo "JIT code named by: $m ($(wc -l <"$m") kernels)"; done
 if [[ -n $folded ]]; then
   echo "folded stacks: $folded ($(wc -l <"$folded") stacks)"
 fi

@@ -11,6 +11,10 @@ What it does with each sample:
   * the leaf frame's function is put in a group: a generated kernel by its bucket (the name
     uattn_<dtype>_<part>_b<block>_d<headdim>_c<chunk>__<isa> says it all), a generic kernel set, the forward's
     orchestration, the thread pool, the planner, the benchmark harness, libc, the Linux kernel, JIT code;
+  * the libxsmm body (kernels/xsmm.c and the JIT GEMMs it calls, which uattn names in /tmp/perf-<pid>.map as
+    libxsmm_smm_m<M>_n<N>_k<K>_beta<B> when UATTN_PERF_MAP=1) is grouped with the bucket it works for: the
+    generated kernel on its stack, else the one bucket whose kernels the same part ran (a bucket's causal and
+    shared kernels hand their jobs to the body by a tail call, so their frame is not on its stacks);
   * the sample is given a part (causal, shared, unique, ...) from the nearest frame up its stack that names
     one: a generated kernel's name, or one of the forward's part functions (PART_FUNCS).
 """
@@ -45,12 +49,18 @@ FORWARD_FUNCS = {"uattn_forward", "attention_job", "merge_splits_job"}
 STACK_ROOTS = {"main", "_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "clone3",
                "_dl_start_user"}
 
+# uattn's names for libxsmm's JIT GEMMs in its perf map (kernels/xsmm.c, perf_map_add)
+XSMM_JIT_NAME = re.compile(r"^libxsmm_[a-z]*mm_m\d+_n\d+_k\d+_beta\d+$")
+# a placeholder group, made into the body of a bucket (or of the generic sets) once the sample's part is known
+XSMM_BODY = "uattn kernels: libxsmm body"
+
 # groups by source file basename (the library's files; see README's Layout)
 FILE_GROUPS = {
     "avx2.c": "uattn kernels: avx2 set (generic)",
     "avx512.c": "uattn kernels: avx512 set (generic)",
     "portable.c": "uattn kernels: portable set (generic)",
     "convert.c": "uattn kernels: dtype conversion",
+    "xsmm.c": XSMM_BODY,
     "select.c": "uattn kernels: selection",
     "forward.c": "uattn forward: orchestration, cache write",
     "merge.c": "uattn forward: merges",
@@ -199,13 +209,14 @@ def classify(sym, dso, ip, chain, syms, exe):
     name = base_name(sym)
     m = KERNEL_NAME.match(name)
     if m:
-        return "uattn kernels: generated %s b%s d%s c%s %s" % (
-            m.group("dtype"), m.group("block"), m.group("hd"), m.group("chunk"), m.group("isa")), m
+        return "uattn kernels: generated " + bucket_label(m), m
     if is_kernel_addr(ip, dso):
         return "Linux kernel (page faults, system calls, interrupts)", None
     if JIT_DSO.search(dso):
         if sym == "[unknown]" or re.match(r"^0x[0-9a-f]+$", sym):
             return "JIT code: unresolved [JIT] addresses", None
+        if XSMM_JIT_NAME.match(sym):
+            return XSMM_BODY, None
         return "JIT code: named by a perf map", None
     base = os.path.basename(dso)
     if dso == "[vdso]":
@@ -258,6 +269,20 @@ def expanded(frames, syms):
         else:
             out.append((sym if sym != "[unknown]" else "[unknown] (%s)" % os.path.basename(dso), ""))
     return out
+
+
+def bucket_label(m):
+    """'bf16 b128 d128 c0 avx2' for a KERNEL_NAME match."""
+    return "%s b%s d%s c%s %s" % (m.group("dtype"), m.group("block"), m.group("hd"), m.group("chunk"), m.group("isa"))
+
+
+def bucket_on(stack):
+    """The bucket of the nearest generated kernel up the stack, or None."""
+    for func, _ in stack:
+        m = KERNEL_NAME.match(base_name(func))
+        if m:
+            return bucket_label(m)
+    return None
 
 
 def part_of(stack):
@@ -328,12 +353,35 @@ def main():
     folded = collections.Counter()
     truncated = own_leaf = 0
     jit_unresolved = 0
+    prepared = []
+    part_buckets = collections.defaultdict(collections.Counter)  # part -> buckets whose kernels ran in it
+    every_bucket = set()
     for comm, tid, _, period, frames in samples:
         if not frames:
             frames = [(0, "[unknown]", "[unknown]")]
         # drop the zero or unknown addresses a broken unwind leaves at the root
         while len(frames) > 1 and frames[-1][1] == "[unknown]" and frames[-1][2] == "[unknown]":
             frames = frames[:-1]
+        stack = expanded(frames, syms)
+        part, bucket = part_of(stack), bucket_on(stack)
+        if bucket:
+            every_bucket.add(bucket)
+            if part:
+                part_buckets[part][bucket] += period
+        prepared.append((comm, tid, period, frames, stack, part, bucket))
+
+    def xsmm_body_group(part, bucket):
+        """The group of the libxsmm body's time in a part: its bucket's, where one is known. When no bucket's
+        kernel was seen in the part (or, without debug info, the part is not known): the one bucket that ran at
+        all, if there is one; none at all is a generic kernel set's body."""
+        seen = set(part_buckets.get(part, ())) or every_bucket
+        if not bucket and len(seen) == 1:
+            bucket = next(iter(seen))
+        if bucket:
+            return "uattn kernels: generated %s, libxsmm body" % bucket, bucket
+        return XSMM_BODY + (" (bucket unknown)" if seen else " (generic)"), None
+
+    for comm, tid, period, frames, stack, part, stack_bucket in prepared:
         total += period
         tids.add(tid)
         ip, sym, dso = frames[0]
@@ -347,10 +395,15 @@ def main():
                 if not is_kernel_addr(uip, udso) and usym != "[unknown]":
                     uchain = syms.chain(udso, uip, n == 0) if syms.owns(udso) else None
                     ugroup, _ = classify(uchain[-1][0] if uchain else usym, udso, uip, uchain, syms, a.exe)
+                    if ugroup == XSMM_BODY:
+                        ugroup = xsmm_body_group(part, stack_bucket)[0]
                     if group.startswith(("Linux kernel (", "Linux kernel, for libc")):
                         group = "Linux kernel, for %s" % ugroup
                     if not ugroup.startswith("libc"):
                         break
+        xsmm_bucket = None
+        if group == XSMM_BODY:
+            group, xsmm_bucket = xsmm_body_group(part, stack_bucket)
         if group.startswith("JIT code: unresolved"):
             jit_unresolved += period
         name = base_name(leaf) if leaf != "[unknown]" else "[unknown] 0x%x (%s)" % (ip, os.path.basename(dso))
@@ -361,7 +414,6 @@ def main():
         # a symbol per group: the Linux kernel's clear_page for the harness and for a kernel are two rows
         by_sym[name, group] += period
         sym_samples[name, group] += 1
-        stack = expanded(frames, syms)
         if syms.owns(dso):
             own_leaf += 1
             if base_name(stack[-1][0]) not in STACK_ROOTS and not any(f in STACK_ROOTS for f, _ in stack):
@@ -370,9 +422,10 @@ def main():
                 inner = [f for f, p in chain if "/lib/gcc/" not in p and not f.startswith("_mm")]
                 inline_in[name][inner[0] if inner else name] += period
         funcs = {base_name(f) for f, _ in stack}
-        part = part_of(stack)
         if km:
             buckets[group][km.group("part")] += period
+        elif xsmm_bucket:  # the bucket's causal or shared kernel, as the libxsmm body that ran it
+            buckets["uattn kernels: generated " + xsmm_bucket][part or "(no part)"] += period
         if part or km or funcs & FORWARD_FUNCS:
             in_forward += period
             p = part or "(no part: dispatch, wait, set-up)"
@@ -397,10 +450,10 @@ def main():
         w("")
         w("WARNING: %.1f%% of the samples are in JIT code perf cannot name (bare [JIT] addresses). A JIT that "
           "writes /tmp/perf-<pid>.map" % pct(jit_unresolved, total))
-        w("  (\"START SIZE name\" per kernel, hex) lets perf name them: libxsmm does when built with PERF=1; "
-          "uattn's own JIT kernels")
-        w("  should be listed there under their bucket names. The map files must still exist when the report "
-          "is made.")
+        w("  (\"START SIZE name\" per kernel, hex) lets perf name them: uattn writes one for its libxsmm "
+          "kernels when UATTN_PERF_MAP=1,")
+        w("  which perf/record.sh sets unless the environment does. The map files must still exist when the "
+          "report is made.")
     if own_leaf and truncated > 0.1 * own_leaf:
         w("")
         w("WARNING: %.0f%% of the call chains from uattn code do not reach main or a thread start: build with "
