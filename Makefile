@@ -2,10 +2,12 @@
 # missing Debian packages are installed, CMake is configured, the build is brought up to date.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build build-asan demo test test-release test-asan bench install clean
+.PHONY: all deps build build-asan build-tsan demo test test-release test-asan test-tsan bench install clean \
+        fuzz-deps build-fuzz fuzz
 
 all: build
 
@@ -23,26 +25,49 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DUATTN_SANITIZE=ON \
 	  -DUATTN_KERNEL_BUCKETS="$(ASAN_BUCKETS)" $(CMAKE_ARGS)
 
+# The ThreadSanitizer build runs only the threaded suites (runtime, concurrent forwards), without Criterion,
+# which cannot start under TSan (tests/standalone_test.h); its buckets are the ones those suites' layers use.
+TSAN_BUCKETS ?= bf16:16:64,128:0 f32:16:128:0 f16:32:96:0
+
+$(TSAN_BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUATTN_TSAN=ON -DUATTN_BUILD_PERF=OFF \
+	  -DUATTN_KERNEL_BUCKETS="$(TSAN_BUCKETS)" $(CMAKE_ARGS)
+
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+build-tsan: deps $(TSAN_BUILD)/CMakeCache.txt
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+
 # The main job: a multi-step serving trace, planned step by step.
 demo: build
 	./$(BUILD)/perf/uattn-demo
 
-# All tests: the optimized build, then the same suites under ASan + UBSan.
-test: test-release test-asan
+# All tests: the optimized build, the same suites under ASan + UBSan, and the threaded ones under TSan.
+test: test-release test-asan test-tsan
 
+# The kernel suite's report of the ISA paths it ran and skipped on this CPU is printed after the run.
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@cat $(BUILD)/isa_paths.txt 2>/dev/null || true
 
 # Criterion forks each test; ASan's own SEGV handler would hide a crash test's signal (shared/NOTES.md).
 test-asan: build-asan
 	ASAN_OPTIONS=handle_segv=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+
+# halt_on_error: the first race fails its test (exit 66) rather than scrolling past.
+test-tsan: build-tsan
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS)
+
+# The Python package: the extension module lands in $(BUILD)/python (PYTHONPATH=$(BUILD)/python /usr/bin/python3);
+# `make test` runs its pytest suite through ctest.
+.PHONY: python
+python: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) --target uattn_python -j $(JOBS)
 
 bench: build
 	./$(BUILD)/perf/uattn-plan-bench
@@ -50,5 +75,25 @@ bench: build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
+# Coverage-guided fuzzing (tests/fuzz): clang's libFuzzer with ASan + UBSan, each target for FUZZ_SECONDS on
+# a scratch copy of its committed corpus; fails on any finding. clang is installed here only, not for `test`.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+FUZZ_BUCKETS ?= bf16:16:128:0
+
+fuzz-deps:
+	@bash cmake/install-deps.sh --fuzz
+
+$(FUZZ_BUILD)/CMakeCache.txt: | fuzz-deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUATTN_FUZZ=ON -DUATTN_BUILD_TESTS=OFF \
+	  -DUATTN_BUILD_PERF=OFF -DUATTN_KERNEL_BUCKETS="$(FUZZ_BUCKETS)" $(CMAKE_ARGS)
+
+build-fuzz: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: build-fuzz
+	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -906,6 +906,25 @@ done:
 
 /* ---- main --------------------------------------------------------------------------------------------- */
 
+/* STEP.json and the tensors it names, read and checked against each other: all of the dump that is read
+ * before planning. */
+static int read_step(run *r) { return parse_json(r) || read_config(r) || read_requests(r) || load_tensors(r); }
+
+#ifdef UATTN_RUN_NO_MAIN
+/* For tests/fuzz/fuzz_step_runner.c, which links this file without main: reads a step as main does, then
+ * frees it. Returns 0, or -1 with the line main would print in *why. */
+int uattn_run_read_step(const char *json_path, const char **why) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.json_path = json_path;
+  error_line[0] = '\0';
+  const int rc = read_step(&r);
+  run_free(&r);
+  *why = error_line;
+  return rc ? -1 : 0;
+}
+#else
+
 static int bad_usage(const char *fmt, const char *arg) {
   fputs("uattn-run: ", stderr);
   fprintf(stderr, fmt, arg);
@@ -947,8 +966,9 @@ int main(int argc, char **argv) {
   if (!r.json_path) return bad_usage("%smissing STEP.json", "");
   if (!r.out_dir) return bad_usage("%smissing --out DIR", "");
 
-  const int rc = parse_json(&r) || read_config(&r) || read_requests(&r) || load_tensors(&r) || execute(&r);
+  const int rc = read_step(&r) || execute(&r);
   if (rc) fprintf(stderr, "uattn-run: %s\n", error_line);
   run_free(&r);
   return rc ? EXIT_BAD : 0;
 }
+#endif

@@ -249,6 +249,7 @@ uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs,
   if ((st = check_count(decode_threshold, "decode_threshold")) != UATTN_OK) return st;
   if ((st = check_count(swaps_capacity, "swaps_capacity")) != UATTN_OK) return st;
   if (swaps_capacity > 0) UATTN_CHECK_PTR(swaps, "swaps (with swaps_capacity > 0)");
+  UATTN_CHECK_ALIGNED(order, "order");
   if (num_reqs > 0) {
     UATTN_CHECK_PTR(num_scheduled, "num_scheduled");
     UATTN_CHECK_PTR(num_computed, "num_computed");
@@ -392,6 +393,11 @@ uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size,
   if (st != UATTN_OK) return st;
   const int32_t pages = attn_chunk_size / block_size;
   if ((st = check_count(out->capacity, "out->capacity")) != UATTN_OK) return st;
+  UATTN_CHECK_ALIGNED(out->query_start_loc, "out->query_start_loc");
+  UATTN_CHECK_ALIGNED(out->seq_lens, "out->seq_lens");
+  UATTN_CHECK_ALIGNED(out->num_computed, "out->num_computed");
+  UATTN_CHECK_ALIGNED(out->block_table, "out->block_table");
+  UATTN_CHECK_ALIGNED(out->req_indices, "out->req_indices");
   const bool any_array = out->query_start_loc || out->seq_lens || out->num_computed || out->block_table ||
                          out->req_indices;
   if (any_array && v > out->capacity) return capacity_error("local attention virtual batches", v, out->capacity);
@@ -674,6 +680,7 @@ uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, 
                                                 int32_t *seed_buffer_len) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_programs, "num_programs");
+  UATTN_CHECK_ALIGNED(seed_buffer_len, "seed_buffer_len");
   int64_t t = 0;
   uattn_status st = conv1d_programs(query_start_loc, num_reqs, block_m, &t);
   if (st != UATTN_OK) return st;
@@ -698,6 +705,7 @@ uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc
     UATTN_CHECK_PTR(batch_ptr, "batch_ptr (with capacity > 0)");
     UATTN_CHECK_PTR(token_chunk_offset_ptr, "token_chunk_offset_ptr (with capacity > 0)");
   }
+  UATTN_CHECK_ALIGNED(programs_per_req, "programs_per_req");
   int64_t t = 0;
   if ((st = conv1d_programs(query_start_loc, num_reqs, block_m, &t)) != UATTN_OK) return st;
   if (t > capacity) return capacity_error("causal conv1d programs", t, capacity);

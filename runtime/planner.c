@@ -64,6 +64,9 @@ static uattn_status validate_config(const uattn_plan_config *c) {
                       c->num_blocks, c->block_size);
   if (c->max_num_batched_tokens == INT32_MAX)
     return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_batched_tokens must be < INT32_MAX");
+  /* query_start_loc holds max_num_seqs + 1 int32 entries */
+  if (c->max_num_seqs == INT32_MAX)
+    return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_seqs must be < INT32_MAX");
   switch (c->bucketing.mode) {
     case UATTN_BUCKETING_NONE:
     case UATTN_BUCKETING_SEED: break;
@@ -179,11 +182,8 @@ void uattn_plan_destroy(uattn_plan *plan) {
 static uattn_status scheduled_tokens(const uattn_step *s, int32_t r, int32_t *out) {
   int32_t ns = s->num_scheduled[r];
   if (s->draft_offsets) {
+    /* validate_draft_offsets has checked the offsets: 0 <= b <= e */
     int32_t b = s->draft_offsets[r], e = s->draft_offsets[r + 1];
-    if (b < 0 || e < b)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
-                        "step.draft_offsets must be non-negative and non-decreasing (request %d: %d..%d)", r, b,
-                        e);
     if (e > b) {
       int32_t drafts = 0;
       for (int32_t i = b; i < e; i++) {
@@ -568,6 +568,24 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
 
 /* ---- the step ------------------------------------------------------------------------------------- */
 
+/* The whole of draft_offsets is checked before any draft is read: offsets that rise and fall back to their
+ * start ({0, 2, 0}) list drafts although the first and last are equal, so those two alone cannot say
+ * whether draft_tokens is needed. */
+static uattn_status validate_draft_offsets(const uattn_step *s) {
+  const int32_t *o = s->draft_offsets;
+  if (!o) return UATTN_OK;
+  if (o[0] < 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.draft_offsets[0] = %d must be >= 0", o[0]);
+  for (int32_t r = 0; r < s->num_reqs; r++)
+    if (o[r + 1] < o[r])
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                        "step.draft_offsets must be non-decreasing (CSR offsets, num_reqs + 1 of them): "
+                        "draft_offsets[%d] = %d < draft_offsets[%d] = %d",
+                        r + 1, o[r + 1], r, o[r]);
+  if (o[s->num_reqs] > o[0]) UATTN_CHECK_PTR(s->draft_tokens, "step.draft_tokens (draft_offsets lists drafts)");
+  return UATTN_OK;
+}
+
 static uattn_status validate_step_pointers(const uattn_plan *p, const uattn_step *s) {
   if (s->num_reqs < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_reqs = %d must be >= 0", s->num_reqs);
@@ -579,15 +597,15 @@ static uattn_status validate_step_pointers(const uattn_plan *p, const uattn_step
   UATTN_CHECK_PTR(s->num_scheduled, "step.num_scheduled");
   UATTN_CHECK_PTR(s->num_prompt, "step.num_prompt");
   UATTN_CHECK_PTR(s->block_table, "step.block_table");
+  UATTN_CHECK_ALIGNED(s->token_ids, "step.token_ids");
+  UATTN_CHECK_ALIGNED(s->draft_offsets, "step.draft_offsets");
   if (s->block_table_stride <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.block_table_stride = %d must be > 0",
                       s->block_table_stride);
   if (s->token_ids && s->token_ids_stride <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.token_ids_stride = %d must be > 0 when token_ids is given",
                       s->token_ids_stride);
-  if (s->draft_offsets && s->draft_offsets[s->num_reqs] > s->draft_offsets[0])
-    UATTN_CHECK_PTR(s->draft_tokens, "step.draft_tokens (draft_offsets lists drafts)");
-  return UATTN_OK;
+  return validate_draft_offsets(s);
 }
 
 uattn_status uattn_plan_step(uattn_plan *p, const uattn_step *s) {

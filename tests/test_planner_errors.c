@@ -185,6 +185,21 @@ Test(planner_errors, drafts) {
   expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "draft_offsets");
   b = good, base_point(&b), b.drafts[1] = -5;
   expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "draft_tokens[1]");
+  b = good, base_point(&b), b.draft_offsets[0] = -1;
+  expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "draft_offsets[0] = -1");
+}
+
+/* issue 19 (found by tests/fuzz/fuzz_plan): offsets that rise and fall back to their start list drafts,
+ * although first == last; the planner read them through a NULL draft_tokens (SIGSEGV). */
+Test(planner_errors, draft_offsets_falling_back_without_draft_tokens) {
+  base b = good;
+  base_point(&b);
+  b.step.num_reqs = 2;
+  b.draft_offsets[0] = 0, b.draft_offsets[1] = 2, b.draft_offsets[2] = 0;
+  b.step.draft_tokens = NULL;
+  expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "draft_offsets[2] = 0 < draft_offsets[1] = 2");
+  b.step.draft_tokens = b.drafts; /* with the drafts there, the offsets are still refused */
+  expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "non-decreasing");
 }
 
 Test(planner_errors, config) {
