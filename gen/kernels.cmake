@@ -2,7 +2,7 @@
 # registry, at build time, into ${CMAKE_CURRENT_BINARY_DIR}/gen. Sets UATTN_GENERATED_SOURCES.
 #
 # The default covers common models at a build cost of about three minutes on 2 cores (the library from clean:
-# 182 s, 25 buckets for avx2 and, decode kernel only, avx512): bf16 caches at every block
+# 182 s, 25 buckets for avx2 and, decode kernel only, avx512; the bf16 ones also for avx512bf16): bf16 caches at every block
 # size from 16 to 256 with head dim 128 (Llama, Mistral, Qwen), at block sizes 16 and 128 (vLLM's CPU and
 # Gaudi defaults) with head dims 64 (small models), 80 (Phi-2), 96 (Phi-3), 192 (MLA's query-key dim) and
 # 256 (Gemma); Gaudi-style chunked shared parts (16 and 64 blocks a chunk) at block size 128; f16 and f32

@@ -444,6 +444,14 @@ typedef struct uattn_layer {
   const float *alibi_slopes;   /* optional [num_q_heads]: score += slope * (key position - query position) */
   int32_t causal_width;        /* query rows per causal slice (the seed's 512); 0 = 512 */
   int32_t chunk_size;          /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
+  /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
+   * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU
+   * flash attention do: the default (false); the output moves by up to 2^-9 of the weighted |v| (measured
+   * against fp64 on tests/test_attention.c's bf16 cases: 0.0029-0.0044 of the largest output, against
+   * 0.0020-0.0035 with P in fp32, both mostly the bf16 output's own rounding). true keeps P in fp32 there
+   * (fp32 FMAs with V widened: the other levels' arithmetic for that product). Other levels always keep P
+   * in fp32. */
+  bool probs_fp32;
 } uattn_layer;
 
 /* A layer with the given heads and dtype, scale 1/sqrt(head_dim), NHD layout, decoder attention. */
@@ -486,8 +494,9 @@ typedef struct uattn_tensors {
 UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *layer, const uattn_tensors *t,
                                      uattn_runtime *rt);
 
-/* The name of the generic kernel set uattn_forward runs on this CPU when no generated bucket fits ("avx512",
- * "avx2", "portable"), and in *why (when not NULL) how it was chosen: the best set the CPU runs, or forced by the
+/* The name of the generic kernel set uattn_forward runs on this CPU when no generated bucket fits
+ * ("avx512bf16", "avx512", "avx2", "portable"; avx512bf16 serves bf16 layers on bf16 caches, avx512 the
+ * others), and in *why (when not NULL) how it was chosen: the best set the CPU runs, or forced by the
  * environment variable UATTN_ISA. */
 UATTN_API const char *uattn_kernel_set(const char **why);
 

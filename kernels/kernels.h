@@ -48,12 +48,18 @@ static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size,
   return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
 }
 
+/* Whether a set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by job->scale
+ * itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets (avx512bf16, its twin
+ * and buckets: the sets with its panel layout) do: they round the query to bf16, and rounding the model's
+ * own bf16 query is exact where rounding a scaled copy of it is not. */
+bool uattn_kernels_unscaled_q(const uattn_kernels *k);
+
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
- * "avx512"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when not asked).
- * *forced (when not NULL) says whether UATTN_ISA chose it. */
+ * "avx512", "avx512bf16"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when
+ * not asked). *forced (when not NULL) says whether UATTN_ISA chose it. */
 const uattn_kernels *uattn_kernels_select(const char **why, bool *forced);
 
 /* A generated bucket: kernels specialized at build time for one (block_size, head_dim, cache dtype,
@@ -74,10 +80,11 @@ extern const size_t uattn_bucket_registry_size;
 
 /* The kernels for a layer's shape, and why: the bucket of (block_size, head_dim, cache dtype, chunk_size)
  * when one was generated for an ISA this CPU runs (and UATTN_ISA forces no generic set), else the generic
- * set of uattn_kernels_select. *bucket is the bucket used (NULL for a generic set); why (>= 160 bytes) says
- * which and why in words. */
+ * set of uattn_kernels_select. dtype (the layer's queries, keys and values) matters to one level only:
+ * avx512bf16 serves bf16 queries on bf16 caches, and other layers go to the avx512 level below it. *bucket
+ * is the bucket used (NULL for a generic set); why (>= 160 bytes) says which and why in words. */
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
-                                            int32_t chunk_size, const uattn_bucket_kernels **bucket, char *why,
-                                            size_t why_size);
+                                            uattn_dtype dtype, int32_t chunk_size,
+                                            const uattn_bucket_kernels **bucket, char *why, size_t why_size);
 
 #endif

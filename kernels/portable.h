@@ -3,6 +3,7 @@
 #ifndef UATTN_PORTABLE_H
 #define UATTN_PORTABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,9 @@ typedef struct uattn_panel_job {
   float *m, *l;               /* [rows][group] running max and sum */
   float *o;                   /* [rows][group][head_dim] unnormalized output */
   float *scores;              /* scratch, [num_keys] */
+  float scale;                /* the layer's score scale, for the sets that take unscaled queries
+                               * (uattn_kernels_unscaled_q, kernels.h) */
+  bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
 } uattn_panel_job;
 
 void uattn_attend_panel_rows(const uattn_panel_job *job);

@@ -16,8 +16,8 @@ const uattn_kernels *uattn_describe_choose(const uattn_layer *L, int32_t block_s
   r->cache_dtype = L->cache_dtype;
   r->chunk_size = L->chunk_size;
   const uattn_bucket_kernels *bucket;
-  const uattn_kernels *set = uattn_kernels_dispatch(block_size, L->head_dim, L->cache_dtype, L->chunk_size, &bucket,
-                                                    r->reason, sizeof r->reason);
+  const uattn_kernels *set = uattn_kernels_dispatch(block_size, L->head_dim, L->cache_dtype, L->dtype, L->chunk_size,
+                                                    &bucket, r->reason, sizeof r->reason);
   r->bucket_hit = bucket != NULL;
   r->kernel_set = set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)

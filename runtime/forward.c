@@ -365,6 +365,8 @@ static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, in
       .l = w->state_l + idx,
       .o = w->state_o + idx * D,
       .scores = w->scores,
+      .scale = c->L->scale,
+      .probs_fp32 = c->L->probs_fp32,
   };
   return job;
 }
@@ -702,7 +704,9 @@ static void begin_tile(const forward_job *job, const step_ctx *c) {
       float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
       const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
-      for (int32_t d = 0; d < D; d++) q[d] *= L->scale; /* the seed scales the query */
+      /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels_unscaled_q) */
+      if (!uattn_kernels_unscaled_q(w->kern))
+        for (int32_t d = 0; d < D; d++) q[d] *= L->scale;
     }
   for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c->slot, c->rows, D);
 }

@@ -2,6 +2,9 @@
  * dims 64-256, GQA 1-8 and MQA, three dtypes, both layouts, soft cap, sliding window, sinks, ALiBi,
  * encoder and cross attention, the empty batch and a row with no key. Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_case.h"
@@ -150,4 +153,79 @@ Test(attention, split_k_decodes, .timeout = 300) {
     attention_tensors_free(&ref);
     attention_run_free(&run);
   }
+}
+
+/* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */
+
+/* max |out - oracle| of one forward of the run on the calling thread, and in *scale max |oracle|. */
+static double error_against_oracle(attention_run *run, double *scale_out) {
+  const attention_case *c = &run->c;
+  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
+  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
+  int32_t effective[RB_MAX_REQS]; /* as attention_run_check counts them */
+  for (int32_t r = 0; r < run->batch.num_reqs; r++) {
+    const int32_t b0 = run->batch.draft_offsets[r], b1 = run->batch.draft_offsets[r + 1];
+    int32_t real = 0;
+    for (int32_t k = b0; k < b1; k++) real += run->batch.draft_tokens[k] != -1;
+    effective[r] = (run->batch.has_drafts && b1 > b0) ? real + 1 : run->batch.num_scheduled[r];
+  }
+  const oracle_step s = {.num_reqs = run->batch.num_reqs, .block_size = c->block_size,
+                         .num_computed = run->batch.num_computed, .num_scheduled = effective,
+                         .num_prompt = run->batch.num_prompt, .block_table = run->batch.block_table,
+                         .block_table_stride = run->batch.stride};
+  double *out = malloc(sizeof(double) * (n + 1));
+  double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
+  cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  cr_assert_eq(oracle_attention(&s, &run->layer, &ref, out, lse), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(out[i]));
+  for (size_t i = 0; i < n; i++) err = fmax(err, fabs(oracle_load(t.out, c->dtype, i) - out[i]));
+  free(out), free(lse);
+  attention_tensors_free(&t), attention_tensors_free(&ref);
+  *scale_out = scale;
+  return err;
+}
+
+/* bf16 models on the avx512bf16 level (UATTN_ISA forces it; a CPU without AVX512-BF16 runs its best set
+ * instead, and the line printed names it), P in bf16 (the default) and in fp32, every kind of batch and
+ * every score rule, against the dense fp64 oracle. P in fp32: attention_case.c's bf16 tolerance (4e-3 of
+ * the largest output). P in bf16: each weight p_j rounded by up to 2^-9 p_j moves an output by up to 2^-9
+ * sum_j p_j |v_j| / l <= 2^-9 max |v| (the values are in [-1, 1]), which is not proportional to the output:
+ * over long contexts outputs average out to a few hundredths (chunked, long: max |out| 0.07) while that
+ * term stays; so the bound is 4e-3 max |out| + 2^-9. Each error is printed beside the avx512 level's. */
+Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
+  static const attention_case cases[] = {
+      {"bf16 decode", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 81},
+      {"bf16 prefill", BATCH_PREFILL, 16, 8, 2, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 82},
+      {"bf16 prefix prefill", BATCH_PREFIX_PREFILL, 128, 8, 2, 128, BF16, BF16, HND, DEC, 0, 0, 0, 0, 0, 0, 83},
+      {"bf16 chunked, long", BATCH_CHUNKED_LONG, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 84},
+      {"bf16 mixed", BATCH_MIXED, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 85},
+      {"bf16 spec decode", BATCH_SPEC_DECODE, 16, 8, 2, 128, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 86},
+      {"bf16 shared prefix, chunked", BATCH_SHARED_PREFIX, 16, 8, 2, 80, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 2, 0, 87},
+      {"bf16 everything at once", BATCH_MIXED, 32, 8, 2, 64, BF16, BF16, HND, DEC, 30.0f, 50, 1, 1, 2, 0, 88},
+  };
+  const char *forced = getenv("UATTN_ISA");
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    double err[3], scale; /* avx512bf16 with P in bf16, in fp32; the avx512 level */
+    const char *level = NULL;
+    for (int k = 0; k < 3; k++) {
+      setenv("UATTN_ISA", k < 2 ? "avx512bf16" : "avx512", 1);
+      if (k == 0) level = uattn_kernel_set(NULL);
+      run.layer.probs_fp32 = k == 1;
+      if (k > 0) attention_run_check(&run);
+      err[k] = error_against_oracle(&run, &scale);
+      const double bound = attention_tolerance(BF16, BF16) * scale + (k == 0 ? 0x1p-9 : 0.0);
+      cr_assert(err[k] <= bound, "%s (%s, P %s): max error %.3g exceeds %.3g (max |out| %.3g)", cases[i].name,
+                uattn_kernel_set(NULL), k == 1 ? "fp32" : "bf16", err[k], bound, scale);
+      err[k] /= scale;
+    }
+    run.layer.probs_fp32 = false;
+    fprintf(stderr, "%-28s error / max|out| against fp64: %s P bf16 %.3g, P fp32 %.3g; avx512 level %.3g\n",
+            cases[i].name, level, err[0], err[1], err[2]);
+    attention_run_free(&run);
+  }
+  if (forced) setenv("UATTN_ISA", forced, 1);
+  else unsetenv("UATTN_ISA");
 }

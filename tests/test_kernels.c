@@ -16,9 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "../kernels/avx512bf16_vec.h" /* the twin form: vdpbf16ps emulated on AVX2 */
+#endif
 
 #include "../kernels/avx2.h"
 #include "../kernels/avx512.h"
+#include "../kernels/avx512bf16.h"
 #include "../kernels/convert.h"
 #include "../kernels/kernels.h"
 #include "../kernels/xsmm.h"
@@ -54,7 +60,9 @@ typedef struct job_case {
   char *k_base, *v_base; /* kv_heads heads a row; the job reads one of them */
   const void *k_src, *v_src;
   size_t stride;
-  float *q;            /* [rows][group][D] */
+  float *q;            /* [rows][group][D], scaled as the forward scales it for the fp32 sets */
+  float *qu, scale;    /* the same queries unscaled (bf16 values, as a bf16 model's), and the scale */
+  bool probs_fp32;     /* the layer option the bf16 sets read */
   float *m0, *l0, *o0; /* the state before the call */
 } job_case;
 
@@ -78,6 +86,8 @@ typedef struct case_limits {
   uattn_dtype dtype;
   bool decode;  /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
   bool large;   /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
+  bool bf16;    /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
+  bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
 } case_limits;
 
 static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
@@ -95,6 +105,8 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
                                                                   : test_rng_range(rng, 1, 256);
   if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
     c->num_keys = lim->block_size, c->dtype = lim->dtype;
+  if (lim->bf16) c->dtype = UATTN_BF16;
+  c->probs_fp32 = lim->probs_fp32;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
   c->panel_keys =
       c->num_keys + (test_rng_range(rng, 0, 3) == 0 ? test_rng_range(rng, 0, 300) : test_rng_range(rng, 0, 9));
@@ -132,9 +144,13 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   /* queries pre-scaled as the forward does, sometimes far sharper than 1/sqrt(D) */
   const float sharp = (float)(test_rng_range(rng, 0, 2) == 0 ? 8.0 : 1.0) / sqrtf((float)c->D);
   const size_t nx = (size_t)c->rows * c->group;
-  c->q = malloc(sizeof(float) * nx * c->D);
+  c->q = malloc(sizeof(float) * nx * c->D), c->qu = malloc(sizeof(float) * nx * c->D);
+  c->scale = sharp;
   c->m0 = malloc(sizeof(float) * nx), c->l0 = malloc(sizeof(float) * nx), c->o0 = malloc(sizeof(float) * nx * c->D);
-  for (size_t i = 0; i < nx * c->D; i++) c->q[i] = uniform(rng, -1.0f, 1.0f) * sharp;
+  for (size_t i = 0; i < nx * c->D; i++) {
+    c->qu[i] = uattn_bf16_to_f32(uattn_f32_to_bf16(uniform(rng, -1.0f, 1.0f)));
+    c->q[i] = c->qu[i] * sharp;
+  }
   const bool fresh = test_rng_range(rng, 0, 1);
   for (size_t x = 0; x < nx; x++) {
     c->m0[x] = fresh ? -INFINITY : uniform(rng, -3.0f, 3.0f);
@@ -145,7 +161,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
 
 static void free_case(job_case *c) {
   free(c->k_base), free(c->v_base);
-  free(c->q), free(c->m0), free(c->l0), free(c->o0);
+  free(c->q), free(c->qu), free(c->m0), free(c->l0), free(c->o0);
 }
 
 typedef struct job_result {
@@ -171,7 +187,7 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .rows = c->rows,
       .group = c->group,
       .head_dim = c->D,
-      .q = c->q,
+      .q = uattn_kernels_unscaled_q(set) ? c->qu : c->q,
       .query_pos = c->query_pos,
       .visible = c->visible,
       .num_keys = c->num_keys,
@@ -185,6 +201,8 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .l = r.l,
       .o = r.o,
       .scores = scores,
+      .scale = c->scale,
+      .probs_fp32 = c->probs_fp32,
   };
   if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
       c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0)
@@ -326,6 +344,10 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
                                      const case_limits *lim, int cases, uint64_t seed) {
   test_rng rng = {seed};
   double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0, sum_set = 0, sum_portable = 0;
+  /* A bf16 set's P in bf16 (its default): each weight p rounded, by up to 2^-9 p, moves o / l by up to 2^-9
+   * of sum_j p_j |v_j| / l, which the error scale (exact_job) is at least. Its scores carry no bf16
+   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernels_unscaled_q), keys bf16. */
+  const double p_tol = uattn_kernels_unscaled_q(set) && !lim->probs_fp32 ? 0x1p-9 : 0.0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;
@@ -340,7 +362,7 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
      * distances (scores near -300) that alone is 3e-5, in any summation order. */
     double score_max = 0;
     for (size_t x = 0; x < nx; x++) score_max = fmax(score_max, size[x]);
-    const double tol = 1e-5 + FLT_EPSILON * score_max;
+    const double tol = 1e-5 + FLT_EPSILON * score_max + p_tol;
     free(size);
     /* the portable output as the reference, the fp64 one for the scale */
     double *port = exact;
@@ -378,7 +400,7 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
    * as the sanitized build runs them, the set's worst came out at up to 2.5x the portable set's, in 1.6% of
    * the checks; the mean at most at 1.35x, median 0.94x), where a kernel that loses a bit on every job
    * doubles its mean. */
-  cr_assert(mean_set <= 1.5 * mean_portable + 1e-8, "%s is %.3g from fp64 on average, portable %.3g", label,
+  cr_assert(mean_set <= 1.5 * mean_portable + p_tol + 1e-8, "%s is %.3g from fp64 on average, portable %.3g", label,
             mean_set, mean_portable);
 }
 
@@ -525,6 +547,8 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
         .key_pos0 = c.key_pos0,
         .soft_cap = c.soft_cap,
         .window = c.window,
+        .scale = c.scale,
+        .probs_fp32 = c.probs_fp32,
     };
     for (int32_t g = -1; g < heads; g++) { /* -1: every head in one call; then each head alone */
       const int w = g < 0 ? 0 : 1;
@@ -580,6 +604,149 @@ Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
                        20261125, "the zmm kernel differs from its twin");
 }
 
+/* ---- the avx512bf16 set -------------------------------------------------------------------------------- */
+
+/* Its arithmetic through its twin (avx512bf16_vec.h: vdpbf16ps emulated exactly), which runs wherever AVX2
+ * does: attend and decode against the portable set, P in bf16 (the default) and in fp32, on bf16 sources
+ * (bf16 queries, keys and values: what the set is dispatched for). */
+static void check_bf16_set(const uattn_kernels *set, const char *label, bool decode, uint64_t seed) {
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    const case_limits lim = {.decode = decode, .bf16 = true, .probs_fp32 = fp32};
+    char name[96];
+    snprintf(name, sizeof name, "%s%s, P in %s", label, decode ? " decode" : "", fp32 ? "fp32" : "bf16");
+    check_set_on_random_jobs(set, decode ? UATTN_PART_UNIQUE : UATTN_PART_SHARED, name, &lim,
+                             (decode ? 1500 : 2000) / SPARSE, seed + (uint64_t)fp32);
+  }
+  if (decode) return;
+  /* head dims past the 512 whose query pairs the attend rounds at once (it takes them a slice at a time),
+   * an odd one with its last dim alone in the last slice */
+  const int32_t wide[] = {1030, 1031};
+  for (int k = 0; k < 2; k++) {
+    const case_limits lim = {.head_dim = wide[k], .bf16 = true};
+    check_set_on_random_jobs(set, UATTN_PART_SHARED, "avx512bf16, head dims past 512", &lim, 40 / SPARSE + 4,
+                             seed + 2 + (uint64_t)k);
+  }
+}
+
+Test(kernels, avx512bf16_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", false, 20261130);
+}
+
+Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", true, 20261132);
+}
+
+Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 decode (twin)", &few_rows, 400 / SPARSE, 20261134);
+}
+
+/* vdpbf16ps as Intel's pseudocode has it, in scalar C: acc + a1 b1, then + a0 b0, each an FMA rounded to
+ * nearest even (the products of bf16 are exact), inputs denormal read as zero, denormal results flushed. */
+static float daz(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (!(u & 0x7f800000u)) u &= 0x80000000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static float dpbf16_reference(float acc, uint32_t a, uint32_t b) {
+  const float a0 = daz(uattn_bf16_to_f32((uint16_t)a)), a1 = daz(uattn_bf16_to_f32((uint16_t)(a >> 16)));
+  const float b0 = daz(uattn_bf16_to_f32((uint16_t)b)), b1 = daz(uattn_bf16_to_f32((uint16_t)(b >> 16)));
+  acc = daz(fmaf(a1, b1, daz(acc)));
+  return daz(fmaf(a0, b0, acc));
+}
+
+/* 16 lanes of the twin's emulation (avx512bf16_vec.h, included in its twin form above). */
+#if defined(__x86_64__)
+AVX2_TARGET static void dpbf16_twin(const float *acc, const uint32_t *a, const uint32_t *b, float *out) {
+  v16_store(out, v16_dpbf16(v16_load(acc), v16i_load(a), v16i_load(b)));
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void dpbf16_hardware(const float *acc, const uint32_t *a,
+                                                                          const uint32_t *b, float *out) {
+  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
+                                         (__m512bh)_mm512_loadu_si512(b)));
+}
+#endif
+
+/* A random bf16: mostly of attention's sizes, now and then tiny or denormal (the flushes), never inf or NaN. */
+static uint16_t random_bf16(test_rng *rng, int kind) {
+  const int32_t e = kind == 0 ? test_rng_range(rng, 115, 135) : kind == 1 ? test_rng_range(rng, 0, 2)
+                                                                          : test_rng_range(rng, 0, 254);
+  const uint32_t sign = (uint32_t)test_rng_range(rng, 0, 1), mantissa = (uint32_t)test_rng_range(rng, 0, 127);
+  return (uint16_t)(sign << 15 | (uint32_t)e << 7 | mantissa);
+}
+
+/* 16 random lanes: accumulators near minus the products, so sums cancel and round; tiny ones, so results
+ * flush; operands of every size, denormals included. */
+static void random_dpbf16_lanes(test_rng *rng, int it, float *acc, uint32_t *a, uint32_t *b) {
+  const int kind = it % 7 == 0 ? 1 : it % 11 == 0 ? 2 : 0;
+  for (int i = 0; i < 16; i++) {
+    a[i] = random_bf16(rng, kind) | (uint32_t)random_bf16(rng, kind) << 16;
+    b[i] = random_bf16(rng, kind) | (uint32_t)random_bf16(rng, kind) << 16;
+    const float p = uattn_bf16_to_f32((uint16_t)(a[i] >> 16)) * uattn_bf16_to_f32((uint16_t)(b[i] >> 16));
+    const int32_t pick = test_rng_range(rng, 0, 2);
+    acc[i] = pick == 0 ? -p * (1.0f + (float)test_rng_range(rng, -2, 2) * 1e-3f)
+             : pick == 1 ? uniform(rng, -1.0f, 1.0f) * (kind == 1 ? 1e-37f : 1.0f)
+                         : uniform(rng, -1e-38f, 1e-38f);
+  }
+}
+
+/* The twin's vector emulation is the scalar pseudocode, lane for lane, wherever AVX2 runs. */
+Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = 300) {
+  need_avx2();
+#if defined(__x86_64__)
+  test_rng rng = {20261137};
+  for (int it = 0; it < 200000 / SPARSE; it++) {
+    float acc[16], out[16];
+    uint32_t a[16], b[16];
+    random_dpbf16_lanes(&rng, it, acc, a, b);
+    dpbf16_twin(acc, a, b, out);
+    for (int i = 0; i < 16; i++) {
+      const float e = dpbf16_reference(acc[i], a[i], b[i]);
+      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: twin %a, pseudocode %a", acc[i], a[i], b[i],
+                out[i], e);
+    }
+  }
+#endif
+}
+
+/* Where AVX512-BF16 runs: the instruction is that pseudocode too, lane for lane (so the twin can be held to
+ * the real kernels, as the next test does). */
+Test(kernels, vdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the emulation is what the twin runs)");
+#if defined(__x86_64__)
+  test_rng rng = {20261135};
+  for (int it = 0; it < 200000 / SPARSE; it++) {
+    float acc[16], out[16];
+    uint32_t a[16], b[16];
+    random_dpbf16_lanes(&rng, it, acc, a, b);
+    dpbf16_hardware(acc, a, b, out);
+    for (int i = 0; i < 16; i++) {
+      const float e = dpbf16_reference(acc[i], a[i], b[i]);
+      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: vdpbf16ps %a, emulation %a", acc[i], a[i], b[i],
+                out[i], e);
+    }
+  }
+#endif
+}
+
+/* Where AVX512-BF16 runs: the set computes its twin's bits, attend and decode, both P modes, every dtype. */
+Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the twin is tested above)");
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    const case_limits any = {.probs_fp32 = fp32}, few_rows = {.decode = true, .probs_fp32 = fp32};
+    check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_SHARED, &any,
+                         1000 / SPARSE, 20261136 + (uint64_t)fp32, "the vdpbf16ps attend differs from its twin");
+    check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_UNIQUE, &few_rows,
+                         1000 / SPARSE, 20261138 + (uint64_t)fp32, "the vdpbf16ps decode differs from its twin");
+  }
+}
+
 /* The libxsmm body pins libxsmm to AVX2 code, whatever the CPU offers: on an AVX-512 CPU libxsmm would JIT
  * AVX-512 kernels by itself, and the test above would find other bits. LIBXSMM_TARGET asks for more; the pin
  * still wins (libxsmm reads the variable at its first use, in this process: each test is a fresh child). */
@@ -614,7 +781,11 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
   const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
   if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
   const bool decode = param->part == UATTN_PART_UNIQUE;
-  const case_limits lim = {b->head_dim, b->block_size, b->dtype, decode};
+  const case_limits lim = {.head_dim = b->head_dim,
+                           .block_size = b->block_size,
+                           .dtype = b->dtype,
+                           .decode = decode,
+                           .bf16 = uattn_kernels_unscaled_q(&b->set)};
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
    * shape, and for every build that lists it */
@@ -810,6 +981,10 @@ static void isa_report(FILE *f) {
   fprintf(f, "  %-34s %s\n", "avx512 decode, ymm twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
   fprintf(f, "  %-34s %s\n", "avx512 decode, zmm",
           avx512 ? "ran, held to its twin bit for bit" : "skipped: this CPU lacks AVX-512F (its twin ran instead)");
+  fprintf(f, "  %-34s %s\n", "avx512bf16, emulated twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
+  fprintf(f, "  %-34s %s\n", "avx512bf16, vdpbf16ps",
+          uattn_avx512bf16_runs_here() ? "ran, held to its twin bit for bit"
+                                       : "skipped: this CPU lacks AVX512-BF16 (its twin ran instead)");
   int runs = 0, lacks = 0;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) uattn_bucket_registry[i]->runs_here() ? runs++ : lacks++;
   fprintf(f, "  %-34s %d ran", "generated buckets", runs);
@@ -843,7 +1018,10 @@ Test(kernels, selection) {
   const char *why;
   unsetenv("UATTN_ISA");
   const uattn_kernels *best = uattn_kernels_select(&why, NULL);
-  cr_assert_str_eq(best->name, uattn_avx512_runs_here() ? "avx512" : uattn_avx2_runs_here() ? "avx2" : "portable");
+  cr_assert_str_eq(best->name, uattn_avx512bf16_runs_here() ? "avx512bf16"
+                               : uattn_avx512_runs_here()   ? "avx512"
+                               : uattn_avx2_runs_here()     ? "avx2"
+                                                            : "portable");
   setenv("UATTN_ISA", "portable", 1);
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, "portable");
   cr_assert_str_eq(why, "forced by UATTN_ISA");
@@ -853,6 +1031,8 @@ Test(kernels, selection) {
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512_runs_here() ? "avx512" : best->name);
   if (!uattn_avx512_runs_here())
     cr_assert_str_eq(why, "UATTN_ISA names a set this CPU cannot run: using the best one it runs");
+  setenv("UATTN_ISA", "avx512bf16", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512bf16_runs_here() ? "avx512bf16" : best->name);
   setenv("UATTN_ISA", "no-such-set", 1);
   cr_assert_eq(uattn_kernels_select(&why, NULL), best);
 }
