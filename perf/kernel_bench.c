@@ -178,6 +178,7 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
                                  .visible = vis,
                                  .num_keys = keys,
                                  .key_pos0 = 0,
+                                 .scale = 1.0f, /* q holds the scale: for the sets that apply it to scores */
                                  .keys = c[s].keys,
                                  .values = c[s].values,
                                  .m = m,
@@ -306,7 +307,8 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
     for (int32_t r = 0; r < rows; r++) pos[r] = KEYS - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
     const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .q = q, .query_pos = pos,
-                                 .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o};
+                                 .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o,
+                                 .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
     const double kh = (double)KEYS * KV_HEADS, flops = 4.0 * D * rows * GROUP * kh;
     char name[48];
     snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
@@ -394,7 +396,8 @@ static int bench_xsmm(double peak) {
     bench_attend(sets, rows, GROUP, keys, cases[i].causal, x, speedup);
     int32_t *vis = malloc(sizeof(int32_t) * rows);
     for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
-    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys};
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys,
+                                 .scale = 1.0f};
     const int picks = uattn_xsmm_wins(&job);
     free(vis);
     char name[64];
