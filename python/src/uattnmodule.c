@@ -521,14 +521,14 @@ static int copy_head_values(PyObject *obj, const char *name, int32_t n, float **
 static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"num_q_heads", "num_kv_heads", "head_dim", "dtype", "cache_dtype", "kv_layout",
                            "scale", "soft_cap", "sliding_window", "sinks", "alibi_slopes", "attn_type",
-                           "causal_width", "chunk_size", NULL};
-  int hq, hkv, d, window = 0, causal_width = 0, chunk = 0;
+                           "causal_width", "chunk_size", "probs_fp32", NULL};
+  int hq, hkv, d, window = 0, causal_width = 0, chunk = 0, probs_fp32 = 0;
   PyObject *dtype_o = NULL, *cache_o = Py_None, *scale_o = Py_None, *sinks_o = Py_None, *alibi_o = Py_None;
   const char *layout = "NHD", *attn = "decoder";
   double soft_cap = 0.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsii:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiip:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
                                    &layout, &scale_o, &soft_cap, &window, &sinks_o, &alibi_o, &attn,
-                                   &causal_width, &chunk))
+                                   &causal_width, &chunk, &probs_fp32))
     return -1;
   /* immutable once made: a forward on another thread may be reading it with the GIL released */
   if (self->layer.num_q_heads) {
@@ -576,6 +576,7 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   L.sliding_window = window;
   L.causal_width = causal_width;
   L.chunk_size = chunk;
+  L.probs_fp32 = probs_fp32 != 0;
   if (copy_head_values(sinks_o, "sinks", hq, &self->sinks) ||
       copy_head_values(alibi_o, "alibi_slopes", hq, &self->alibi)) {
     PyMem_Free(self->sinks); /* a failed __init__ leaves the object as new */
@@ -611,7 +612,8 @@ static PyObject *Layer_get(LayerObject *self, void *which) {
   case 10: return self->alibi ? numpy_copy(self->alibi, L->num_q_heads, 4, "float32") : Py_NewRef(Py_None);
   case 11: return PyUnicode_FromString(attn_type_names[L->attn_type]);
   case 12: return PyLong_FromLong(L->causal_width);
-  default: return PyLong_FromLong(L->chunk_size);
+  case 13: return PyLong_FromLong(L->chunk_size);
+  default: return PyBool_FromLong(L->probs_fp32);
   }
 }
 
@@ -621,7 +623,8 @@ static PyGetSetDef Layer_getset[] = {
     LAYER_ATTR("dtype", 3),         LAYER_ATTR("cache_dtype", 4),  LAYER_ATTR("kv_layout", 5),
     LAYER_ATTR("scale", 6),         LAYER_ATTR("soft_cap", 7),     LAYER_ATTR("sliding_window", 8),
     LAYER_ATTR("sinks", 9),         LAYER_ATTR("alibi_slopes", 10), LAYER_ATTR("attn_type", 11),
-    LAYER_ATTR("causal_width", 12), LAYER_ATTR("chunk_size", 13),  {NULL}};
+    LAYER_ATTR("causal_width", 12), LAYER_ATTR("chunk_size", 13),  LAYER_ATTR("probs_fp32", 14),
+    {NULL}};
 
 static PyObject *Layer_repr(LayerObject *self) {
   const uattn_layer *L = &self->layer;
@@ -638,9 +641,10 @@ static PyTypeObject Layer_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Layer(num_q_heads, num_kv_heads, head_dim, dtype=\"bf16\", cache_dtype=None, kv_layout=\"NHD\",\n"
               "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
-              "      attn_type=\"decoder\", causal_width=0, chunk_size=0)\n\n"
+              "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False)\n\n"
               "One attention layer (uattn_layer); immutable. scale None: 1/sqrt(head_dim); cache_dtype None: "
-              "dtype. sinks and alibi_slopes ([num_q_heads]) are copied.",
+              "dtype. sinks and alibi_slopes ([num_q_heads]) are copied. probs_fp32: keep P in fp32 where the "
+              "kernels would round it to bf16 (bf16 dot-product CPUs).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Layer_init,
     .tp_dealloc = (destructor)Layer_dealloc,

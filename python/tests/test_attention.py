@@ -179,3 +179,12 @@ def test_cross_attention_reads_the_encoder_sequence():
         assert np.abs(out[qsl[r]:qsl[r + 1]] - ref).max() < 2e-5
     with pytest.raises(ValueError, match="give both"):
         uattn.forward(plan, layer, q, k, k, kc, vc, encoder_lens=enc_lens)
+
+
+@pytest.mark.parametrize("probs_fp32", [False, True])
+def test_bf16_probability_precision(probs_fp32):
+    """Where the CPU has bf16 dot products, bf16 layers round P to bf16 unless probs_fp32: both against the
+    reference (elsewhere both run the fp32 arithmetic)."""
+    sim = PagedSim(hq=8, hkv=2, d=128, dtype="bf16", seed=6, probs_fp32=probs_fp32)
+    assert sim.layer.probs_fp32 is probs_fp32
+    run_mixed(sim)
