@@ -339,6 +339,18 @@ static local_req local_req_of(int32_t chunk, int32_t q, int32_t seq_len) {
   return l;
 }
 
+/* The most query tokens and keys of any of a request's virtual batches, without visiting them: at chunk 1 a
+ * request of INT32_MAX tokens has that many, and a call that fills no array must not walk them all. */
+static void local_req_max(const local_req *l, int32_t chunk, int32_t *max_q, int32_t *max_k) {
+  int32_t q = l->q_first, k = l->k_last;
+  if (l->blocks > 1) {
+    q = uattn_max_i32(q, uattn_min_i32(l->q - l->q_first, chunk)); /* the second batch holds the most */
+    k = chunk;                                                      /* every batch but the last is full */
+  }
+  *max_q = uattn_max_i32(*max_q, q);
+  *max_k = uattn_max_i32(*max_k, k);
+}
+
 static uattn_status check_local_args(int32_t attn_chunk_size, int32_t block_size, int32_t num_reqs,
                                      const int32_t *qsl, const int32_t *seq_lens, int64_t *num_batches) {
   uattn_status st;
@@ -418,12 +430,15 @@ uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size,
   int32_t q_total = 0;
   for (int32_t r = 0; r < num_reqs; r++) {
     const local_req l = local_req_of(chunk, query_len(qsl, r), seq_lens[r]);
+    local_req_max(&l, chunk, &max_q, &max_k);
+    if (!any_array) {
+      vb += l.blocks;
+      continue;
+    }
     for (int32_t k = 0; k < l.blocks; k++, vb++) {
       int32_t q_local = k == 0 ? l.q_first : uattn_min_i32(l.q - l.q_first - chunk * (k - 1), chunk);
       int32_t k_local = k == l.blocks - 1 ? l.k_last : chunk;
       q_total += q_local;
-      max_q = uattn_max_i32(max_q, q_local);
-      max_k = uattn_max_i32(max_k, k_local);
       if (out->query_start_loc) out->query_start_loc[vb + 1] = q_total;
       if (out->seq_lens) out->seq_lens[vb] = k_local;
       if (out->num_computed) out->num_computed[vb] = k_local - q_local;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support.h"
 #include "uattn.h"
@@ -606,6 +607,12 @@ Test(local_attention, property_against_position_walk) {
     }
     cr_assert_eq(out.max_query_len, mq);
     cr_assert_eq(out.max_seq_len, mk);
+    /* no array to fill: the same counts, computed per request */
+    uattn_local_batches counts_only = {.capacity = 0};
+    CHECK_OK(uattn_make_local_attention_virtual_batches(chunk, bs, n, qsl, seq, bt, cols, &counts_only));
+    cr_assert_eq(counts_only.num_batches, ref.n);
+    cr_assert_eq(counts_only.max_query_len, mq, "case %d", it);
+    cr_assert_eq(counts_only.max_seq_len, mk, "case %d", it);
     /* only the block table, from a changed table (the seed's make_block_table) */
     for (int32_t i = 0; i < n * cols; i++) bt[i] += 1000;
     fill32(lbt, 4096);
@@ -614,6 +621,21 @@ Test(local_attention, property_against_position_walk) {
     for (int32_t i = 0; i < ref.n * pages; i++) cr_assert_eq(lbt[i], ref.bt[i] + 1000);
     cr_assert(untouched32(lbt + ref.n * pages, (size_t)(4096 - ref.n * pages)), "wrote past the block table");
   }
+}
+
+/* issue 19 (found by tests/fuzz/fuzz_batch_utils): with no array to fill, the call still walked every
+ * virtual batch, 2^31 - 1 of them for one request of INT32_MAX tokens at chunk 1 (3.6 s optimized, in a
+ * call that writes three numbers; now microseconds). An alarm, not Criterion's .timeout (see the top of
+ * the file), ends a walk: SIGALRM fails the test. */
+Test(local_attention, no_array_to_fill_does_not_walk_the_batches) {
+  const int32_t qsl[] = {0, INT32_MAX}, seq[] = {INT32_MAX};
+  uattn_local_batches out = {.capacity = 0};
+  alarm(2);
+  CHECK_OK(uattn_make_local_attention_virtual_batches(1, 1, 1, qsl, seq, NULL, 1, &out));
+  alarm(0);
+  cr_assert_eq(out.num_batches, INT32_MAX);
+  cr_assert_eq(out.max_query_len, 1);
+  cr_assert_eq(out.max_seq_len, 1);
 }
 
 Test(local_attention, bad_inputs) {
