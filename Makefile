@@ -26,7 +26,7 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 	  -DUATTN_KERNEL_BUCKETS="$(ASAN_BUCKETS)" $(CMAKE_ARGS)
 
 # The ThreadSanitizer build runs only the threaded suites (runtime, concurrent forwards), without Criterion,
-# which cannot start under TSan (tests/standalone_test.h); its buckets are the ones those suites' layers use.
+# which cannot start under TSan (tests/common/standalone_test.h); its buckets are the ones those suites' layers use.
 TSAN_BUCKETS ?= bf16:16:64,128:0 f32:16:128:0 f16:32:96:0
 
 $(TSAN_BUILD)/CMakeCache.txt: | deps

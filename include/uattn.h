@@ -447,7 +447,7 @@ typedef struct uattn_layer {
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
    * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU
    * flash attention do: the default (false); the output moves by up to 2^-9 of the weighted |v| (measured
-   * against fp64 on tests/test_attention.c's bf16 cases: 0.0029-0.0044 of the largest output, against
+   * against fp64 on tests/attention/test_attention.c's bf16 cases: 0.0029-0.0044 of the largest output, against
    * 0.0020-0.0035 with P in fp32, both mostly the bf16 output's own rounding). true keeps P in fp32 there
    * (fp32 FMAs with V widened: the other levels' arithmetic for that product). Other levels always keep P
    * in fp32. */

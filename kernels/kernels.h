@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "portable.h"
+#include "portable/portable.h"
 #include "uattn.h"
 
 typedef struct uattn_kernels {

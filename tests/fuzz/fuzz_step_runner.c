@@ -1,5 +1,5 @@
-/* libFuzzer target: the step runner's reading (perf/uattn_run.c: STEP.json, then the .npy tensors it names,
- * through perf/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
+/* libFuzzer target: the step runner's reading (perf/run/uattn_run.c: STEP.json, then the .npy tensors it names,
+ * through perf/common/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
  * other tensors a step may name (q.npy, k.npy, v.npy, kc.npy, vc.npy, heads.npy) are valid files written
  * once at start-up, so a step that names them gets past the reading of its tensors to the shape checks.
  * x.npy is also read on its own with npy_read, whose result must describe a readable array. */
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "common/npy.h"
 
 int uattn_run_read_step(const char *json_path, const char **why);
 

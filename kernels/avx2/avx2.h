@@ -1,0 +1,31 @@
+/* The AVX2 + FMA + F16C kernel set (avx2/set.c). The library itself is built for baseline x86-64, so nothing
+ * here may be called unless uattn_avx2_runs_here() said yes. */
+#ifndef UATTN_AVX2_H
+#define UATTN_AVX2_H
+
+#include <stddef.h>
+
+#include "kernels.h"
+
+extern const uattn_kernels uattn_kernels_avx2;
+
+/* 1 when this CPU (and OS) runs AVX2, FMA and F16C; always 0 off x86. Safe to call anywhere. */
+int uattn_avx2_runs_here(void);
+
+/* The set's vector math over arrays, for the accuracy tests (n any; only after uattn_avx2_runs_here()). */
+void uattn_avx2_exp(const float *x, float *y, size_t n);  /* e^x, inputs <= 88 */
+void uattn_avx2_tanh(const float *x, float *y, size_t n); /* tanh x */
+
+/* The set's load and attend (every part), which the avx512 set shares. */
+void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                     int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys);
+
+/* Floats each panel of the set needs (its panel_floats; the generated buckets share the layout). */
+size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim);
+
+/* The panel layout, for the tests: key i, dim d at keys[d * *key_stride + i] and value i, dim d at
+ * values[i * *value_stride + d], both panels starting at the first 64-byte boundary of their buffer. */
+void uattn_avx2_layout(int32_t panel_keys, int32_t head_dim, int32_t *key_stride, int32_t *value_stride);
+
+#endif

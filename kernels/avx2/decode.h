@@ -1,0 +1,416 @@
+/* The AVX2 decode kernel: a few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors a KV head: a
+ * decode, a short verification) of one or several KV heads against keys read straight from the cache,
+ * widened in registers, with no key or value panel. Few vectors read each cache block once or a few
+ * times, so the panels of avx2_load (a transposed key panel and a value panel, written and then read back)
+ * cost more than they save there; here the keys and values go from the cache to the FMAs.
+ *
+ * Several heads (an NHD cache, whose row holds every head) are taken in the order of the cache's bytes: a
+ * few rows at a time, every head in turn. A head at a time would read 256 bytes of every 2 KB row, a
+ * pattern this machine's prefetchers follow at 60-70% of a sequential read; row order reads as fast as a
+ * sequential read (measured: 11 vs 16 GB/s on one core, no compute).
+ *
+ *   scores  two keys at a time, every head in turn, against up to 4 query vectors: 8 accumulators of 8
+ *           lanes over the head dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial
+ *           sums), then one hadd tree turns the 8 accumulators into the 8 scores;
+ *   softmax the panel kernel's softmax_row (mask, soft cap, ALiBi, online rescale), per head and block;
+ *   P V     PV_TILE keys at a time, every head in turn: register tiles of up to 4 vectors x 16 dims, each
+ *           value vector widened from the cache row as it is used.
+ * bf16 rows are widened 16 elements at a time: in a 32-byte load, a shift gives the even elements as f32
+ * and a mask the odd ones (one instruction per 8 floats, where widen8 takes two). The query vectors are put
+ * in that even/odd order once a call, and the outputs are turned into it (and rescaled) before P V and
+ * back after, so every dot product and sum has the same terms as in natural order.
+ * Needs a head dim that is a multiple of 8 (every generated bucket's); the forward uses load + attend
+ * otherwise. Include after avx2/body.h. */
+#ifndef UATTN_AVX2_DECODE_H
+#define UATTN_AVX2_DECODE_H
+
+#include "avx2/body.h"
+
+enum {
+  DECODE_AHEAD = 8, /* rows ahead of the two being scored that are asked for */
+  PV_TILE = 8,      /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
+  DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
+};
+
+/* The 8 sums of a[0..7], in order. */
+AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3); /* [a0..a3 | a0..a3] halves */
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* x, kept in a register: the empty asm hides where x came from. Else GCC folds a load that several
+ * instructions use into each of them as a memory operand: a query vector meant for both keys of a pair read
+ * twice, a key row twice (a load, then an and from memory): 20 32-byte loads for 16 FMAs, more than this
+ * machine's two a cycle feed. In a register: 10, and the scores 12% faster on cached blocks (in-process A/B,
+ * one thread). */
+AVX2_INLINE __m256 in_register(__m256 x) {
+  __asm__("" : "+x"(x));
+  return x;
+}
+AVX2_INLINE __m256i in_register_si(__m256i x) {
+  __asm__("" : "+x"(x));
+  return x;
+}
+
+/* ---- bf16, even/odd --------------------------------------------------------------------------------- */
+
+/* 16 bf16 elements as f32: e = elements 0, 2, .., 14, o = 1, 3, .., 15. */
+AVX2_INLINE void widen16_eo(const void *src, __m256 *e, __m256 *o) {
+  const __m256i x = in_register_si(_mm256_loadu_si256(src));
+  *e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  *o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* 16 floats in natural order to even/odd order, and back. */
+AVX2_INLINE void to_eo(const float *a, __m256 *e, __m256 *o) {
+  const __m256 lo = _mm256_loadu_ps(a), hi = _mm256_loadu_ps(a + 8);
+  const __m256 t1 = _mm256_permute2f128_ps(lo, hi, 0x20), t2 = _mm256_permute2f128_ps(lo, hi, 0x31);
+  *e = _mm256_shuffle_ps(t1, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  *o = _mm256_shuffle_ps(t1, t2, _MM_SHUFFLE(3, 1, 3, 1));
+}
+AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
+  const __m256 u0 = _mm256_unpacklo_ps(e, o), u1 = _mm256_unpackhi_ps(e, o);
+  _mm256_storeu_ps(a, _mm256_permute2f128_ps(u0, u1, 0x20));
+  _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* ---- one call's shape ---------------------------------------------------------------------------------- */
+
+/* What every head of a call shares: the vectors' blocks (4 at a time, as even as they go: 6 = 3 + 3), the
+ * keys each block sees (the rows, visible counts and window are the same for every head), and where the
+ * heads' data lie. */
+typedef struct decode_shape {
+  int32_t heads, n, blocks, nb[4], x0[4], lo[4], hi[4];
+  int32_t LO, HI, j0, W; /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
+  size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
+  size_t share;                 /* bytes of span each head asks for (whole lines) */
+  size_t hv, hq; /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
+  bool eo;                      /* bf16 widened into even/odd halves */
+} decode_shape;
+
+/* Head g's view of the job (decode in kernels.h: head g's vectors, states and slopes follow head g - 1's). */
+AVX2_INLINE uattn_panel_job head_job(const uattn_panel_job *job, const decode_shape *s, int32_t g) {
+  uattn_panel_job h = *job;
+  h.q += (size_t)g * s->hq, h.o += (size_t)g * s->hq;
+  h.m += (size_t)g * s->hv, h.l += (size_t)g * s->hv;
+  if (h.alibi) h.alibi += (size_t)g * job->group;
+  return h;
+}
+
+/* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
+ * every head in turn is asked for a share at a time, as each head runs, so the requests go out in the row's
+ * order and are spread over the step. */
+AVX2_INLINE void prefetch_share(const decode_shape *s, const char *row, int32_t g) {
+  const size_t a = (size_t)g * s->share, b = a + s->share < s->span ? a + s->share : s->span;
+  for (uintptr_t x = ((uintptr_t)row + a) & ~(uintptr_t)63; x < (uintptr_t)row + b; x += 64)
+    _mm_prefetch((const char *)x, _MM_HINT_T0);
+}
+
+/* ---- scores and P V ----------------------------------------------------------------------------------- */
+
+/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. EO: bf16 keys
+ * widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16); else widen8,
+ * the vectors in natural order. */
+AVX2_INLINE __m256 scores_pair(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+                               const char *r0, const char *r1) {
+  const size_t esz = uattn_dtype_size(t);
+  __m256 a[8];
+  for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
+  if (EO) {
+    for (int32_t d = 0; d < D; d += 16) {
+      __m256 k0e, k0o, k1e, k1o;
+      widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
+      widen16_eo(r1 + 2 * (size_t)d, &k1e, &k1o);
+      for (int i = 0; i < NB; i++) {
+        const __m256 qe = in_register(_mm256_loadu_ps(q + (size_t)i * D + d));
+        const __m256 qo = in_register(_mm256_loadu_ps(q + (size_t)i * D + d + 8));
+        a[2 * i] = _mm256_fmadd_ps(qo, k0o, _mm256_fmadd_ps(qe, k0e, a[2 * i]));
+        a[2 * i + 1] = _mm256_fmadd_ps(qo, k1o, _mm256_fmadd_ps(qe, k1e, a[2 * i + 1]));
+      }
+    }
+  } else {
+    for (int32_t d = 0; d < D; d += 8) {
+      const __m256 k0 = widen8(t, r0 + (size_t)d * esz), k1 = widen8(t, r1 + (size_t)d * esz);
+      for (int i = 0; i < NB; i++) {
+        const __m256 qv = _mm256_loadu_ps(q + (size_t)i * D + d);
+        a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
+        a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
+      }
+    }
+  }
+  return hsum8x8(a);
+}
+
+/* scores_pair's lanes into S: vector i's two scores at Sb + i * W, or (an odd last key: both false) its first
+ * only. Two scores a store, not one. */
+AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W, bool both) {
+  const __m128 lo = _mm256_castps256_ps128(x), hi = _mm256_extractf128_ps(x, 1);
+  if (both) {
+    _mm_storel_pi((__m64 *)Sb, lo);
+    if (NB > 1) _mm_storeh_pi((__m64 *)(Sb + W), lo);
+    if (NB > 2) _mm_storel_pi((__m64 *)(Sb + 2 * (size_t)W), hi);
+    if (NB > 3) _mm_storeh_pi((__m64 *)(Sb + 3 * (size_t)W), hi);
+    return;
+  }
+  _Alignas(32) float p[8];
+  _mm256_store_ps(p, x);
+  for (int i = 0; i < NB; i++) Sb[(size_t)i * W] = p[2 * i];
+}
+
+/* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
+ * o_i at o + i * D in even/odd order), value j's bf16 row at v + j * step bytes. */
+AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int32_t lo, int32_t hi, const char *v,
+                       size_t step, float *o, const int32_t D) {
+  __m256 a[4][2];
+  for (int i = 0; i < NB; i++) a[i][0] = _mm256_loadu_ps(o + (size_t)i * D), a[i][1] = _mm256_loadu_ps(o + i * D + 8);
+#pragma GCC unroll 8 /* a whole tile's keys in one straight run: P V 5-18% faster than the loop (in-process A/B) */
+  for (int32_t j = lo; j < hi; j++) {
+    __m256 ve, vo;
+    widen16_eo(v + (size_t)j * step, &ve, &vo);
+    for (int i = 0; i < NB; i++) {
+      const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j - j0));
+      a[i][0] = _mm256_fmadd_ps(p, ve, a[i][0]);
+      a[i][1] = _mm256_fmadd_ps(p, vo, a[i][1]);
+    }
+  }
+  for (int i = 0; i < NB; i++) _mm256_storeu_ps(o + (size_t)i * D, a[i][0]), _mm256_storeu_ps(o + i * D + 8, a[i][1]);
+}
+
+/* pv_eo in natural order, any dtype: 16 dims (W = 2) or 8 (W = 1), split over CHAINS(NB) chains of keys
+ * for small NB, as in pv_part. */
+AVX2_INLINE void pv_natural(const int NB, const int W, uattn_dtype t, const float *S, int32_t ld, int32_t j0,
+                            int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+  const int C = CHAINS(NB);
+  __m256 a[4][QB][2];
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) {
+      a[0][i][w] = _mm256_loadu_ps(o + (size_t)i * D + 8 * w);
+      for (int c = 1; c < C; c++) a[c][i][w] = _mm256_setzero_ps();
+    }
+  const size_t wstep = 8 * uattn_dtype_size(t);
+  int32_t j = lo;
+  for (; j + C <= hi; j += C)
+    for (int c = 0; c < C; c++) {
+      const char *r = v + (size_t)(j + c) * step;
+      __m256 vv[2];
+      for (int w = 0; w < W; w++) vv[w] = widen8(t, r + w * wstep);
+      for (int i = 0; i < NB; i++) {
+        const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j + c - j0));
+        for (int w = 0; w < W; w++) a[c][i][w] = _mm256_fmadd_ps(p, vv[w], a[c][i][w]);
+      }
+    }
+  for (; j < hi; j++) {
+    const char *r = v + (size_t)j * step;
+    for (int i = 0; i < NB; i++) {
+      const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j - j0));
+      for (int w = 0; w < W; w++) a[0][i][w] = _mm256_fmadd_ps(p, widen8(t, r + w * wstep), a[0][i][w]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) {
+      if (C == 4)
+        a[0][i][w] = _mm256_add_ps(_mm256_add_ps(a[0][i][w], a[1][i][w]), _mm256_add_ps(a[2][i][w], a[3][i][w]));
+      if (C == 2) a[0][i][w] = _mm256_add_ps(a[0][i][w], a[1][i][w]);
+      _mm256_storeu_ps(o + (size_t)i * D + 8 * w, a[0][i][w]);
+    }
+}
+
+/* Keys [lo, hi) of one block of NB vectors of one head into its outputs o (P at S, ld). */
+AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const float *S, int32_t lo,
+                          int32_t hi, const char *v, float *o, const int32_t D) {
+  const size_t esz = uattn_dtype_size(t);
+  int32_t d = 0;
+  if (s->eo) {
+    for (; d < D; d += 16) pv_eo(NB, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
+    return;
+  }
+  for (; d + 16 <= D; d += 16) pv_natural(NB, 2, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
+  if (d < D) pv_natural(NB, 1, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------------- */
+
+/* The call's shape; false when no vector sees a key. */
+AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                 size_t stride, size_t head_stride, const int32_t D, decode_shape *s) {
+  const size_t esz = uattn_dtype_size(t);
+  s->heads = heads, s->n = job->rows * job->group;
+  s->blocks = (s->n + 3) / 4;
+  const int32_t small = s->n / s->blocks, big = s->n % s->blocks;
+  s->LO = INT32_MAX, s->HI = INT32_MIN;
+  for (int32_t b = 0, x0 = 0; b < s->blocks; b++) {
+    vec_rule rule[4];
+    s->nb[b] = small + (b < big), s->x0[b] = x0;
+    block_rules(job, x0, s->nb[b], 0, job->num_keys, rule, &s->lo[b], &s->hi[b]);
+    if (s->lo[b] < s->hi[b]) {
+      if (s->lo[b] < s->LO) s->LO = s->lo[b];
+      if (s->hi[b] > s->HI) s->HI = s->hi[b];
+    }
+    x0 += s->nb[b];
+  }
+  if (s->LO >= s->HI) return false;
+  s->j0 = s->LO & ~7, s->W = ((s->HI + 7) & ~7) - s->j0;
+  s->step = stride * esz, s->head_step = head_stride * esz;
+  s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
+  s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
+  s->hv = head_vectors, s->hq = head_vectors * (size_t)D;
+  s->eo = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM;
+  return true;
+}
+
+/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first rows of keys
+ * asked for. */
+AVX2_INLINE void begin_scores(const decode_shape *s, const char *k, float *S) {
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
+    float *row = S + x * s->W;
+    for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
+    for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
+  }
+  for (int32_t j = s->LO; j < s->LO + DECODE_AHEAD && j < s->HI; j++)
+    for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
+}
+
+/* Head g's share of the rows [x0, x1) of keys ahead asked for (past the last key, the first values). */
+AVX2_INLINE void prefetch_ahead(const decode_shape *s, const char *k, const char *v, int32_t x0, int32_t x1,
+                                int32_t g) {
+  for (int32_t x = x0; x < x1; x++)
+    prefetch_share(s, x < s->HI ? k + (size_t)x * s->step : v + (size_t)(x - s->HI + s->LO) * s->step, g);
+}
+
+/* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
+ * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
+ * head's share at a time. */
+AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
+                               const char *k, const char *v, float *S, const int32_t D) {
+  const int32_t heads = s->heads, n = s->n;
+  begin_scores(s, k, S);
+  for (int32_t j = s->LO; j < s->HI; j += 2) {
+    const char *r0 = k + (size_t)j * s->step, *r1 = j + 1 < s->HI ? r0 + s->step : r0; /* an odd last key: twice */
+    for (int32_t g = 0; g < heads; g++) {
+      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + 2, g);
+      const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
+        float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
+        const bool both = j + 1 < s->HI;
+        switch (s->nb[b]) {
+        case 1: store_score_pairs(1, scores_pair(1, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        case 2: store_score_pairs(2, scores_pair(2, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        case 3: store_score_pairs(3, scores_pair(3, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        default: store_score_pairs(4, scores_pair(4, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
+        }
+      }
+    }
+  }
+}
+
+/* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha and, for
+ * even/odd P V, put in that order. */
+AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
+  for (int32_t g = 0; g < s->heads; g++) {
+    const uattn_panel_job h = head_job(job, s, g);
+    for (int32_t b = 0; b < s->blocks; b++) {
+      vec_rule rule[4];
+      int32_t lo, hi;
+      float alpha[4];
+      block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
+      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0,
+                    s->j0 + s->W, alpha);
+      for (int i = 0; i < s->nb[b]; i++) {
+        float *o = h.o + (size_t)(s->x0[b] + i) * D;
+        const __m256 a = _mm256_set1_ps(alpha[i]);
+        if (s->eo)
+          for (int32_t d = 0; d < D; d += 16) {
+            __m256 e, od;
+            to_eo(o + d, &e, &od);
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(a, e)), _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(a, od));
+          }
+        else if (alpha[i] != 1.0f)
+          for (int32_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(a, _mm256_loadu_ps(o + d)));
+      }
+    }
+  }
+}
+
+/* What block b of head g does in the P V tile of keys from jt: keys [lo, hi) (false when none), its P and
+ * outputs, the head's values. */
+typedef struct pv_step {
+  int32_t lo, hi;
+  const float *S;
+  const char *v;
+  float *o;
+} pv_step;
+
+AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const char *v, const float *S,
+                            int32_t jt, int32_t g, int32_t b, const int32_t D, pv_step *p) {
+  p->lo = jt > s->lo[b] ? jt : s->lo[b], p->hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
+  p->S = S + ((size_t)g * s->n + s->x0[b]) * s->W;
+  p->v = v + (size_t)g * s->head_step;
+  p->o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+  return p->lo < p->hi;
+}
+
+/* Head g's share of the P V tile after the one from jt asked for. */
+AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_t jt, int32_t g) {
+  for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++) prefetch_share(s, v + (size_t)x * s->step, g);
+}
+
+/* P V of every head and block, PV_TILE rows at a time, every head in turn (the next tile asked for a head's
+ * share at a time); even/odd outputs back in natural order at the end. */
+AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
+                           const float *S, const int32_t D) {
+  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
+    for (int32_t g = 0; g < s->heads; g++) {
+      prefetch_next_tile(s, v, jt, g);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        pv_step p;
+        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
+        switch (s->nb[b]) {
+        case 1: pv_block(1, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 2: pv_block(2, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        case 3: pv_block(3, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        default: pv_block(4, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
+        }
+      }
+    }
+  if (s->eo)
+    for (int32_t g = 0; g < s->heads; g++)
+      for (int32_t x = 0; x < s->n; x++)
+        for (int32_t d = 0; d < D; d += 16) {
+          float *o = job->o + g * s->hq + (size_t)x * D + d;
+          from_eo(_mm256_loadu_ps(o), _mm256_loadu_ps(o + 8), o);
+        }
+}
+
+/* decode in kernels.h: `heads` KV heads of the job, head g's key and value i at k_src / v_src + i * stride +
+ * g * head_stride elements of dtype, its vectors and states head_vectors after head g - 1's; scratch:
+ * uattn_decode_scratch_floats, 32-byte aligned. D: the head dim (a multiple of 8), constant where the
+ * caller is specialized. */
+AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                  float *scratch, const int32_t D) {
+  decode_shape s;
+  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  /* scratch: the query vectors in even/odd order [heads][n][D], then the scores S [heads][n][W] */
+  const int32_t n = s.n;
+  float *qeo = scratch, *S = scratch + (size_t)heads * n * D;
+  if (s.eo) {
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++)
+        for (int32_t d = 0; d < D; d += 16) {
+          __m256 e, o;
+          to_eo(job->q + g * s.hq + (size_t)x * D + d, &e, &o);
+          float *dst = qeo + ((size_t)g * n + x) * D + d;
+          _mm256_store_ps(dst, e), _mm256_store_ps(dst + 8, o);
+        }
+    decode_scores(true, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+  } else {
+    decode_scores(false, &s, t, job->q, s.hq, k_src, v_src, S, D);
+  }
+  decode_softmax(job, &s, S, D);
+  decode_pv(job, &s, t, v_src, S, D);
+}
+
+#endif

@@ -1,0 +1,17 @@
+/* The generic avx512 set, in one of avx512/vec.h's two forms: included by avx512/set.c (the zmm kernel) and by
+ * avx512/twin.c (its twin), each after deciding AVX512_VEC_ZMM, with AVX512_SET naming the set. */
+#include "avx2/avx2.h"
+#include "avx512/avx512.h"
+#include "avx512/decode.h"
+
+AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                                        uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                        size_t head_stride, float *scratch) {
+  avx512_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+}
+
+const uattn_kernels AVX512_SET = {"avx512",
+                                  uattn_avx2_load,
+                                  {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
+                                  uattn_avx2_panel_floats,
+                                  avx512_decode};

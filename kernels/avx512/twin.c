@@ -1,0 +1,15 @@
+/* The avx512 set with its decode kernel's twin: the kernel of avx512/set.c computed with pairs of ymm registers
+ * (avx512/vec.h), bit for bit what an AVX-512 CPU computes, so the tests check that kernel's arithmetic on
+ * machines without AVX-512. Not a candidate for dispatch. */
+#include "avx512/avx512.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#define AVX512_SET uattn_kernels_avx512_twin
+#include "avx512/set.h"
+
+#else
+
+const uattn_kernels uattn_kernels_avx512_twin = {"avx512", NULL, {NULL, NULL, NULL}, NULL, NULL};
+
+#endif

@@ -1,0 +1,23 @@
+/* The avx512bf16 kernel set (avx512bf16/set.c): bf16 dot products (vdpbf16ps) with fp32 accumulation for
+ * S = Q K^T and, by default, P V, in its own panel layout, and its decode kernel; see avx512bf16/body.h
+ * for the arithmetic and the layout. The dispatch uses it for bf16 caches (dispatch.c). Nothing here may be
+ * called unless uattn_avx512bf16_runs_here() said yes. */
+#ifndef UATTN_AVX512BF16_H
+#define UATTN_AVX512BF16_H
+
+#include "kernels.h"
+
+extern const uattn_kernels uattn_kernels_avx512bf16;
+
+/* 1 when this CPU runs the avx512 set, AVX-512BW and VL, and AVX512_BF16 (CPUID leaf 7 subleaf 1, EAX bit
+ * 5); always 0 off x86. Probed once; safe to call anywhere, from any thread. */
+int uattn_avx512bf16_runs_here(void);
+
+/* The set's panel size (its panel_floats; the generated buckets share the layout). */
+size_t uattn_avx512bf16_panel_floats(int32_t panel_keys, int32_t head_dim);
+
+/* The set with vdpbf16ps emulated exactly on AVX2 + FMA (avx512bf16/vec.h): the same bits, for the tests,
+ * on machines without AVX512-BF16; only after uattn_avx2_runs_here(). Not a candidate for dispatch. */
+extern const uattn_kernels uattn_kernels_avx512bf16_twin;
+
+#endif

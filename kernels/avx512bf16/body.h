@@ -1,0 +1,470 @@
+/* The avx512bf16 set's bodies (load, attend, decode), always inline, in avx512bf16/vec.h's two forms:
+ * avx512bf16/set.c instantiates them with vdpbf16ps, avx512bf16/twin.c with its emulation, each generated
+ * bucket (avx512bf16/bucket.h) with a constant head dim.
+ *
+ * Arithmetic (DESIGN.md §1: scores and outputs accumulated in fp32):
+ *   S = Q K^T   products of bf16 pairs, fp32 accumulation (vdpbf16ps). The query is rounded to bf16
+ *               *unscaled* (uattn_kernels_unscaled_q: forward.c hands it the query as widened), and each fp32
+ *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
+ *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
+ *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.
+ *   softmax     avx2/body.h's (block_softmax: mask, soft cap, ALiBi, online rescale), in fp32; l sums the
+ *               unrounded weights.
+ *   P V         default: P rounded to bf16 (relative 2^-9 each), pairs of keys multiplied by vdpbf16ps with
+ *               fp32 accumulation. job->probs_fp32 (the layer's option): P stays fp32 and V, exact in
+ *               fp32, goes through fp32 FMAs, the other sets' arithmetic for this product.
+ * Keys and values of another dtype (this step's, in an f32 layer; a cache forced onto this set) are rounded
+ * to bf16 when loaded.
+ *
+ * Panels (this set's own layout, 32-bit pairs stored in the float panels; panel_floats says how much):
+ *   keys    pairs along the head dim: pair p (dims 2p, 2p + 1) of key i at kp[p * P + i], P = key_stride
+ *           (an odd number of 64-byte lines, see avx2/body.h), for Dh = head dim rounded up to 16 / 2 pair
+ *           rows. One vdpbf16ps then takes one broadcast pair of a query against 16 keys. Keys from count up
+ *           to the next multiple of 16 and dims past the head dim are zero.
+ *   values  pairs along the keys: pair r (keys 2r, 2r + 1), dim d at vp[r * Dv + d], Dv = value_stride. One
+ *           vdpbf16ps takes a broadcast pair of P against 16 dims. Keys from count to the next multiple of
+ *           16 and dims past the head dim up to the next 16 are zero.
+ *   Both start at the first 64-byte boundary of their buffer.
+ *
+ * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules and
+ * block_softmax shared), with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
+ * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (with 32
+ * keys or dims a tile, 2: 5% slower on 128 rows x 512 keys, hot). Hand-written, not libxsmm's bf16 GEMM:
+ * the fused tile keeps S and P in L1 and measured 1.7x the avx2 set's libxsmm body on this Zen 4 (one
+ * thread, hot: 160 against 95 GFLOP/s), about 70% of the vdpbf16ps peak uattn-bench measures (235). The
+ * rest is mostly the fp32 softmax, which bf16 products do not speed up.
+ *
+ * decode: avx2/decode.h's jobs and phases (decode_shape, the rows of every head in the cache's order,
+ * decode_softmax), scores by vdpbf16ps straight from the cache rows (which are bf16 pairs along the head
+ * dim as stored), WIDE_KEYS keys x up to 4 vectors of accumulators folded by avx512/decode.h's tree; P V
+ * by avx512/decode.h's zmm loop on P rounded to bf16 in fp32 (each product of two bf16 exact in an FMA:
+ * the P V arithmetic of vdpbf16ps in another order of additions), or unrounded with probs_fp32. Decode
+ * reads each value once, so its P V is bound by memory, not by the multiplies. */
+#ifndef UATTN_AVX512BF16_BODY_H
+#define UATTN_AVX512BF16_BODY_H
+
+#include "avx512/decode.h"
+#include "avx512bf16/vec.h"
+
+enum {
+  BF16_STAGE_DIMS = 256, /* dims of the rows staged at a time by the load */
+  BF16_Q_PAIRS = 256,    /* query pairs rounded at a time: head dims up to 512 in one pass, a 6 KB tile */
+};
+
+/* ---- layout --------------------------------------------------------------------------------------------- */
+
+static inline int32_t bf16_key_pair_rows(int32_t head_dim) { return ((head_dim + 15) & ~15) / 2; }
+
+static inline size_t bf16_panel_floats(int32_t panel_keys, int32_t head_dim) {
+  const int32_t P = key_stride(panel_keys);
+  const size_t k = (size_t)bf16_key_pair_rows(head_dim) * P, v = (size_t)(P / 2) * value_stride(head_dim);
+  return (k > v ? k : v) + 16; /* + the slack the 64-byte alignment may skip */
+}
+
+/* ---- load ------------------------------------------------------------------------------------------------ */
+
+/* Rows [i, i + 8) (those below count; zeros past it), dims [d0, d0 + n), as bf16 rows of BF16_STAGE_DIMS
+ * elements zero-padded to n rounded up to 16. */
+AVX2_INLINE void bf16_stage(uattn_dtype t, const char *src, size_t step, int32_t i, int32_t count, int32_t d0,
+                            int32_t n, uint16_t (*buf)[BF16_STAGE_DIMS]) {
+  const size_t esz = uattn_dtype_size(t);
+  const int32_t padded = (n + 15) & ~15;
+  for (int k = 0; k < 8; k++) {
+    uint16_t *row = buf[k];
+    int32_t d = 0;
+    if (i + k < count) {
+      const char *r = src + (size_t)(i + k) * step + (size_t)d0 * esz;
+      if (t == UATTN_BF16) {
+        memcpy(row, r, 2 * (size_t)n), d = n;
+      } else {
+        for (; d < n; d++) row[d] = uattn_f32_to_bf16(widen1(t, r, (size_t)d));
+      }
+    }
+    for (; d < padded; d++) row[d] = 0;
+  }
+}
+
+/* keys and values [0, count) of head_dim D into the panels (see the header comment), count rounded up to 16
+ * with zeros. */
+AVX2_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                                const int32_t D, int32_t panel_keys, float *keys, float *values) {
+  const size_t step = stride * uattn_dtype_size(t);
+  const int32_t P = key_stride(panel_keys), Dv = value_stride(D), end = (count + 15) & ~15;
+  uint32_t *kp = (uint32_t *)align64(keys), *vp = (uint32_t *)align64(values);
+  _Alignas(64) uint16_t kb[8][BF16_STAGE_DIMS], vb[8][BF16_STAGE_DIMS];
+  for (int32_t i = 0; i < end; i += 8)
+    for (int32_t d0 = 0; d0 < D; d0 += BF16_STAGE_DIMS) {
+      const int32_t n = D - d0 < BF16_STAGE_DIMS ? D - d0 : BF16_STAGE_DIMS, padded = (n + 15) & ~15;
+      bf16_stage(t, k_src, step, i, count, d0, n, kb);
+      bf16_stage(t, v_src, step, i, count, d0, n, vb);
+      /* keys: the 8 rows' pairs transposed 8 at a time, pairs being 32-bit elements (transpose8_32 moves bits) */
+      for (int32_t p = 0; p < padded / 2; p += 8)
+        transpose8_32((const char *)&kb[0][2 * p], sizeof kb[0], (float *)kp + (size_t)(d0 / 2 + p) * P + i, P);
+      /* values: rows 2r and 2r + 1 interleaved element by element into pairs */
+      for (int r = 0; r < 4; r++) {
+        uint32_t *o = vp + (size_t)(i / 2 + r) * Dv + d0;
+        for (int32_t d = 0; d < padded; d += 8) {
+          const __m128i a = _mm_loadu_si128((const __m128i *)&vb[2 * r][d]);
+          const __m128i b = _mm_loadu_si128((const __m128i *)&vb[2 * r + 1][d]);
+          _mm_storeu_si128((__m128i *)(o + d), _mm_unpacklo_epi16(a, b));
+          _mm_storeu_si128((__m128i *)(o + d + 4), _mm_unpackhi_epi16(a, b));
+        }
+      }
+    }
+}
+
+/* ---- attend -------------------------------------------------------------------------------------------- */
+
+/* 16 floats at p, of which the first n are there (n < 16: the ragged end of a head dim) */
+BF16_INLINE v16 v16_load_n(const float *p, int32_t n) {
+  if (n >= 16) return v16_load(p);
+  float t[16] = {0};
+  memcpy(t, p, sizeof(float) * (size_t)n);
+  return v16_load(t);
+}
+BF16_INLINE void v16_store_n(float *p, v16 a, int32_t n) {
+  if (n >= 16) {
+    v16_store(p, a);
+    return;
+  }
+  float t[16];
+  v16_store(t, a);
+  memcpy(p, t, sizeof(float) * (size_t)n);
+}
+
+/* S[i][j - j0] += <q_i, k_j> over np pairs of dims for NB vectors (pairs at qp + i * np, the keys' from kp)
+ * and keys [j, j + 16 W); first: S starts from 0. An fp32 partial sum stored and loaded back is exact, so
+ * a dot product taken a slice of pairs at a time is the one chain of vdpbf16ps it would be at once. */
+BF16_INLINE void bf16_score_part(const int NB, const int W, const uint32_t *qp, int32_t np, const uint32_t *kp,
+                                 int32_t P, int32_t j, int32_t j0, bool first, float (*S)[KC]) {
+  v16 a[QB][4];
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) a[i][w] = first ? v16_zero() : v16_load(S[i] + (j - j0) + 16 * w);
+  const uint32_t *k = kp + j;
+  for (int32_t p = 0; p < np; p++, k += P) {
+    v16i kv[4];
+    for (int w = 0; w < W; w++) kv[w] = v16i_load(k + 16 * w);
+    for (int i = 0; i < NB; i++) {
+      const v16i b = v16i_set1(qp[(size_t)i * np + p]);
+      for (int w = 0; w < W; w++) a[i][w] = v16_dpbf16(a[i][w], b, kv[w]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) v16_store(S[i] + (j - j0) + 16 * w, a[i][w]);
+}
+
+/* 16 W dims from d (n of them there) of o_i = alpha_i o_i + sum over key pairs [r0, r1) of P_i V, for NB
+ * vectors: P as bf16 pairs (pp[i][r - j0 / 2]) through vdpbf16ps, or (FP32) as floats (S) through FMAs with
+ * the value pairs widened. */
+BF16_INLINE void bf16_pv_part(const int NB, const int W, const bool FP32, float (*S)[KC], uint32_t (*pp)[KC / 2],
+                              int32_t j0, int32_t r0, int32_t r1, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
+                              int32_t n, const float *alpha) {
+  v16 a[QB][4];
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++)
+      a[i][w] = v16_mul(v16_set1(alpha[i]), v16_load_n(o + (size_t)i * D + 16 * w, n - 16 * w));
+  const uint32_t *v = vp + (size_t)r0 * Dv;
+  for (int32_t r = r0; r < r1; r++, v += Dv) {
+    v16i vv[4];
+    for (int w = 0; w < W; w++) vv[w] = v16i_load(v + 16 * w);
+    if (FP32) {
+      v16 ve[4], vo[4];
+      for (int w = 0; w < W; w++) ve[w] = v16i_lo(vv[w]), vo[w] = v16i_hi(vv[w]);
+      for (int i = 0; i < NB; i++) {
+        const v16 pe = v16_set1(S[i][2 * r - j0]), po = v16_set1(S[i][2 * r + 1 - j0]);
+        for (int w = 0; w < W; w++) a[i][w] = v16_fmadd(po, vo[w], v16_fmadd(pe, ve[w], a[i][w]));
+      }
+    } else {
+      for (int i = 0; i < NB; i++) {
+        const v16i p = v16i_set1(pp[i][r - j0 / 2]);
+        for (int w = 0; w < W; w++) a[i][w] = v16_dpbf16(a[i][w], p, vv[w]);
+      }
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) v16_store_n(o + (size_t)i * D + 16 * w, a[i][w], n - 16 * w);
+}
+
+BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uint32_t (*pp)[KC / 2], int32_t j0,
+                              int32_t r0, int32_t r1, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
+                              const float *alpha) {
+  int32_t d = 0;
+  for (; d + 64 <= D; d += 64) bf16_pv_part(NB, 4, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, 64, alpha);
+  for (; d + 32 <= D; d += 32) bf16_pv_part(NB, 2, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, 32, alpha);
+  for (; d < D; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, D - d, alpha);
+}
+
+/* A call's panels, and its tiles: kept here, once for every block size's copy of the block code. */
+typedef struct bf16_ctx {
+  const uattn_panel_job *job;
+  const uint32_t *kp, *vp;
+  int32_t P, Dv;
+  float (*S)[KC];           /* [QB][KC] scores, then P */
+  uint32_t (*pp)[KC / 2];   /* [QB][KC / 2] P in bf16 pairs */
+  uint32_t *qp;             /* [QB * BF16_Q_PAIRS] a slice of the queries' pairs */
+} bf16_ctx;
+
+/* Query vectors [x0, x0 + NB) of the job against keys [c0, c1) of the panel. */
+BF16_INLINE void bf16_attend_block(const int NB, const int32_t D, const bf16_ctx *c, int32_t x0, int32_t c0,
+                                   int32_t c1) {
+  const uattn_panel_job *job = c->job;
+  vec_rule rule[QB];
+  int32_t klo, khi;
+  block_rules(job, x0, NB, c0, c1, rule, &klo, &khi);
+  if (klo >= khi) return; /* a fully masked tile */
+  /* columns from a multiple of 16 (c0 is one) to the next: the panel is zero up to there */
+  const int32_t j0 = klo & ~15, j1 = (khi + 15) & ~15, Dh = bf16_key_pair_rows(D);
+  float(*S)[KC] = c->S;
+  uint32_t(*pp)[KC / 2] = c->pp;
+  for (int32_t p0 = 0; p0 < Dh; p0 += BF16_Q_PAIRS) {
+    const int32_t np = Dh - p0 < BF16_Q_PAIRS ? Dh - p0 : BF16_Q_PAIRS;
+    for (int i = 0; i < NB; i++) { /* the unscaled query, rounded to bf16 (see the header comment) */
+      const float *x = job->q + (size_t)(x0 + i) * D;
+      uint32_t *q = c->qp + (size_t)i * np;
+      const int32_t whole = D / 2 - p0 < np ? D / 2 - p0 : np; /* pairs of two dims of the query */
+      pairs_bf16(x + 2 * p0, 2 * whole, q);
+      for (int32_t p = whole; p < np; p++) /* past the head dim: zeros (and its odd last dim) */
+        q[p] = 2 * (p0 + p) < D ? pair_bf16(x[2 * (p0 + p)], 0.0f) : 0;
+    }
+    const uint32_t *kp = c->kp + (size_t)p0 * c->P;
+    for (int32_t j = j0; j < j1;) {
+      if (j1 - j >= 64)
+        bf16_score_part(NB, 4, c->qp, np, kp, c->P, j, j0, p0 == 0, S), j += 64;
+      else if (j1 - j >= 32)
+        bf16_score_part(NB, 2, c->qp, np, kp, c->P, j, j0, p0 == 0, S), j += 32;
+      else
+        bf16_score_part(NB, 1, c->qp, np, kp, c->P, j, j0, p0 == 0, S), j += 16;
+    }
+  }
+  const v16 scale = v16_set1(job->scale); /* scale <q, k>: one fp32 rounding, the seed's formula's */
+  for (int i = 0; i < NB; i++)
+    for (int32_t j = 0; j < j1 - j0; j += 16) v16_store(S[i] + j, v16_mul(v16_load(S[i] + j), scale));
+  float alpha[QB];
+  block_softmax(job, x0, NB, rule, S[0], KC, j0, j1, alpha);
+  float *o = job->o + (size_t)x0 * D;
+  const int32_t r0 = klo / 2, r1 = (khi + 1) / 2; /* key pairs; P is 0 at the masked partner of an end */
+  if (job->probs_fp32) {
+    bf16_pv_tile(NB, true, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
+    return;
+  }
+  for (int i = 0; i < NB; i++) pairs_bf16(S[i], j1 - j0, pp[i]);
+  bf16_pv_tile(NB, false, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
+}
+
+/* The job's vectors against its panel (avx2_attend_body's plan); D constant where the caller is specialized. */
+BF16_INLINE void bf16_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D) {
+  int32_t kmax = 0; /* keys any row sees */
+  for (int32_t r = 0; r < job->rows; r++) {
+    const int32_t hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
+    if (hi > kmax) kmax = hi;
+  }
+  if (kmax <= 0) return;
+  _Alignas(64) float S[QB][KC];
+  _Alignas(64) uint32_t pp[QB][KC / 2];
+  _Alignas(64) uint32_t qp[QB * BF16_Q_PAIRS];
+  const bf16_ctx c = {job, (const uint32_t *)align64c(job->keys), (const uint32_t *)align64c(job->values),
+                      key_stride(panel_keys), value_stride(D), S, pp, qp};
+  const int32_t n = job->rows * job->group, blocks = (n + QB - 1) / QB, small = n / blocks, big = n % blocks;
+  for (int32_t c0 = 0; c0 < kmax; c0 += KC) {
+    const int32_t c1 = kmax - c0 < KC ? kmax : c0 + KC;
+    for (int32_t b = 0, x0 = 0; b < blocks; b++) {
+      const int32_t nb = small + (b < big);
+      switch (nb) {
+      case 1: bf16_attend_block(1, D, &c, x0, c0, c1); break;
+      case 2: bf16_attend_block(2, D, &c, x0, c0, c1); break;
+      case 3: bf16_attend_block(3, D, &c, x0, c0, c1); break;
+      case 4: bf16_attend_block(4, D, &c, x0, c0, c1); break;
+      case 5: bf16_attend_block(5, D, &c, x0, c0, c1); break;
+      default: bf16_attend_block(QB, D, &c, x0, c0, c1); break;
+      }
+      x0 += nb;
+    }
+  }
+}
+
+/* ---- decode --------------------------------------------------------------------------------------------- */
+
+/* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
+BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32_t npairs) {
+  if (t == UATTN_BF16 && p + 16 <= npairs) return v16i_load(row + 4 * (size_t)p);
+  _Alignas(64) uint32_t x[16] = {0};
+  for (int32_t k = 0; k < 16 && p + k < npairs; k++)
+    x[k] = t == UATTN_BF16 ? (uint32_t)((const uint16_t *)row)[2 * (p + k)] |
+                                 (uint32_t)((const uint16_t *)row)[2 * (p + k) + 1] << 16
+                           : pair_bf16(widen1(t, row, 2 * (size_t)(p + k)), widen1(t, row, 2 * (size_t)(p + k) + 1));
+  return v16i_load(x);
+}
+
+/* scale <q_i, k_j> for NB <= 4 vectors (pairs at q + i * Dh, Dh = D / 2) and the WIDE_KEYS rows r[j], as
+ * out[4 i + j]: 16-lane sums folded by avx512/decode.h's tree. */
+BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const uint32_t *q, const int32_t Dh,
+                                       const char *const *r, float scale, float *out) {
+  v16 a[4][WIDE_KEYS];
+  for (int i = 0; i < NB; i++)
+    for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_zero();
+  for (int32_t p = 0; p < Dh; p += 16) {
+    v16i k[WIDE_KEYS];
+    for (int j = 0; j < WIDE_KEYS; j++) k[j] = bf16_row_pairs(t, r[j], p, Dh);
+    for (int i = 0; i < NB; i++) {
+      const uint32_t *qi = q + (size_t)i * Dh;
+      const v16i qv = p + 16 <= Dh ? v16i_load(qi + p) : bf16_row_pairs(UATTN_BF16, (const char *)qi, p, Dh);
+      for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_dpbf16(a[i][j], qv, k[j]);
+    }
+  }
+  __m256 f[4 * WIDE_KEYS];
+  for (int x = 0; x < 4 * WIDE_KEYS; x++)
+    f[x] = x / WIDE_KEYS < NB ? v16_fold(a[x / WIDE_KEYS][x % WIDE_KEYS]) : _mm256_setzero_ps();
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_store_ps(out, _mm256_mul_ps(hsum8x8(f), s));
+  if (NB > 2) _mm256_store_ps(out + 8, _mm256_mul_ps(hsum8x8(f + 8), s));
+}
+
+/* The scores of every head and block, WIDE_KEYS rows at a time, every head in turn (q: head g's pairs at
+ * q + g * n * Dh). */
+BF16_INLINE void bf16_wide_scores(const decode_shape *s, uattn_dtype t, const uint32_t *q, float scale,
+                                  const char *k, const char *v, float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  begin_scores(s, k, S);
+  for (int32_t j = s->LO; j < s->HI; j += WIDE_KEYS) {
+    const int32_t keys = s->HI - j < WIDE_KEYS ? s->HI - j : WIDE_KEYS;
+    for (int32_t g = 0; g < s->heads; g++) {
+      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + WIDE_KEYS, g);
+      const char *r[WIDE_KEYS];
+      for (int x = 0; x < WIDE_KEYS; x++) /* past the last key: the last again */
+        r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const uint32_t *qb = q + ((size_t)g * s->n + s->x0[b]) * Dh;
+        _Alignas(32) float p[4 * WIDE_KEYS];
+        switch (s->nb[b]) {
+        case 1: bf16_wide_scores_step(1, t, qb, Dh, r, scale, p); break;
+        case 2: bf16_wide_scores_step(2, t, qb, Dh, r, scale, p); break;
+        case 3: bf16_wide_scores_step(3, t, qb, Dh, r, scale, p); break;
+        default: bf16_wide_scores_step(4, t, qb, Dh, r, scale, p); break;
+        }
+        float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
+        for (int i = 0; i < s->nb[b]; i++)
+          memcpy(Sb + (size_t)i * s->W, p + WIDE_KEYS * i, sizeof(float) * (size_t)keys);
+      }
+    }
+  }
+}
+
+/* P V of the decode kernel by vdpbf16ps (bf16 rows, D a multiple of 32, P in bf16): two value rows j, j + 1
+ * interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as two vectors of
+ * pairs, lane i of the first dim 8 (i / 4) + i % 4, of the second that + 4; so each 32 dims of an output
+ * are kept in that order through the phase (unpack32_order), as avx512/decode.h keeps its even/odd one. */
+static inline int32_t unpack32_dim(int32_t i) { return 8 * (i % 16 / 4) + i % 4 + (i >= 16 ? 4 : 0); }
+
+static inline void unpack32_order(float *a, int32_t n, bool to_unpack) {
+  for (int32_t d = 0; d < n; d += 32) {
+    float t[32];
+    memcpy(t, a + d, sizeof t);
+    for (int32_t i = 0; i < 32; i++) {
+      if (to_unpack)
+        a[d + i] = t[unpack32_dim(i)];
+      else
+        a[d + unpack32_dim(i)] = t[i];
+    }
+  }
+}
+
+/* U (1 or 2) 32-dim parts of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors: keys in pairs
+ * from lo rounded down to even, a key outside [lo, hi) read from a row of zeros (its P may be another
+ * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
+ * pp[i * ld + (j - j0) / 2] (ld: the S rows' floats); o_i at o + i * D in the unpack order. */
+BF16_INLINE void bf16_pairs_pv_step(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0,
+                                    int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+  static const uint16_t zeros[64] __attribute__((aligned(64)));
+  v16 a[4][4];
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
+  for (int32_t j = lo & ~1; j < hi; j += 2) {
+    const char *r0 = j >= lo ? v + (size_t)j * step : (const char *)zeros;
+    const char *r1 = j + 1 < hi ? v + (size_t)(j + 1) * step : (const char *)zeros;
+    v16i w[4];
+    for (int u = 0; u < U; u++) {
+      const v16i x0 = v16i_load(r0 + (r0 == (const char *)zeros ? 0 : 64 * (size_t)u));
+      const v16i x1 = v16i_load(r1 + (r1 == (const char *)zeros ? 0 : 64 * (size_t)u));
+      w[2 * u] = v16i_unpacklo16(x0, x1), w[2 * u + 1] = v16i_unpackhi16(x0, x1);
+    }
+    for (int i = 0; i < NB; i++) {
+      const v16i p = v16i_set1(pp[(size_t)i * ld + (size_t)(j - j0) / 2]);
+      for (int u = 0; u < 2 * U; u++) a[i][u] = v16_dpbf16(a[i][u], p, w[u]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
+}
+
+BF16_INLINE void bf16_pairs_pv_block(const int NB, const decode_shape *s, const uint32_t *pp, int32_t lo, int32_t hi,
+                                     const char *v, float *o, const int32_t D) {
+  const size_t ld = (size_t)s->W;
+  int32_t d = 0;
+  for (; d + 64 <= D; d += 64) bf16_pairs_pv_step(NB, 2, pp, ld, s->j0, lo, hi, v + 2 * (size_t)d, s->step, o + d, D);
+  if (d < D) bf16_pairs_pv_step(NB, 1, pp, ld, s->j0, lo, hi, v + 2 * (size_t)d, s->step, o + d, D);
+}
+
+/* P V of every head and block, PV_TILE rows at a time, every head in turn (wide_pv's loop), P turned into
+ * bf16 pairs in place (each S row of W floats into its first W / 2 words). */
+BF16_INLINE void bf16_pairs_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S,
+                               const int32_t D) {
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++)
+    pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
+  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
+    for (int32_t g = 0; g < s->heads; g++) {
+      prefetch_next_tile(s, v, jt, g);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        pv_step p;
+        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
+        const uint32_t *pp = (const uint32_t *)p.S;
+        switch (s->nb[b]) {
+        case 1: bf16_pairs_pv_block(1, s, pp, p.lo, p.hi, p.v, p.o, D); break;
+        case 2: bf16_pairs_pv_block(2, s, pp, p.lo, p.hi, p.v, p.o, D); break;
+        case 3: bf16_pairs_pv_block(3, s, pp, p.lo, p.hi, p.v, p.o, D); break;
+        default: bf16_pairs_pv_block(4, s, pp, p.lo, p.hi, p.v, p.o, D); break;
+        }
+      }
+    }
+}
+
+/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */
+BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                  float *scratch, const int32_t D) {
+  decode_shape s;
+  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  s.eo = false; /* the scores read pairs; P V below keeps its own order */
+  /* scratch: the query pairs [heads][n][D / 2] (half the floats decode scratch has for the vectors), then S */
+  const int32_t n = s.n;
+  uint32_t *q = (uint32_t *)scratch;
+  float *S = scratch + (size_t)heads * n * D;
+  for (int32_t g = 0; g < heads; g++)
+    for (int32_t x = 0; x < n; x++)
+      pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
+  bf16_wide_scores(&s, t, q, job->scale, k_src, v_src, S, D);
+  decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
+  if (!job->probs_fp32 && t == UATTN_BF16 && D % 32 == 0) {
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) unpack32_order(job->o + g * s.hq + (size_t)x * D, D, true);
+    bf16_pairs_pv(job, &s, v_src, S, D);
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) unpack32_order(job->o + g * s.hq + (size_t)x * D, D, false);
+    return;
+  }
+  if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
+  if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
+    decode_pv(job, &s, t, v_src, S, D);
+    return;
+  }
+  const bool eo = t == UATTN_BF16 && D % 32 == 0;
+  for (int32_t g = 0; eo && g < heads; g++)
+    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, true);
+  if (eo)
+    wide_pv(true, job, &s, t, v_src, S, D);
+  else
+    wide_pv(false, job, &s, t, v_src, S, D);
+  for (int32_t g = 0; eo && g < heads; g++)
+    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, false);
+}
+
+#endif

@@ -1,0 +1,134 @@
+/* bf16 pairs for the avx512bf16 set: 16 lanes of 32 bits, each a pair of bf16 (element 0 in the low half),
+ * and the dot product of two such vectors into 16 fp32 accumulators, in avx512/vec.h's two forms:
+ *   AVX512_VEC_ZMM defined: a zmm register and vdpbf16ps (AVX512-BF16);
+ *   otherwise, the twin: a pair of ymm registers and an exact emulation of vdpbf16ps with AVX2 + FMA.
+ * vdpbf16ps computes, per lane, acc + a1 b1, then + a0 b0 (the odd elements first: Intel's pseudocode, and
+ * what a Zen 4 does, checked on 32 million random lanes with normal, tiny and denormal inputs), each step an
+ * fp32 FMA rounded to nearest even, with denormal inputs (accumulator included) taken as zero and denormal
+ * results flushed to zero, whatever MXCSR says. A product of two bf16 (8-bit significands) is exact in
+ * fp32, so each step is one IEEE FMA: the twin does exactly those two FMAs per lane, with the flushes, and
+ * computes the zmm kernel's bits (tests/kernels/test_kernels.c holds one to the other where AVX512-BF16 runs). Its
+ * one assumption: MXCSR with neither DAZ nor FTZ set (the default), so its own FMAs round denormals as IEEE
+ * does before it flushes them. (A result that is denormal before rounding and FLT_MIN after it is left at
+ * FLT_MIN; attention's scores and weights are nowhere near that range.)
+ * Rounding fp32 to bf16 (the query and P) is the same AVX2 code in both forms, convert.h's rounding: to
+ * nearest even, NaN kept quiet, denormals kept (vdpbf16ps then reads them as zero).
+ * Include after avx512/vec.h's decision (AVX512_VEC_ZMM or not). */
+#ifndef UATTN_AVX512BF16_VEC_H
+#define UATTN_AVX512BF16_VEC_H
+
+#include "avx2/decode.h"
+#include "avx512/vec.h"
+
+#if defined(AVX512_VEC_ZMM)
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define BF16_INLINE \
+  static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+typedef __m512i v16i;
+
+BF16_INLINE v16i v16i_load(const void *p) { return _mm512_loadu_si512(p); }
+BF16_INLINE v16i v16i_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
+/* per lane: acc + a1 b1 + a0 b0, vdpbf16ps's rounding (see above) */
+BF16_INLINE v16 v16_dpbf16(v16 acc, v16i a, v16i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+/* the pairs' elements 0 (lo) and 1 (hi) as f32 */
+BF16_INLINE v16 v16i_lo(v16i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
+BF16_INLINE v16 v16i_hi(v16i x) {
+  return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* 16-bit elements of a and b interleaved into pairs within each 128-bit lane (the lane's low 4, high 4) */
+BF16_INLINE v16i v16i_unpacklo16(v16i a, v16i b) { return _mm512_unpacklo_epi16(a, b); }
+BF16_INLINE v16i v16i_unpackhi16(v16i a, v16i b) { return _mm512_unpackhi_epi16(a, b); }
+
+#else /* the twin */
+
+#define BF16_TARGET AVX2_TARGET
+#define BF16_INLINE AVX2_INLINE
+
+typedef struct v16i {
+  __m256i lo, hi;
+} v16i;
+
+BF16_INLINE v16i v16i_load(const void *p) {
+  return (v16i){_mm256_loadu_si256(p), _mm256_loadu_si256((const __m256i *)p + 1)};
+}
+BF16_INLINE v16i v16i_set1(uint32_t x) { return (v16i){_mm256_set1_epi32((int)x), _mm256_set1_epi32((int)x)}; }
+
+/* x with denormals replaced by a zero of their sign */
+BF16_INLINE __m256 daz8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(u, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), tiny));
+}
+
+/* vdpbf16ps on 8 lanes: the odd pair's FMA, then the even pair's, each with its flushes */
+BF16_INLINE __m256 dpbf16_8(__m256 acc, __m256i a, __m256i b) {
+  const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+  const __m256 a1 = daz8(_mm256_castsi256_ps(_mm256_and_si256(a, top)));
+  const __m256 b1 = daz8(_mm256_castsi256_ps(_mm256_and_si256(b, top)));
+  const __m256 a0 = daz8(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)));
+  const __m256 b0 = daz8(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)));
+  acc = daz8(_mm256_fmadd_ps(a1, b1, daz8(acc)));
+  return daz8(_mm256_fmadd_ps(a0, b0, acc));
+}
+
+BF16_INLINE v16 v16_dpbf16(v16 acc, v16i a, v16i b) {
+  return (v16){dpbf16_8(acc.lo, a.lo, b.lo), dpbf16_8(acc.hi, a.hi, b.hi)};
+}
+BF16_INLINE v16 v16i_lo(v16i x) {
+  return (v16){_mm256_castsi256_ps(_mm256_slli_epi32(x.lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(x.hi, 16))};
+}
+BF16_INLINE v16 v16i_hi(v16i x) {
+  const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+  return (v16){_mm256_castsi256_ps(_mm256_and_si256(x.lo, top)), _mm256_castsi256_ps(_mm256_and_si256(x.hi, top))};
+}
+BF16_INLINE v16i v16i_unpacklo16(v16i a, v16i b) {
+  return (v16i){_mm256_unpacklo_epi16(a.lo, b.lo), _mm256_unpacklo_epi16(a.hi, b.hi)};
+}
+BF16_INLINE v16i v16i_unpackhi16(v16i a, v16i b) {
+  return (v16i){_mm256_unpackhi_epi16(a.lo, b.lo), _mm256_unpackhi_epi16(a.hi, b.hi)};
+}
+
+#endif
+
+/* ---- rounding to bf16: one code for both forms ---------------------------------------------------------- */
+
+/* x rounded to bf16, as the f32 bits of that bf16 (low halves zero): uattn_f32_to_bf16's rounding */
+AVX2_INLINE __m256i round8_bf16(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), top = _mm256_set1_epi32((int)0xffff0000u);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  return _mm256_and_si256(_mm256_blendv_epi8(r, quiet, nan), top);
+}
+
+/* 16 floats to their 8 bf16 pairs (element 2k in the low half of pair k) */
+AVX2_INLINE __m256i pairs8_bf16(const float *a) {
+  __m256 e, o;
+  to_eo(a, &e, &o);
+  return _mm256_or_si256(_mm256_srli_epi32(round8_bf16(e), 16), round8_bf16(o));
+}
+
+/* The pair of two floats, each rounded as above (for ragged ends). */
+static inline uint32_t pair_bf16(float e, float o) {
+  return (uint32_t)uattn_f32_to_bf16(e) | (uint32_t)uattn_f32_to_bf16(o) << 16;
+}
+
+/* n floats (n even) to n / 2 pairs. */
+AVX2_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i / 2), pairs8_bf16(a + i));
+  for (; i < n; i += 2) out[i / 2] = pair_bf16(a[i], a[i + 1]);
+}
+
+/* n floats rounded to bf16 in place (P kept as floats for a P V in fp32 FMAs, avx512/decode.h's). */
+AVX2_INLINE void round_bf16_in_place(float *a, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_castsi256_ps(round8_bf16(_mm256_loadu_ps(a + i))));
+  for (; i < n; i++) a[i] = uattn_bf16_to_f32(uattn_f32_to_bf16(a[i]));
+}
+
+#endif

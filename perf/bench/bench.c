@@ -1,0 +1,437 @@
+/* uattn-bench: uattn's attention on the scenarios of a serving engine — decode-heavy, prefill, chunked
+ * prefill over a long context, a mixed continuous-batching step, a shared prefix, spec-decode verification,
+ * long-context decodes — for model presets, each as a fraction of this machine's own limit measured in the
+ * same run: read bandwidth for a memory-bound case, fp32 FMA peak for a compute-bound one, with one thread
+ * and with all. A compute-bound bf16 case on a CPU with AVX512-BF16 is also given as a fraction of the bf16
+ * dot-product peak, the physical limit of bf16 work there. Medians of several runs, each on cold caches.
+ *
+ *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
+ *               [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/limits.h"
+#include "bench/plot.h"
+#include "bench/scenarios.h"
+#include "common/timing.h"
+#include "uattn.h"
+
+enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
+
+typedef struct options {
+  int runs, threads, block_size, json;
+  uattn_dtype dtype;
+  uattn_kv_layout layout;
+  const char *scenario; /* a part of the case names to run; NULL: all */
+  const char *plot;
+  bool preset[16];
+} options;
+
+typedef struct case_result {
+  const bench_preset *preset;
+  const bench_case *c;
+  char what[200];
+  bench_work work;
+  double ms_1, ms_all;
+  uattn_kernel_report kernels; /* what served the last all-thread run: a generated bucket or a generic set */
+} case_result;
+
+static const char *const dtype_names[] = {"f32", "bf16", "f16"};
+static const char *const layout_names[] = {"NHD", "HND"}; /* by uattn_kv_layout */
+
+static int bad_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "uattn-bench: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return 2;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  const long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_presets(const char *s, options *o) {
+  if (!strcmp(s, "all")) {
+    for (int p = 0; p < bench_num_presets; p++) o->preset[p] = true;
+    return 0;
+  }
+  while (*s) {
+    const size_t len = strcspn(s, ",");
+    int p = 0;
+    while (p < bench_num_presets && (strlen(bench_presets[p].name) != len || strncmp(bench_presets[p].name, s, len))) p++;
+    if (p == bench_num_presets) return bad_usage("unknown preset '%.*s' (--list shows them)", (int)len, s);
+    o->preset[p] = true;
+    s += len + (s[len] == ',');
+  }
+  return 0;
+}
+
+static void print_list(void) {
+  printf("scenarios (--scenario matches a part of a case's name):\n");
+  for (int i = 0; i < bench_num_cases; i++)
+    printf("  %-16s %-24s %s\n", i && !strcmp(bench_cases[i].scenario, bench_cases[i - 1].scenario) ? "" :
+           bench_cases[i].scenario, bench_cases[i].name, bench_cases[i].what);
+  printf("presets (--preset NAME[,NAME..] or all; default %s):\n", bench_presets[0].name);
+  for (int p = 0; p < bench_num_presets; p++) printf("  %-16s %s\n", bench_presets[p].name, bench_presets[p].what);
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, options *o) {
+  *o = (options){.runs = 5, .block_size = 128, .dtype = UATTN_BF16};
+  const char *presets = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    static const char *const with_value[] = {"--runs", "--threads", "--block-size", "--dtype", "--preset",
+                                             "--scenario", "--case", "--plot", "--layout"};
+    int takes_value = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) takes_value |= !strcmp(a, with_value[k]);
+    if (takes_value && !v) return bad_usage("%s needs a value", a);
+    if (!strcmp(a, "--json")) o->json = 1;
+    else if (!strcmp(a, "--list")) return print_list(), 0;
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
+             "                   [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list]\n");
+      return 0;
+    } else if (!strcmp(a, "--runs")) {
+      if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
+    } else if (!strcmp(a, "--threads")) {
+      if (parse_int(v, 1, BENCH_LIMITS_MAX_THREADS, &o->threads))
+        return bad_usage("--threads wants 1 to %d, not '%s'", BENCH_LIMITS_MAX_THREADS, v);
+    } else if (!strcmp(a, "--block-size")) {
+      if (parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
+        return bad_usage("--block-size wants 1 to %d, not '%s'", MAX_BLOCK_SIZE, v);
+    } else if (!strcmp(a, "--dtype")) {
+      int d = 0;
+      while (d < 3 && strcmp(v, dtype_names[d])) d++;
+      if (d == 3) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
+      o->dtype = (uattn_dtype)d;
+    } else if (!strcmp(a, "--layout")) {
+      if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
+      o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
+    } else if (!strcmp(a, "--preset")) presets = v;
+    else if (!strcmp(a, "--scenario") || !strcmp(a, "--case")) o->scenario = v;
+    else if (!strcmp(a, "--plot")) {
+      if (!*v || strpbrk(v, "'\"\n\\")) return bad_usage("--plot wants a file name without quotes, not '%s'", v);
+      o->plot = v;
+    } else return bad_usage("unknown option '%s' (--help lists them)", a);
+    i += takes_value;
+  }
+  if (presets) {
+    const int rc = parse_presets(presets, o);
+    if (rc) return rc;
+  } else o->preset[0] = true;
+  int matched = 0;
+  for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
+  if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
+  if (o->plot && !bench_plot_available()) {
+    fprintf(stderr, "uattn-bench: --plot needs gnuplot, which is not on PATH "
+                    "(Debian: apt-get install gnuplot-nox, or make deps)\n");
+    return 1;
+  }
+  return -1;
+}
+
+/* Random elements of the dtype, magnitudes in [1/16, 1), either sign, drawn as bit patterns. */
+static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const uint32_t sign = (uint32_t)(z >> 63), exponent = (uint32_t)((z >> 60) & 3) + 1; /* 2^-4 .. 2^-1 */
+    const uint32_t f32 = sign << 31 | (127 - exponent) << 23 | (uint32_t)(z & 0x7fffff);
+    if (dt == UATTN_F32) ((uint32_t *)x)[i] = f32;
+    else if (dt == UATTN_BF16) ((uint16_t *)x)[i] = (uint16_t)(f32 >> 16);
+    else ((uint16_t *)x)[i] = (uint16_t)(sign << 15 | (15 - exponent) << 10 | (uint32_t)(z & 0x3ff));
+  }
+}
+
+static int progress_on;
+
+static void progress(const char *fmt, ...) {
+  if (!progress_on) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\r\033[K");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
+
+/* The median milliseconds of `runs` forwards on rt, each after a cache flush, after one warm-up; -1 on error. */
+static double time_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt,
+                           int runs, const bench_flush *flush) {
+  double times[MAX_RUNS];
+  if (uattn_forward(plan, L, t, rt)) return -1; /* warm-up: page faults, scratch */
+  for (int r = 0; r < runs; r++) {
+    bench_flush_caches(flush);
+    const double t0 = perf_seconds();
+    if (uattn_forward(plan, L, t, rt)) return -1;
+    times[r] = perf_seconds() - t0;
+  }
+  return perf_median(times, runs) * 1e3;
+}
+
+typedef struct bench_env {
+  const options *o;
+  uattn_runtime *one, *all;
+  bench_flush flush;
+} bench_env;
+
+static int run_case(const bench_env *env, const bench_preset *p, const bench_case *c, case_result *res) {
+  const options *o = env->o;
+  char err[160] = "out of memory";
+  bench_step s;
+  if (bench_step_build(c, o->block_size, &s, err, sizeof err)) {
+    fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
+    return -1;
+  }
+  uattn_plan_config pc = uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens,
+                                                   s.max_model_len);
+  uattn_plan *plan = NULL;
+  const size_t elem = o->dtype == UATTN_F32 ? 4 : 2, bs = (size_t)o->block_size, D = (size_t)p->head_dim;
+  const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
+  void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
+  void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
+  void *kc = NULL, *vc = NULL; /* on 2 MiB pages, as an engine should give them (the read limit is measured so) */
+  int rc = -1;
+  if (uattn_cache_alloc(cache_elems * elem, &kc) || uattn_cache_alloc(cache_elems * elem, &vc)) goto done;
+  if (!q || !out || !k || !v) goto done;
+  if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
+    snprintf(err, sizeof err, "%s", uattn_last_error());
+    goto done;
+  }
+  uint64_t rng = 1;
+  fill_random(kc, cache_elems, o->dtype, &rng);
+  fill_random(vc, cache_elems, o->dtype, &rng);
+  fill_random(q, T * (size_t)p->hq * D, o->dtype, &rng);
+  fill_random(k, T * (size_t)p->hkv * D, o->dtype, &rng);
+  fill_random(v, T * (size_t)p->hkv * D, o->dtype, &rng);
+  uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
+  L.soft_cap = p->soft_cap;
+  L.kv_layout = o->layout;
+  const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = kc, .value_cache = vc,
+                           .num_blocks = s.num_blocks, .block_size = o->block_size, .out = out};
+  res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
+  res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
+  if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels)) snprintf(err, sizeof err, "%s", uattn_last_error());
+  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0) rc = 0;
+  res->preset = p;
+  res->c = c;
+  snprintf(res->what, sizeof res->what, "%s", s.what);
+done:
+  if (rc) fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, err);
+  uattn_plan_destroy(plan);
+  uattn_cache_free(kc, cache_elems * elem), uattn_cache_free(vc, cache_elems * elem);
+  free(q), free(out), free(k), free(v);
+  bench_step_free(&s);
+  return rc;
+}
+
+/* What a result achieved against the limits: a case is memory-bound when moving its bytes at the read
+ * bandwidth takes longer than its flops at the FMA peak (all threads), and its fraction is of that limit.
+ * A compute-bound bf16 case where the CPU has bf16 dot products is also measured against their peak
+ * (bf16_1, bf16_all; -1 elsewhere): the FMA fraction says how it compares with today's fp32 arithmetic,
+ * this one how much of the machine it uses. */
+typedef struct rates {
+  bool memory;
+  double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all, bf16_1, bf16_all;
+} rates;
+
+/* Whether the table, the JSON and the plot carry the bf16 dot-peak fractions. */
+static bool shows_bf16_dot(const options *o, const bench_limits *lim) {
+  return o->dtype == UATTN_BF16 && lim->bf16_dot;
+}
+
+static rates rates_of(const options *o, const case_result *r, const bench_limits *lim) {
+  const double bytes = r->work.cache_bytes + r->work.io_bytes;
+  rates x = {.memory = bytes / lim->read_gbs_all >= r->work.flops / lim->fma_gflops_all,
+             .gbs_1 = bytes / r->ms_1 * 1e-6, .gbs_all = bytes / r->ms_all * 1e-6,
+             .gflops_1 = r->work.flops / r->ms_1 * 1e-6, .gflops_all = r->work.flops / r->ms_all * 1e-6};
+  x.frac_1 = x.memory ? x.gbs_1 / lim->read_gbs_1 : x.gflops_1 / lim->fma_gflops_1;
+  x.frac_all = x.memory ? x.gbs_all / lim->read_gbs_all : x.gflops_all / lim->fma_gflops_all;
+  const bool bf16 = shows_bf16_dot(o, lim) && !x.memory;
+  x.bf16_1 = bf16 ? x.gflops_1 / lim->bf16_gflops_1 : -1;
+  x.bf16_all = bf16 ? x.gflops_all / lim->bf16_gflops_all : -1;
+  return x;
+}
+
+static void load_average(char *buf, size_t size) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  double a = 0, b = 0, c = 0;
+  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
+  else snprintf(buf, size, "unknown");
+  if (f) fclose(f);
+}
+
+static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo,
+                        const case_result *res, int n, const char *load0, const char *load1) {
+  printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
+         "cold-cache runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores,
+         dtype_names[o->dtype], o->block_size, layout_names[o->layout], o->runs);
+  printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
+         o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
+         lim->threads);
+  if (lim->bf16_dot)
+    printf("bf16 dot peak (vdpbf16ps, best of %d): %.1f GFLOP/s on 1 thread, %.1f on %d (%.2fx the fp32 FMA peak)\n",
+           o->runs, lim->bf16_gflops_1, lim->bf16_gflops_all, lim->threads, lim->bf16_gflops_all / lim->fma_gflops_all);
+  else
+    printf("bf16 dot peak: n/a (no AVX512-BF16)\n");
+  printf("load average: %s at the start, %s at the end\n", load0, load1);
+  const bool dot = shows_bf16_dot(o, lim);
+  const bench_preset *last = NULL;
+  for (int i = 0; i < n; i++) {
+    const case_result *r = &res[i];
+    if (r->preset != last) {
+      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s", r->preset->what, "case", "tokens", "bound", "1 thr ms",
+             "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim");
+      if (dot) printf(" %7s %7s", "of dot1", "of dot");
+      printf(" %7s %8s\n", "speedup", "kernels");
+      last = r->preset;
+    }
+    const rates x = rates_of(o, r, lim);
+    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%%", r->c->name, r->work.tokens,
+           x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
+           100 * x.frac_all);
+    if (dot && x.bf16_1 >= 0) printf(" %6.0f%% %6.0f%%", 100 * x.bf16_1, 100 * x.bf16_all);
+    else if (dot) printf(" %7s %7s", "-", "-");
+    printf(" %6.2fx %8s\n", r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "bucket" : "generic");
+  }
+  printf("\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
+         "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
+         "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+  if (dot)
+    printf("'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
+           "(its limit for bf16 work; 'of lim' is against the fp32 FMA peak).\n");
+  for (int i = 0; i < n; i++) /* a layer's kernels depend on its preset only: once per preset */
+    if (!res[i].kernels.bucket_hit && (i == 0 || res[i - 1].preset != res[i].preset))
+      printf("%s, generic kernels: %s\n", res[i].preset->name, res[i].kernels.reason);
+  for (int i = 0; i < n; i++) /* the trace's step depends on the block size only: once is enough */
+    if (res[i].c->from_trace) {
+      printf("%s: %s\n", res[i].c->name, res[i].what);
+      break;
+    }
+}
+
+/* v in JSON: the number (fmt) when it is known, else null. */
+static const char *json_number(char *buf, size_t size, const char *fmt, double v, bool known) {
+  if (known) snprintf(buf, size, fmt, v);
+  else snprintf(buf, size, "null");
+  return buf;
+}
+
+static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
+                       const char *load1) {
+  char b1[32], b2[32];
+  printf("{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
+         "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
+         "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, \"bf16_dot_gflops_1\": %s, "
+         "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
+         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, layout_names[o->layout], load0,
+         load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
+         lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+         json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
+  for (int i = 0; i < n; i++) {
+    const case_result *r = &res[i];
+    const rates x = rates_of(o, r, lim);
+    printf("%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
+           "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
+           "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
+           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
+           "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
+           "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
+           i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
+           r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
+           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
+           json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
+           r->kernels.bucket_hit ? "true" : "false",
+           r->kernels.part_kernel[0], r->kernels.part_kernel[1], r->kernels.part_kernel[2], r->kernels.reason);
+  }
+  printf("]}\n");
+}
+
+static int plot(const options *o, const bench_limits *lim, const case_result *res, int n) {
+  bench_bar *bars = calloc((size_t)n, sizeof *bars);
+  char (*labels)[96] = calloc((size_t)n, sizeof *labels);
+  int rc = -1;
+  if (bars && labels) {
+    for (int i = 0; i < n; i++) {
+      const rates x = rates_of(o, &res[i], lim);
+      const bool one_preset = res[0].preset == res[n - 1].preset; /* then the title names it */
+      snprintf(labels[i], sizeof labels[i], "%s%s%s (%s)", one_preset ? "" : res[i].preset->name,
+               one_preset ? "" : " ", res[i].c->name, x.memory ? "mem" : "fma");
+      bars[i] = (bench_bar){labels[i], x.frac_1, x.frac_all, x.bf16_1, x.bf16_all};
+    }
+    char title[384];
+    snprintf(title, sizeof title,
+             "uattn %s%s%s: fraction of read bandwidth (mem) or fp32 FMA peak (fma); 1 thread and %d, %s, block %d%s",
+             uattn_version(), res[0].preset == res[n - 1].preset ? ", " : "",
+             res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, dtype_names[o->dtype],
+             o->block_size,
+             shows_bf16_dot(o, lim)     ? "\\nlight bars: the compute-bound cases against the bf16 dot peak"
+             : o->dtype == UATTN_BF16 ? "\\nbf16 dot peak: n/a (no AVX512-BF16)" : "");
+    rc = bench_plot(o->plot, title, bars, n);
+  } else fprintf(stderr, "uattn-bench: out of memory\n");
+  free(bars), free(labels);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  const int parsed = parse_args(argc, argv, &o);
+  if (parsed >= 0) return parsed;
+  progress_on = isatty(STDERR_FILENO);
+
+  bench_env env = {.o = &o};
+  uattn_runtime_config one_cfg = uattn_runtime_config_default(), all_cfg = uattn_runtime_config_default();
+  one_cfg.num_threads = 1;
+  all_cfg.num_threads = o.threads; /* 0: $UATTN_NUM_THREADS, else one per core */
+  uattn_topology topo;
+  if (uattn_runtime_create(&one_cfg, &env.one) || uattn_runtime_create(&all_cfg, &env.all) ||
+      uattn_runtime_get_topology(env.all, &topo)) {
+    fprintf(stderr, "uattn-bench: %s\n", uattn_last_error());
+    return 1;
+  }
+  const size_t l3 = topo.l3_bytes ? topo.l3_bytes : (size_t)32 << 20;
+  case_result *res = calloc((size_t)bench_num_presets * bench_num_cases, sizeof *res);
+  bench_limits lim;
+  char load0[64], load1[64];
+  load_average(load0, sizeof load0);
+  progress("uattn-bench: measuring the machine's limits");
+  const int threads = topo.num_workers < BENCH_LIMITS_MAX_THREADS ? topo.num_workers : BENCH_LIMITS_MAX_THREADS;
+  if (!res || bench_flush_init(&env.flush, 4 * l3 > ((size_t)64 << 20) ? 4 * l3 : (size_t)64 << 20) ||
+      bench_measure_limits(threads, o.runs, &lim)) {
+    fprintf(stderr, "uattn-bench: out of memory\n");
+    return 1;
+  }
+
+  int todo = 0, n = 0;
+  for (int p = 0; p < bench_num_presets; p++)
+    for (int c = 0; c < bench_num_cases; c++) todo += o.preset[p] && (!o.scenario || strstr(bench_cases[c].name, o.scenario));
+  for (int p = 0; p < bench_num_presets; p++)
+    for (int c = 0; c < bench_num_cases; c++) {
+      if (!o.preset[p] || (o.scenario && !strstr(bench_cases[c].name, o.scenario))) continue;
+      progress("uattn-bench: %d/%d %s %s", n + 1, todo, bench_presets[p].name, bench_cases[c].name);
+      if (run_case(&env, &bench_presets[p], &bench_cases[c], &res[n])) return 1;
+      n++;
+    }
+  progress("");
+  load_average(load1, sizeof load1);
+
+  if (o.json) print_json(&o, &lim, res, n, load0, load1);
+  else print_table(&o, &lim, &topo, res, n, load0, load1);
+  const int rc = o.plot && plot(&o, &lim, res, n) ? 1 : 0;
+  bench_flush_free(&env.flush);
+  free(res);
+  uattn_runtime_destroy(env.one);
+  uattn_runtime_destroy(env.all);
+  return rc;
+}

@@ -1,0 +1,74 @@
+/* uattn-bench's model presets and scenarios: the steps it times, and what each must cost at the least (the
+ * KV bytes it must read and the flops of its visible query-key pairs). */
+#ifndef UATTN_PERF_SCENARIOS_H
+#define UATTN_PERF_SCENARIOS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/trace.h"
+#include "uattn.h"
+
+/* One attention layer of a model, as one rank runs it. */
+typedef struct bench_preset {
+  const char *name;
+  const char *what;
+  int32_t hq, hkv, head_dim;
+  float soft_cap; /* 0: none */
+} bench_preset;
+
+extern const bench_preset bench_presets[];
+extern const int bench_num_presets;
+
+/* Requests of one kind in a case: count of them, cached keys spread evenly from context_lo to context_hi,
+ * `queries` rows each, a prompt chunk (its rows also attend to each other, the causal part) or not (a
+ * decode, or a verification of queries - 1 drafts, reading every key from the cache). */
+typedef struct bench_group {
+  int32_t count;
+  int32_t context_lo, context_hi;
+  int32_t queries;
+  bool prompt;
+} bench_group;
+
+/* One case of a scenario: a fixed batch, or (from_trace) a step of the serving-trace simulator. */
+typedef struct bench_case {
+  const char *scenario; /* what --scenario matches a part of, with name */
+  const char *name;
+  const char *what;
+  int32_t shared_prefix; /* keys at the start of every request that are the same cache blocks */
+  bench_group groups[2];
+  bool from_trace;
+} bench_case;
+
+extern const bench_case bench_cases[];
+extern const int bench_num_cases;
+
+/* A case's step at a block size, with a cache to hold it. */
+typedef struct bench_step {
+  uattn_step step;
+  int32_t num_blocks; /* blocks the cache needs */
+  int32_t max_model_len;
+  int32_t max_tokens;
+  char what[200]; /* the case's description, with the trace step's mix */
+  int32_t *arrays; /* owned */
+  trace *tr;       /* owned; holds the step's arrays for a trace case */
+} bench_step;
+
+/* Returns 0, or -1 with a message in err (out of memory, a block size too large for the trace). */
+int bench_step_build(const bench_case *c, int32_t block_size, bench_step *out, char *err, size_t err_size);
+void bench_step_free(bench_step *s);
+
+/* What a planned step must cost at the least. */
+typedef struct bench_work {
+  int32_t tokens;     /* query rows */
+  double cache_bytes; /* KV read from the cache: each distinct block once per KV head, the keys used */
+  double io_bytes;    /* q, k, v read, out written, the new k and v written to the cache */
+  double flops;       /* 4 x head_dim per visible (query, key) pair and query head */
+} bench_work;
+
+/* For a decoder layer without a sliding window (every preset): a row at position p sees p + 1 keys.
+ * elem_bytes: the size of one element of the caches and tensors. Returns 0, or -1 when out of memory. */
+int bench_count_work(const uattn_plan *plan, const uattn_step *step, int32_t num_blocks, const bench_preset *p,
+                     int32_t elem_bytes, bench_work *out);
+
+#endif

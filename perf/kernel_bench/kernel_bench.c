@@ -1,0 +1,503 @@
+/* uattn-kernel-bench: the kernel sets' load and attend on one thread, portable against avx2 (or, with
+ * --bucket, the generic avx2 set against the generated bf16 bucket of block size 128, head dim 128), on the shapes
+ * the forward hands them, head dim 128: a decode (1 row x 4 heads of a KV head against a 128-key bf16
+ * block; also MHA and GQA 8), spec-decode verification (4 rows), a prefill tile (128 rows x 4 heads against
+ * 128 keys, all visible or causal) and the forward's causal slice (512 x 4 against 512 keys). Attend is
+ * reported in GFLOP/s (4 x head_dim flops per visible query-key pair and head) and against this core's fp32
+ * FMA peak, measured in the same run; load in GB/s of cache bytes read (one head of a 128-key block, keys
+ * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
+ * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved; the speedup is the median
+ * of the runs' ratios (each pair of runs saw the same machine), with their quartiles.
+ *
+ * --xsmm: the avx2 set's fused register-tile attend against the libxsmm GEMM body (kernels/avx2/xsmm.c) on the
+ * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
+ * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/avx2/xsmm.h) are chosen from;
+ * then the body's two products alone on one full block, operands hot: the ceiling of its attend.
+ *
+ * --decode: the decode kernel the forward runs on this shape (the bf16 b128 d128 bucket's, else the generic
+ * avx2 set's: a few rows straight from the cache, every KV head of a block a call, as the forward's all-heads
+ * unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block again and again), cold (a walk
+ * over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
+ * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
+ * reaches; cold against hot + read, how much of the memory time it hides.
+ *
+ * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
+ * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant.c; by default kernels/ itself, which shows the noise floor):
+ * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B's speedup. On a shared host whose speed drifts by tens of % within minutes,
+ * this is how a change of a few % is seen at all: one process, pinned (taskset -c 1), 31 runs or more.
+ *
+ * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
+ *
+ *   uattn-kernel-bench [RUNS] [--bucket | --xsmm | --decode] [--variant] [--cpu-time]   (RUNS: timed runs per
+ *   figure, 7 by default) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "avx2/avx2.h"
+#include "convert.h"
+#include "kernels.h"
+#include "common/timing.h"
+#include "avx2/xsmm.h"
+
+enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
+
+extern const uattn_bucket_kernels uattn_variant_bucket; /* perf/kernel_bench/kernel_variant.c */
+
+static int runs = 7;
+static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
+
+/* Seconds on the clock the figures are timed with. On a shared host the thread's CPU time leaves out the
+ * time it waits for a core (cache and memory contention still show). */
+static double now(void) {
+  if (!cpu_time) return perf_seconds();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 42;
+static float unit(void) {
+  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
+}
+
+enum { MAX_CASES = 4, MAX_RUNS = 64 };
+
+/* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
+ * read; A and B hot and cold), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
+ * case, in run order. */
+static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
+                             double (*raw)[MAX_RUNS]) {
+  double t[MAX_CASES][MAX_RUNS];
+  long calls[MAX_CASES] = {1, 1, 1, 1};
+  for (int s = 0; s < n; s++)
+    for (;;) { /* calibrate */
+      const double t0 = now();
+      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
+      if (now() - t0 > 0.02) break;
+      calls[s] *= 2;
+    }
+  for (int r = 0; r < runs; r++)
+    for (int s = 0; s < n; s++) {
+      const double t0 = now();
+      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
+      t[s][r] = (now() - t0) / calls[s];
+    }
+  if (raw) memcpy(raw, t, sizeof t[0] * (size_t)n);
+  for (int s = 0; s < n; s++) {
+    qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
+    seconds[s] = t[s][runs / 2];
+  }
+}
+
+/* The quartiles of a's time over b's (b's speedup), run by run: interleaved runs saw the same machine, so
+ * their ratios spread far less than either time does. */
+static void speedup_quartiles(const double *a, const double *b, double q[3]) {
+  double r[MAX_RUNS];
+  for (int i = 0; i < runs; i++) r[i] = a[i] / b[i];
+  qsort(r, (size_t)runs, sizeof *r, perf_compare_double);
+  q[0] = r[runs / 4], q[1] = r[runs / 2], q[2] = r[(3 * runs) / 4];
+}
+
+/* time_interleaved for two cases, and the quartiles of the second's speedup over the first (the first's time
+ * over the second's, run by run), or NULL. */
+static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2], double speedup[3]) {
+  double raw[2][MAX_RUNS];
+  time_interleaved(fn, 2, arg, seconds, raw);
+  if (speedup) speedup_quartiles(raw[0], raw[1], speedup);
+}
+
+/* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static void fma_loop(void *arg, long call) {
+  (void)call;
+  __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
+  for (int i = 0; i < 100000; i++) /* 12 independent chains cover the FMA latency on two ports */
+    for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], b, c);
+  __m256 s = a[0];
+  for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
+  _mm256_storeu_ps(arg, s);
+}
+#else
+static void fma_loop(void *arg, long call) { /* never reached: main needs the avx2 set */
+  (void)call;
+  ((float *)arg)[0] = 0.0f;
+}
+#endif
+
+/* ---- attend ----------------------------------------------------------------------------------------------- */
+
+typedef struct attend_case {
+  const uattn_kernels *set;
+  uattn_panel_job job;
+  float *keys, *values;
+} attend_case;
+
+static void run_attend(void *arg, long call) {
+  (void)call;
+  const attend_case *c = arg;
+  c->set->attend[c->job.rows == 1 ? UATTN_PART_UNIQUE : UATTN_PART_SHARED](&c->job, c->job.num_keys);
+}
+
+/* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from bf16;
+ * causal: row r sees r + 1 keys (else all). */
+static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_t group, int32_t keys, int causal,
+                         double gflops[2], double speedup[3]) {
+  const size_t n = (size_t)keys * D, nx = (size_t)rows * group;
+  uint16_t *k = malloc(2 * n), *v = malloc(2 * n);
+  for (size_t i = 0; i < n; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
+  float *q = malloc(sizeof(float) * nx * D), *scores = malloc(sizeof(float) * keys);
+  int32_t *pos = malloc(sizeof(int32_t) * rows), *vis = malloc(sizeof(int32_t) * rows);
+  for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+  double pairs = 0;
+  for (int32_t r = 0; r < rows; r++) {
+    vis[r] = causal ? (r + 1 < keys ? r + 1 : keys) : keys;
+    pos[r] = causal ? r : keys;
+    pairs += vis[r];
+  }
+  attend_case c[2];
+  for (int s = 0; s < 2; s++) {
+    const size_t floats = set[s]->panel_floats(keys, D);
+    c[s] = (attend_case){set[s], {0}, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+    set[s]->load(UATTN_BF16, k, v, D, keys, D, keys, c[s].keys, c[s].values);
+    float *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx), *o = calloc(nx * D, sizeof(float));
+    for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
+    c[s].job = (uattn_panel_job){.rows = rows,
+                                 .group = group,
+                                 .head_dim = D,
+                                 .q = q,
+                                 .query_pos = pos,
+                                 .visible = vis,
+                                 .num_keys = keys,
+                                 .key_pos0 = 0,
+                                 .scale = 1.0f, /* q holds the scale: for the sets that apply it to scores */
+                                 .keys = c[s].keys,
+                                 .values = c[s].values,
+                                 .m = m,
+                                 .l = l,
+                                 .o = o,
+                                 .scores = scores};
+  }
+  double seconds[2];
+  time_both(run_attend, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
+  for (int s = 0; s < 2; s++) {
+    gflops[s] = pairs * group * 4.0 * D / seconds[s] * 1e-9;
+    free(c[s].keys), free(c[s].values), free(c[s].job.m), free(c[s].job.l), free(c[s].job.o);
+  }
+  free(k), free(v), free(q), free(scores), free(pos), free(vis);
+}
+
+/* ---- load ---------------------------------------------------------------------------------------------------- */
+
+typedef struct load_case {
+  const uattn_kernels *set;
+  const uint16_t *k, *v; /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  long blocks;           /* 1: the same block each call (hot) */
+  int hnd;               /* [blocks][KV_HEADS][KEYS][D] instead */
+  float *keys, *values;
+} load_case;
+
+/* Where call `call` finds its block of KEYS x KV_HEADS x D elements: a pseudo-random walk over the blocks, so
+ * the prefetchers cannot run ahead. */
+static size_t walk_offset(long blocks, long call) { return (size_t)((call * 7919) % blocks) * KEYS * KV_HEADS * D; }
+
+static void run_load(void *arg, long call) {
+  const load_case *c = arg;
+  const size_t off = walk_offset(c->blocks, call);
+  c->set->load(UATTN_BF16, c->k + off, c->v + off, c->hnd ? (size_t)D : (size_t)KV_HEADS * D, KEYS, D, KEYS, c->keys,
+               c->values);
+}
+
+/* GB/s of bf16 cache read by each set's load of one head of a 128-key block. */
+static void bench_load(const uattn_kernels *const set[2], const uint16_t *k, const uint16_t *v, long blocks, int hnd,
+                       double gbs[2], double speedup[3]) {
+  load_case c[2];
+  for (int s = 0; s < 2; s++) {
+    const size_t floats = set[s]->panel_floats(KEYS, D);
+    c[s] = (load_case){set[s], k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
+  }
+  double seconds[2];
+  time_both(run_load, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
+  for (int s = 0; s < 2; s++) {
+    gbs[s] = 2.0 * KEYS * D * 2 / seconds[s] * 1e-9;
+    free(c[s].keys), free(c[s].values);
+  }
+}
+
+/* A figure of both sets and the second's speedup: the median of the runs' and their quartiles. */
+static void row(const char *name, const char *unit_name, const double x[2], const double speedup[3]) {
+  printf("  %-44s %9.2f %9.2f %s %6.2fx [%4.2f %4.2f]\n", name, x[0], x[1], unit_name, speedup[1], speedup[0],
+         speedup[2]);
+}
+
+/* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
+
+typedef struct decode_case {
+  const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
+  const uint16_t *k, *v;   /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  long blocks;             /* 1: the same block each call (hot) */
+  uattn_panel_job job;     /* every KV head's vectors, head after head */
+  float *scratch;
+  float sink[8];
+} decode_case;
+
+#if defined(__x86_64__)
+/* The sum of a block's keys and values as 16-bit words, in the cache's order: the memory time of a call. */
+__attribute__((target("avx2"))) static void read_block(const uint16_t *k, const uint16_t *v, float *sink) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  const size_t n = (size_t)KEYS * KV_HEADS * D;
+  for (const uint16_t *src = k;; src = v) {
+    for (size_t i = 0; i < n; i += 64)
+      for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const void *)(src + i + 16 * x)));
+    if (src == v) break;
+  }
+  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
+  _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
+}
+#else
+static void read_block(const uint16_t *k, const uint16_t *v, float *sink) { sink[0] = (float)(k[0] + v[0]); }
+#endif
+
+static void run_decode(void *arg, long call) {
+  decode_case *c = arg;
+  const size_t off = walk_offset(c->blocks, call);
+  if (!c->set) {
+    read_block(c->k + off, c->v + off, c->sink);
+    return;
+  }
+  c->set->decode(&c->job, KV_HEADS, (size_t)c->job.rows * GROUP, UATTN_BF16, c->k + off, c->v + off,
+                 (size_t)KV_HEADS * D, D, c->scratch);
+}
+
+/* --decode: the set's decode kernel over every KV head of a 128-key bf16 block of an NHD cache (the forward's
+ * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
+ * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
+ * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none)
+ * the set (A) and B, hot and cold, and B's speedup. */
+static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
+  if (!set->decode || (variant && !variant->decode)) {
+    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->decode ? variant->name : set->name);
+    return 1;
+  }
+  const size_t block = (size_t)KEYS * KV_HEADS * D;
+  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
+  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
+  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
+         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, KEYS);
+  if (variant)
+    printf("  %-28s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
+           "speedup [quartiles]");
+  else
+    printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
+  for (int32_t rows = 1; rows <= 4; rows *= 2) {
+    const size_t nx = (size_t)KV_HEADS * rows * GROUP;
+    float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
+    float *o = calloc(nx * D, sizeof(float));
+    float *scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, D));
+    int32_t pos[4], vis[4];
+    for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+    for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
+    for (int32_t r = 0; r < rows; r++) pos[r] = KEYS - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .q = q, .query_pos = pos,
+                                 .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o,
+                                 .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
+    const double kh = (double)KEYS * KV_HEADS, flops = 4.0 * D * rows * GROUP * kh;
+    char name[48];
+    snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
+    if (variant) { /* A hot, B hot, A cold, B cold */
+      decode_case c[4] = {{set, k, v, 1, job, scratch, {0}}, {variant, k, v, 1, job, scratch, {0}},
+                          {set, k, v, COLD_BLOCKS, job, scratch, {0}}, {variant, k, v, COLD_BLOCKS, job, scratch, {0}}};
+      double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
+      time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
+      speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
+      printf("  %-28s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
+             sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
+             cold[2]);
+    } else {
+      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, COLD_BLOCKS, job, scratch, {0}},
+                          {NULL, k, v, COLD_BLOCKS, job, scratch, {0}}};
+      double sec[3];
+      time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
+      printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
+             100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
+             sec[1] / (sec[0] + sec[2]));
+    }
+    free(q), free(m), free(l), free(o), free(scratch);
+  }
+  if (variant)
+    printf("\n  speedup: B's, the median of the runs' (A's time over B's; above 1: B is faster), and their quartiles\n");
+  else
+    printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
+           "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
+  free(k), free(v);
+  return 0;
+}
+
+typedef struct product_case {
+  uattn_xsmm_product which;
+  float *scratch;
+} product_case;
+
+static void run_product(void *arg, long call) {
+  (void)call;
+  const product_case *c = arg;
+  uattn_xsmm_products(c->which, D, c->scratch);
+}
+
+/* The libxsmm body's two products alone on one full block, operands hot: the ceiling of the attend rows
+ * above, which add the softmax and stream the panels. */
+static void bench_xsmm_products(double peak) {
+  const size_t floats = uattn_xsmm_products_floats(D);
+  product_case c[2] = {{UATTN_XSMM_SCORES, malloc(sizeof(float) * floats)},
+                       {UATTN_XSMM_VALUES, malloc(sizeof(float) * floats)}};
+  for (int s = 0; s < 2; s++)
+    for (size_t i = 0; i < floats; i++) c[s].scratch[i] = unit();
+  double seconds[2];
+  time_interleaved(run_product, 2, (void *const[2]){&c[0], &c[1]}, seconds, NULL);
+  static const char *const what[2] = {"S = Q K^T (its 32-dim pieces summed)", "O += P V"};
+  printf("\n  the libxsmm body's products alone, one full block, operands in cache:\n");
+  for (int s = 0; s < 2; s++) {
+    const double gflops = uattn_xsmm_products(c[s].which, D, c[s].scratch) / seconds[s] * 1e-9;
+    printf("  %-40s %7.1f (%3.0f%%)\n", what[s], gflops, 100 * gflops / peak);
+    free(c[s].scratch);
+  }
+}
+
+/* --xsmm: fused against libxsmm on large jobs (group 4; all keys visible, or causal: row r sees r + 1), and
+ * which of the two the avx2 set picks for the job (uattn_xsmm_wins). */
+static int bench_xsmm(double peak) {
+  if (!uattn_xsmm_runs_here()) {
+    fprintf(stderr, "uattn-kernel-bench: libxsmm is not built in, or JITs nothing here\n");
+    return 1;
+  }
+  const uattn_kernels *const sets[2] = {&uattn_kernels_avx2_fused, &uattn_kernels_xsmm};
+  printf("  %-40s %15s %15s %20s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm",
+         "speedup [quartiles]", "picks");
+  const struct {
+    const char *what;
+    int32_t rows, keys;
+    int causal;
+  } cases[] = {{"prefill tile", 128, 128, 0},     {"prefill tile", 128, 128, 1}, {"causal slice", 512, 512, 1},
+               {"causal slice", 128, 512, 1},     {"shared block", 1, 128, 0},   {"shared block", 2, 128, 0},
+               {"shared block", 4, 128, 0},       {"shared block", 16, 128, 0},  {"shared block", 64, 128, 0},
+               {"shared block", 2, 32, 0},        {"shared block", 16, 32, 0},   {"shared block", 16, 16, 0},
+               {"shared block", 64, 16, 0},       {"shared blocks", 16, 512, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int32_t rows = cases[i].rows, keys = cases[i].keys;
+    double x[2], speedup[3];
+    bench_attend(sets, rows, GROUP, keys, cases[i].causal, x, speedup);
+    int32_t *vis = malloc(sizeof(int32_t) * rows);
+    for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys,
+                                 .scale = 1.0f};
+    const int picks = uattn_xsmm_wins(&job);
+    free(vis);
+    char name[64];
+    snprintf(name, sizeof name, "%-13s %4d x %4d%s", cases[i].what, rows * GROUP, keys,
+             cases[i].causal ? " causal" : "");
+    printf("  %-40s %7.1f (%3.0f%%) %7.1f (%3.0f%%) %6.2fx [%4.2f %4.2f] %6s\n", name, x[0], 100 * x[0] / peak, x[1],
+           100 * x[1] / peak, speedup[1], speedup[0], speedup[2], picks ? "xsmm" : "fused");
+  }
+  printf("\n  GFLOP/s (%% of the FMA peak); the avx2 set takes libxsmm from %d vectors and %d keys, head dim <= %d\n",
+         UATTN_XSMM_MIN_VECTORS, UATTN_XSMM_MIN_KEYS, UATTN_XSMM_MAX_HEAD_DIM);
+  bench_xsmm_products(peak);
+  return 0;
+}
+
+/* The generated bucket of this bench's shape, or NULL. */
+static const uattn_kernels *bench_bucket(void) {
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+    const uattn_bucket_kernels *e = uattn_bucket_registry[i];
+    if (e->dtype == UATTN_BF16 && e->block_size == KEYS && e->head_dim == D && e->chunk_size == 0 && e->runs_here())
+      return &e->set;
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--bucket")) bucket = 1;
+    else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
+    else if (!strcmp(argv[i], "--decode")) decode = 1;
+    else if (!strcmp(argv[i], "--variant")) variant = 1;
+    else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
+    else runs = atoi(argv[i]);
+  }
+  if (runs < 1 || runs > MAX_RUNS || bucket + xsmm + decode > 1 || (variant && xsmm)) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket | --xsmm | --decode] [--variant] "
+                    "[--cpu-time]\n", MAX_RUNS);
+    return 2;
+  }
+  if (!uattn_avx2_runs_here()) {
+    fprintf(stderr, "uattn-kernel-bench: this CPU lacks AVX2, FMA or F16C; nothing to compare\n");
+    return 1;
+  }
+  const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
+  if (bucket || variant) { /* the generic avx2 set against the bucket, or the bucket against the variant */
+    const uattn_kernels *b = bench_bucket();
+    if (!b) {
+      fprintf(stderr, "uattn-kernel-bench: no bf16 bucket of block size %d, head dim %d was generated\n", KEYS, D);
+      return 1;
+    }
+    sets[0] = variant ? b : &uattn_kernels_avx2, sets[1] = variant ? &uattn_variant_bucket.set : b;
+  }
+  float sink[8];
+  for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
+  void *const sinks[2] = {sink, sink};
+  double fma_seconds[2];
+  time_both(fma_loop, sinks, fma_seconds, NULL);
+  const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
+  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs%s\n",
+         D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
+  printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
+  if (xsmm) return bench_xsmm(peak);
+  if (decode && variant) return bench_decode(sets[0], sets[1], "bf16 b128 d128 bucket's", peak);
+  if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
+    const uattn_kernels *b = bench_bucket();
+    const bool own = b && b->decode;
+    return bench_decode(own ? b : &uattn_kernels_avx2, NULL, own ? "bf16 b128 d128 bucket's" : "generic avx2 set's",
+                        peak);
+  }
+  static const char *const names[3][2] = {{"portable", "avx2"}, {"avx2", "bucket"}, {"bucket", "variant"}};
+  const char *const *name = names[variant ? 2 : bucket];
+  printf("  %-44s %9s %9s %s %20s\n", "", name[0], name[1], "       ", "speedup [quartiles]");
+
+  struct {
+    const char *name;
+    int32_t rows, group, keys;
+    int causal;
+  } att[] = {{"attend decode (1 row x 4 heads, 128 keys)", 1, GROUP, KEYS, 0},
+             {"attend decode, MHA (1 row x 1 head)", 1, 1, KEYS, 0},
+             {"attend decode, GQA 8 (1 row x 8 heads)", 1, 8, KEYS, 0},
+             {"attend 4 rows (spec-decode verification)", 4, GROUP, KEYS, 0},
+             {"attend prefill tile (128 x 4, all visible)", 128, GROUP, KEYS, 0},
+             {"attend prefill tile (128 x 4, causal)", 128, GROUP, KEYS, 1},
+             {"attend causal slice (512 x 4, 512 keys)", 512, GROUP, MAX_KEYS, 1}};
+  double best = 0, x[2], speedup[3];
+  for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
+    bench_attend(sets, att[i].rows, att[i].group, att[i].keys, att[i].causal, x, speedup);
+    row(att[i].name, "GFLOP/s", x, speedup);
+    if (x[1] > best) best = x[1];
+  }
+  const size_t block = (size_t)KEYS * KV_HEADS * D;
+  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
+  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = v[i] = (uint16_t)(0x3c00u + (i & 0xff));
+  bench_load(sets, k, v, 1, 0, x, speedup);
+  row("load bf16 block, hot", "GB/s   ", x, speedup);
+  bench_load(sets, k, v, COLD_BLOCKS, 0, x, speedup);
+  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", x, speedup);
+  bench_load(sets, k, v, COLD_BLOCKS, 1, x, speedup);
+  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x, speedup);
+  free(k), free(v);
+  printf("\n  best %s attend: %.0f%% of the FMA peak\n", name[1], 100.0 * best / peak);
+  return 0;
+}

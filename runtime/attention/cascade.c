@@ -1,0 +1,90 @@
+/* Merging partial attention results: the building block of cascade and context-parallel attention. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "portable/portable.h"
+
+/* Each part's array: not NULL and aligned for floats. */
+static uattn_status check_parts(int32_t num_parts, const float *const *arrays, const char *name) {
+  for (int32_t i = 0; i < num_parts; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "%s[%d]", name, i);
+    UATTN_CHECK_PTR(arrays[i], what);
+  }
+  return UATTN_OK;
+}
+
+/* rows x heads x head_dim floats must fit a size_t: the loops index them so, and no array can be larger. */
+static uattn_status check_size(int32_t rows, int32_t heads, int32_t head_dim) {
+  size_t bytes;
+  if (__builtin_mul_overflow((size_t)rows * (size_t)heads, (size_t)head_dim * sizeof(float), &bytes))
+    return uattn_fail(UATTN_ERR_OVERFLOW, "rows (%d) x heads (%d) x head_dim (%d) floats overflow a size_t", rows,
+                      heads, head_dim);
+  return UATTN_OK;
+}
+
+uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses, int32_t rows,
+                                int32_t heads, int32_t head_dim, float *out, float *lse) {
+  uattn_clear_error();
+  if (num_parts <= 0 || rows < 0 || heads <= 0 || head_dim <= 0 || head_dim > 4096)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "merge_states: num_parts (%d) and heads (%d) must be > 0, head_dim (%d) in 1..4096 and rows "
+                      "(%d) >= 0",
+                      num_parts, heads, head_dim, rows);
+  uattn_status st;
+  if ((st = check_size(rows, heads, head_dim))) return st;
+  UATTN_CHECK_PTR(outs, "outs");
+  UATTN_CHECK_PTR(lses, "lses");
+  UATTN_CHECK_PTR(out, "out");
+  UATTN_CHECK_ALIGNED(lse, "lse");
+  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, lses, "lses"))) return st;
+  for (size_t x = 0; x < (size_t)rows * heads; x++) {
+    float M = -INFINITY;
+    for (int32_t i = 0; i < num_parts; i++)
+      if (lses[i][x] > M) M = lses[i][x];
+    float acc[4096], sum = 0.0f;
+    for (int32_t d = 0; d < head_dim; d++) acc[d] = 0.0f;
+    for (int32_t i = 0; i < num_parts; i++) {
+      const float wi = M == -INFINITY ? 0.0f : expf(lses[i][x] - M);
+      sum += wi;
+      for (int32_t d = 0; d < head_dim; d++) acc[d] += wi * outs[i][x * head_dim + d];
+    }
+    for (int32_t d = 0; d < head_dim; d++) out[x * head_dim + d] = sum > 0.0f ? acc[d] / sum : 0.0f;
+    if (lse) lse[x] = sum > 0.0f ? M + logf(sum) : -INFINITY;
+  }
+  return UATTN_OK;
+}
+
+uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
+                                  const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim,
+                                  float *out) {
+  uattn_clear_error();
+  if (num_parts <= 0 || num_parts > 64 || rows < 0 || heads <= 0 || head_dim <= 0 || head_dim > 4096)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "merge_partials: num_parts (%d) must be in 1..64, heads (%d) > 0, head_dim (%d) in 1..4096 "
+                      "and rows (%d) >= 0",
+                      num_parts, heads, head_dim, rows);
+  uattn_status st;
+  if ((st = check_size(rows, heads, head_dim))) return st;
+  UATTN_CHECK_PTR(outs, "outs");
+  UATTN_CHECK_PTR(maxes, "maxes");
+  UATTN_CHECK_PTR(sums, "sums");
+  UATTN_CHECK_PTR(out, "out");
+  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, maxes, "maxes")) ||
+      (st = check_parts(num_parts, sums, "sums")))
+    return st;
+  uattn_state parts[64];
+  float row[4096];
+  for (size_t x = 0; x < (size_t)rows * heads; x++) {
+    for (int32_t i = 0; i < num_parts; i++) {
+      parts[i].m = maxes[i][x];
+      parts[i].l = sums[i][x];
+      parts[i].o = (float *)outs[i] + x * head_dim; /* read only: uattn_seed_merge does not write parts */
+    }
+    uattn_seed_merge(parts, num_parts, -INFINITY, head_dim, row);
+    memcpy(out + x * head_dim, row, sizeof(float) * (size_t)head_dim);
+  }
+  return UATTN_OK;
+}

@@ -1,0 +1,973 @@
+/* uattn_forward: the cache update and the attention of one planned step, in portable C.
+ *
+ * The seed's decomposition (unified.py), computed per (work item, KV head, query tile) over only the pairs
+ * that are visible, with masks derived from positions and per-row usages rather than bias tensors:
+ *  - causal: a prompt's rows against this step's keys of the same request, read from k/v;
+ *  - shared: context blocks read by several rows (processed whole, or chunk_size blocks at a time and
+ *    merged with an online softmax as in PR 784);
+ *  - unique: context blocks read by one row, reduced per row;
+ * then the seed's merge with its fmin/feps guards (and per-head sinks in the denominator). The two seed
+ * defects are fixed by the plan: a decode row's keys all come from the cache, usages are per row.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "attention/report.h"
+#include "plan/planner.h"
+#include "kernels.h"
+#include "threads/pool.h"
+#include "tuning/tuning.h"
+
+#define UATTN_DEFAULT_CAUSAL_WIDTH 512
+#define UATTN_MAX_NODES 16 /* NUMA nodes the work handout distinguishes; more share queues */
+
+uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, uattn_dtype dtype) {
+  uattn_layer l;
+  memset(&l, 0, sizeof l);
+  l.num_q_heads = num_q_heads;
+  l.num_kv_heads = num_kv_heads;
+  l.head_dim = head_dim;
+  l.scale = head_dim > 0 ? 1.0f / sqrtf((float)head_dim) : 1.0f;
+  l.dtype = dtype;
+  l.cache_dtype = dtype;
+  l.kv_layout = UATTN_LAYOUT_NHD;
+  l.attn_type = UATTN_ATTENTION_DECODER;
+  return l;
+}
+
+/* ---- validation ------------------------------------------------------------------------------------ */
+
+static bool valid_dtype(uattn_dtype t) { return t == UATTN_F32 || t == UATTN_BF16 || t == UATTN_F16; }
+
+static uattn_status validate_layer(const uattn_layer *L) {
+  if (L->num_q_heads <= 0 || L->num_kv_heads <= 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: num_q_heads (%d) and num_kv_heads (%d) must be > 0",
+                      L->num_q_heads, L->num_kv_heads);
+  if (L->num_q_heads % L->num_kv_heads != 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: num_q_heads (%d) must be a multiple of num_kv_heads (%d) for grouped-query attention",
+                      L->num_q_heads, L->num_kv_heads);
+  if (L->head_dim <= 0 || L->head_dim > 4096)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim = %d must be in 1..4096", L->head_dim);
+  if (!valid_dtype(L->dtype) || !valid_dtype(L->cache_dtype))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: dtype %d / cache_dtype %d is not a uattn_dtype",
+                      (int)L->dtype, (int)L->cache_dtype);
+  if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: kv_layout %d is not a uattn_kv_layout", (int)L->kv_layout);
+  if (!isfinite(L->scale))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
+  if (!(L->soft_cap >= 0.0f) || !isfinite(L->soft_cap))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: soft_cap must be >= 0 (0 = none)");
+  UATTN_CHECK_ALIGNED(L->sinks, "layer.sinks");
+  UATTN_CHECK_ALIGNED(L->alibi_slopes, "layer.alibi_slopes");
+  if (L->sliding_window < 0 || L->causal_width < 0 || L->chunk_size < 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: sliding_window (%d), causal_width (%d) and chunk_size (%d) must be >= 0",
+                      L->sliding_window, L->causal_width, L->chunk_size);
+  switch (L->attn_type) {
+    case UATTN_ATTENTION_DECODER: break;
+    case UATTN_ATTENTION_ENCODER:
+    case UATTN_ATTENTION_ENCODER_ONLY:
+    case UATTN_ATTENTION_ENCODER_DECODER:
+      if (L->sliding_window > 0)
+        return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: a sliding window applies to decoder attention only");
+      if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER && L->alibi_slopes)
+        return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: ALiBi has no meaning for cross attention");
+      break;
+    default:
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: attn_type %d is not a uattn_attention_type",
+                        (int)L->attn_type);
+  }
+  return UATTN_OK;
+}
+
+static uattn_status check_block(int32_t id, int32_t num_blocks, const char *what) {
+  if (id < 0 || id >= num_blocks)
+    return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
+                      "%s: block %d is outside the caches (tensors.num_blocks = %d): the cache is too small for "
+                      "the plan",
+                      what, id, num_blocks);
+  return UATTN_OK;
+}
+
+/* Whether count x a x b x c elements of elem_bytes fit a size_t: the kernels index every tensor in size_t
+ * bytes, and no caller can hold a buffer larger than that. */
+static bool size_fits(size_t elem_bytes, int64_t count, int64_t a, int64_t b, int64_t c) {
+  size_t bytes = elem_bytes;
+  const int64_t dims[] = {count, a, b, c};
+  for (int i = 0; i < 4; i++)
+    if (__builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) return false;
+  return true;
+}
+
+/* A void buffer of dtype: not NULL and aligned to its element size (the kernels load and store whole
+ * elements; uattn.h, uattn_tensors). */
+static uattn_status check_buffer(const void *p, uattn_dtype dtype, const char *what) {
+  UATTN_CHECK_PTR(p, what);
+  UATTN_CHECK_ALIGNMENT(p, uattn_dtype_size(dtype), what);
+  return UATTN_OK;
+}
+
+static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan_config *pc, const uattn_layer *L,
+                                     const uattn_tensors *t) {
+  const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
+  if (t->block_size != pc->block_size)
+    return uattn_fail(UATTN_ERR_INCONSISTENT,
+                      "tensors.block_size = %d, but the plan was built for block size %d: plan with the caches' "
+                      "block size",
+                      t->block_size, pc->block_size);
+  if (t->num_blocks <= 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tensors.num_blocks = %d must be > 0", t->num_blocks);
+  if (!size_fits(uattn_dtype_size(L->cache_dtype), t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim))
+    return uattn_fail(UATTN_ERR_OVERFLOW,
+                      "tensors: a cache of num_blocks %d x block_size %d x num_kv_heads %d x head_dim %d elements "
+                      "overflows a size_t",
+                      t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim);
+  if (!size_fits(sizeof(float), in->num_tokens, L->num_q_heads, L->head_dim, 1))
+    return uattn_fail(UATTN_ERR_OVERFLOW,
+                      "tensors: q and out of num_tokens %d x num_q_heads %d x head_dim %d elements overflow a size_t",
+                      in->num_tokens, L->num_q_heads, L->head_dim);
+  uattn_status st;
+  if ((st = check_buffer(t->key_cache, L->cache_dtype, "tensors.key_cache")) ||
+      (st = check_buffer(t->value_cache, L->cache_dtype, "tensors.value_cache")))
+    return st;
+  if (in->num_tokens == 0) return UATTN_OK;
+  if ((st = check_buffer(t->q, L->dtype, "tensors.q")) || (st = check_buffer(t->out, L->dtype, "tensors.out")))
+    return st;
+  if (!cross && ((st = check_buffer(t->k, L->dtype, "tensors.k")) || (st = check_buffer(t->v, L->dtype, "tensors.v"))))
+    return st;
+  UATTN_CHECK_ALIGNED(t->lse, "tensors.lse");
+  /* every block the step writes or reads must be inside these caches */
+  const int64_t slots = (int64_t)t->num_blocks * t->block_size;
+  if (!cross)
+    for (int32_t i = 0; i < in->num_tokens; i++)
+      if (in->slot_mapping[i] >= slots)
+        return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
+                          "slot %lld of row %d is outside the caches (%d blocks of %d): the cache is too small",
+                          (long long)in->slot_mapping[i], i, t->num_blocks, t->block_size);
+  for (int32_t i = 0; i < in->num_shared_blocks; i++)
+    if ((st = check_block(in->shared_blocks[i], t->num_blocks, "shared context"))) return st;
+  for (int32_t i = 0; i < in->num_unique_blocks; i++)
+    if ((st = check_block(in->unique_blocks[i].block, t->num_blocks, "unique context"))) return st;
+  if (cross) {
+    const uattn_cross *c = t->cross;
+    UATTN_CHECK_PTR(c, "tensors.cross (encoder-decoder attention)");
+    UATTN_CHECK_PTR(c->encoder_lens, "tensors.cross->encoder_lens");
+    UATTN_CHECK_PTR(c->block_table, "tensors.cross->block_table");
+    for (int32_t r = 0; r < in->num_reqs; r++) {
+      const int32_t len = c->encoder_lens[r];
+      if (len < 0)
+        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tensors.cross->encoder_lens[%d] = %d must be >= 0", r, len);
+      const int32_t nb = uattn_ceil_div_i32(len, t->block_size);
+      if (nb > c->block_table_stride)
+        return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
+                          "cross attention: request %d has %d encoder keys, past its block-table row (stride %d)", r,
+                          len, c->block_table_stride);
+      for (int32_t b = 0; b < nb; b++)
+        if ((st = check_block(c->block_table[(int64_t)r * c->block_table_stride + b], t->num_blocks,
+                              "cross block table")))
+          return st;
+    }
+  }
+  return UATTN_OK;
+}
+
+/* ---- caches ---------------------------------------------------------------------------------------- */
+
+typedef struct cache_view {
+  char *k, *v;
+  uattn_dtype dtype;
+  uattn_kv_layout layout;
+  int32_t block_size, kv_heads, head_dim;
+} cache_view;
+
+/* Element offset of (slot, kv head)'s head_dim vector. */
+static size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
+  if (c->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * c->kv_heads + head) * c->head_dim;
+  const int64_t block = slot / c->block_size, off = slot % c->block_size;
+  return (((size_t)block * c->kv_heads + head) * c->block_size + off) * c->head_dim;
+}
+
+static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t,
+                        const cache_view *c) {
+  const size_t in_size = uattn_dtype_size(L->dtype), c_size = uattn_dtype_size(c->dtype);
+  const int32_t D = L->head_dim, H = L->num_kv_heads;
+  for (int32_t row = 0; row < in->num_tokens; row++) {
+    const int64_t slot = in->slot_mapping[row];
+    if (slot < 0) continue;
+    for (int32_t h = 0; h < H; h++) {
+      const size_t src = ((size_t)row * H + h) * D * in_size, dst = cache_offset(c, slot, h) * c_size;
+      uattn_convert(L->dtype, (const char *)t->k + src, c->dtype, c->k + dst, (size_t)D);
+      uattn_convert(L->dtype, (const char *)t->v + src, c->dtype, c->v + dst, (size_t)D);
+    }
+  }
+}
+
+/* ---- the decode kernel ------------------------------------------------------------------------------ */
+
+/* Rows of a request an all-heads unit takes (run_all_heads): as many as the decode kernel's jobs hold. */
+static int32_t all_heads_max_rows(const uattn_layer *L) {
+  return UATTN_DECODE_MAX_VECTORS / (L->num_q_heads / L->num_kv_heads);
+}
+
+/* Whether short cache-only requests run as all-heads units (run_all_heads): on an NHD cache of several KV
+ * heads, where one head's keys are a few lines of every row, with the decode kernel, and without the
+ * chunked merge of shared blocks (chunk_size, which the panel path keeps). */
+static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
+  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 &&
+         L->chunk_size == 0 &&
+         uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
+}
+
+/* ---- workspace ------------------------------------------------------------------------------------- */
+
+/* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
+typedef struct workspace {
+  const uattn_kernels *kern;
+  int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
+  int64_t decode_calls[UATTN_NUM_PARTS]; /* of those, the decode kernel's */
+  size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
+  size_t decode_floats; /* the decode kernel's scratch (0: the set's decode kernel does not run) */
+  int32_t tile;      /* query rows per tile (the causal width) */
+  int32_t slots;     /* rows of q, states and visible: the tile's, or an all-heads unit's rows of every head */
+  int32_t panel;     /* keys per panel: max(block_size, tile) */
+  int32_t group;     /* query heads per KV head */
+  float *decode_scratch; /* [decode_floats], first: the kernel wants it 32-byte aligned */
+  float *q;          /* [slots, group, D] scaled queries */
+  float *keys, *values; /* [panel, D] */
+  float *scores;     /* [panel] */
+  float *state_o;    /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */
+  float *state_m, *state_l; /* [4 parts][slots, group] */
+  int32_t *visible;  /* [slots]: keys of the current panel each row sees */
+} workspace;
+
+/* The workspace's partial states: the three parts of the attention and the scratch of a shared chunk. */
+enum { PART_CAUSAL, PART_SHARED, PART_UNIQUE, PART_CHUNK, NUM_PARTS };
+
+/* The kernel entry (uattn_part) that attends into a workspace part. */
+static uattn_part kernel_part(int part) {
+  return part == PART_CAUSAL ? UATTN_PART_CAUSAL : part == PART_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
+}
+
+static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k) {
+  w->kern = k;
+  w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
+  if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
+  w->slots = w->tile;
+  if (all_heads_layout(L, k, in->block_size) && L->num_kv_heads * all_heads_max_rows(L) > w->slots)
+    w->slots = L->num_kv_heads * all_heads_max_rows(L);
+  w->panel = w->tile > in->block_size ? w->tile : in->block_size;
+  w->group = L->num_q_heads / L->num_kv_heads;
+  w->panel_floats = k->panel_floats(w->panel, L->head_dim);
+  w->decode_floats = 0;
+  if (uattn_decode_fits(k, in->block_size, L->head_dim, w->group)) {
+    const bool all = all_heads_layout(L, k, in->block_size);
+    w->decode_floats = uattn_decode_scratch_floats(all ? L->num_kv_heads : 1,
+                                                   all ? all_heads_max_rows(L) * w->group : w->group, L->head_dim);
+    w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
+  }
+}
+
+static size_t workspace_bytes(const workspace *w, int32_t D) {
+  const size_t tg = (size_t)w->slots * w->group;
+  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D +
+                          NUM_PARTS * tg * 2) +
+         sizeof(int32_t) * (size_t)w->slots;
+}
+
+static void workspace_carve(workspace *w, void *memory, int32_t D) {
+  const size_t tg = (size_t)w->slots * w->group;
+  float *f = memory;
+  w->decode_scratch = f, f += w->decode_floats;
+  w->q = f, f += tg * D;
+  w->keys = f, f += w->panel_floats;
+  w->values = f, f += w->panel_floats;
+  w->scores = f, f += w->panel;
+  w->state_o = f, f += NUM_PARTS * tg * D;
+  w->state_m = f, f += NUM_PARTS * tg;
+  w->state_l = f, f += NUM_PARTS * tg;
+  w->visible = (int32_t *)f;
+}
+
+/* Index of (part, slot, head in group) in the state arrays. */
+static size_t state_index(const workspace *w, int part, int32_t slot, int32_t head_in_group) {
+  return ((size_t)part * w->slots + slot) * w->group + head_in_group;
+}
+
+static uattn_state part_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, int32_t D) {
+  const size_t idx = state_index(w, part, slot, head_in_group);
+  uattn_state s = {w->state_m[idx], w->state_l[idx], w->state_o + idx * D};
+  return s;
+}
+
+static void store_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, const uattn_state *s) {
+  const size_t idx = state_index(w, part, slot, head_in_group);
+  w->state_m[idx] = s->m;
+  w->state_l[idx] = s->l;
+}
+
+static void reset_part(workspace *w, int part, int32_t slot, int32_t rows, int32_t D) {
+  for (int32_t i = slot; i < slot + rows; i++)
+    for (int32_t h = 0; h < w->group; h++) {
+      uattn_state s = part_state(w, part, i, h, D);
+      uattn_state_reset(&s, D);
+      store_state(w, part, i, h, &s);
+    }
+}
+
+/* ---- the parts -------------------------------------------------------------------------------------- */
+
+/* The parts stay functions of their own (never inlined into the unit loop), so a profile without debug
+ * information still says which part the time went to (perf/record/record.sh). */
+#define PART_FN static __attribute__((noinline))
+
+typedef struct step_ctx {
+  const uattn_plan *plan;
+  const uattn_plan_info *in;
+  const uattn_layer *L;
+  const uattn_tensors *t;
+  cache_view cache;
+  workspace *w;
+  int32_t kv_head, req, row0, rows; /* the tile: rows [row0, row0 + rows) of request req */
+  int32_t slot;                     /* the workspace slot of row0 (see tile_slot) */
+  int32_t qs, qe, num_computed;     /* the request's rows and cached keys */
+  int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
+} step_ctx;
+
+/* Where a row of the tile keeps its query, states and visible count in the workspace: the tile's rows in
+ * order, from slot 0 or, in an all-heads unit, from KV head g's slot g * rows. */
+static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 + c->slot; }
+
+/* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `part`. */
+static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+                                  int32_t key_pos0) {
+  const workspace *w = c->w;
+  const int32_t D = c->L->head_dim, first = tile_slot(c, row_lo);
+  const size_t idx = state_index(w, part, first, 0);
+  const uattn_panel_job job = {
+      .rows = row_hi - row_lo,
+      .group = w->group,
+      .head_dim = D,
+      .q = w->q + (size_t)first * w->group * D,
+      .query_pos = c->in->token_positions + row_lo,
+      .visible = w->visible + first,
+      .num_keys = num_keys,
+      .key_pos0 = key_pos0,
+      .keys = w->keys,
+      .values = w->values,
+      .soft_cap = c->L->soft_cap,
+      .window = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0,
+      .alibi = c->L->alibi_slopes ? c->L->alibi_slopes + c->kv_head * w->group : NULL,
+      .m = w->state_m + idx,
+      .l = w->state_l + idx,
+      .o = w->state_o + idx * D,
+      .scores = w->scores,
+      .scale = c->L->scale,
+      .probs_fp32 = c->L->probs_fp32,
+  };
+  return job;
+}
+
+/* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
+ * panel now loaded, into `part`. */
+static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+                         int32_t key_pos0) {
+  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, num_keys, key_pos0);
+  const uattn_part kp = kernel_part(part);
+  c->w->calls[kp]++;
+  c->w->kern->attend[kp](&job, c->w->panel);
+}
+
+/* Where a cache block's keys for the tile's KV head start (bytes into each cache) and the elements from one
+ * key to the next: a whole row of heads in NHD, one head in HND. */
+static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
+  *stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
+                                                : (size_t)c->cache.head_dim;
+  return cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * uattn_dtype_size(c->cache.dtype);
+}
+
+/* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
+static void load_block(const step_ctx *c, int32_t block, int32_t count) {
+  size_t stride;
+  const size_t off = block_source(c, block, &stride);
+  c->w->kern->load(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, count, c->cache.head_dim, c->w->panel,
+                   c->w->keys, c->w->values);
+}
+
+/* Attends the tile's rows in [row_lo, row_hi) to the block now in the panels, each row seeing usage(row) of
+ * its keys, into `part`. */
+static void attend_rows(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block_start,
+                        int32_t (*usage)(const step_ctx *, int32_t row, int32_t block_start)) {
+  if (row_lo < c->row0) row_lo = c->row0;
+  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
+  if (row_lo >= row_hi) return;
+  for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[tile_slot(c, row)] = usage(c, row, block_start);
+  attend_panel(c, part, row_lo, row_hi, c->in->block_size, block_start);
+}
+
+/* Keys of a context block a row sees: decoder rows by their own context length (per-row usage);
+ * bidirectional rows see every cached key. */
+static int32_t context_usage(const step_ctx *c, int32_t row, int32_t block_start) {
+  const int32_t len = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->in->token_context_lens[row] : c->num_computed;
+  const int32_t u = len - block_start;
+  return u < 0 ? 0 : (u > c->in->block_size ? c->in->block_size : u);
+}
+
+PART_FN void causal_part(const step_ctx *c) {
+  const uattn_layer *L = c->L;
+  const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
+  if (decoder && !c->in->is_prompt[c->req]) return; /* a decode row's keys are all in the cache */
+  const int32_t D = L->head_dim, Hkv = L->num_kv_heads;
+  const size_t esz = uattn_dtype_size(L->dtype);
+  /* keys: this step's rows of the request; a decoder tile needs those up to its last row */
+  const int32_t key_end = decoder ? c->row0 + c->rows : c->qe;
+  for (int32_t k0 = c->qs; k0 < key_end; k0 += c->w->panel) {
+    const int32_t n = key_end - k0 < c->w->panel ? key_end - k0 : c->w->panel;
+    const size_t off = ((size_t)k0 * Hkv + c->kv_head) * D * esz;
+    c->w->kern->load(L->dtype, (const char *)c->t->k + off, (const char *)c->t->v + off, (size_t)Hkv * D, n, D,
+                     c->w->panel, c->w->keys, c->w->values);
+    for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
+      const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
+      c->w->visible[tile_slot(c, row)] = hi < 0 ? 0 : (hi > n ? n : hi);
+    }
+    attend_panel(c, PART_CAUSAL, c->row0, c->row0 + c->rows, n, c->num_computed + (k0 - c->qs));
+  }
+}
+
+/* Folds the chunk scratch into the shared part and clears it (PR 784's online merge across chunks). */
+static void merge_chunk(const step_ctx *c) {
+  const int32_t D = c->L->head_dim;
+  for (int32_t i = 0; i < c->rows; i++)
+    for (int32_t h = 0; h < c->w->group; h++) {
+      const int32_t x = c->slot + i;
+      uattn_state a = part_state(c->w, PART_SHARED, x, h, D), b = part_state(c->w, PART_CHUNK, x, h, D);
+      uattn_state_merge(&a, &b, D);
+      store_state(c->w, PART_SHARED, x, h, &a);
+      uattn_state_reset(&b, D);
+      store_state(c->w, PART_CHUNK, x, h, &b);
+    }
+}
+
+PART_FN void shared_part(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const int32_t chunk = c->L->chunk_size;
+  const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
+  int32_t current_chunk = -1;
+  const int32_t *order = c->plan->spans_by_req.data;
+  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+    const uattn_shared_span *sp = &in->shared_spans[order[k]];
+    if (sp->token_end <= c->row0 || sp->token_begin >= c->row0 + c->rows) continue;
+    if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
+    if (chunk > 0 && sp->shared_index / chunk != current_chunk) {
+      if (current_chunk >= 0) merge_chunk(c);
+      current_chunk = sp->shared_index / chunk;
+    }
+    load_block(c, in->shared_blocks[sp->shared_index], in->block_size);
+    attend_rows(c, part, sp->token_begin, sp->token_end, sp->block_start, context_usage);
+  }
+  if (current_chunk >= 0) merge_chunk(c);
+}
+
+/* The shared part of a group of decodes (requests [first, end), consecutive, all reading the cache only):
+ * their span lists merged by shared block, so each block is loaded once for every row of the tile that
+ * reads it. A row that does not read the block sees none of it (visible 0). */
+PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
+  const uattn_plan_info *in = c->in;
+  const int32_t chunk = c->L->chunk_size, *order = c->plan->spans_by_req.data, *begin = c->plan->span_req_begin;
+  const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
+  int32_t cursor[UATTN_GROUP_MAX_ROWS]; /* each request's next span (a group has at most that many) */
+  for (int32_t r = first; r < end; r++) cursor[r - first] = begin[r];
+  int32_t current_chunk = -1;
+  for (;;) {
+    int32_t next = INT32_MAX; /* the lowest shared block any request has left */
+    for (int32_t r = first; r < end; r++)
+      if (cursor[r - first] < begin[r + 1] && in->shared_spans[order[cursor[r - first]]].shared_index < next)
+        next = in->shared_spans[order[cursor[r - first]]].shared_index;
+    if (next == INT32_MAX) break;
+    int32_t lo = INT32_MAX, hi = INT32_MIN, block_start = 0; /* the tile's rows that read it */
+    for (int32_t r = first; r < end; r++) {
+      if (cursor[r - first] >= begin[r + 1]) continue;
+      const uattn_shared_span *sp = &in->shared_spans[order[cursor[r - first]]];
+      if (sp->shared_index != next) continue;
+      cursor[r - first]++;
+      const int32_t a = sp->token_begin > c->row0 ? sp->token_begin : c->row0;
+      const int32_t b = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
+      if (a >= b) continue;
+      if (lo == INT32_MAX)
+        for (int32_t i = 0; i < c->rows; i++) c->w->visible[c->slot + i] = 0;
+      block_start = sp->block_start; /* the same in every request that holds the block */
+      for (int32_t row = a; row < b; row++) c->w->visible[tile_slot(c, row)] = context_usage(c, row, block_start);
+      if (a < lo) lo = a;
+      if (b > hi) hi = b;
+    }
+    if (lo >= hi) continue;
+    if (chunk > 0 && next / chunk != current_chunk) {
+      if (current_chunk >= 0) merge_chunk(c);
+      current_chunk = next / chunk;
+    }
+    load_block(c, in->shared_blocks[next], in->block_size);
+    attend_panel(c, part, lo, hi, in->block_size, block_start);
+  }
+  if (current_chunk >= 0) merge_chunk(c);
+}
+
+/* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
+static bool decodes_from_cache(const step_ctx *c) {
+  return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
+}
+
+/* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
+ * the first n keys of a cache block, into `part`, for `heads` KV heads from the tile's (an all-heads unit's
+ * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
+static void decode_from_cache(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+                              int32_t block_start, int32_t n, int32_t heads) {
+  size_t stride;
+  const size_t off = block_source(c, block, &stride);
+  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, n, block_start);
+  c->w->calls[kernel_part(part)] += heads;
+  c->w->decode_calls[kernel_part(part)] += heads;
+  c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off,
+                     c->cache.v + off, stride, c->cache.head_dim, c->w->decode_scratch);
+}
+
+static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+  c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
+  decode_from_cache(c, PART_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1);
+}
+
+PART_FN void unique_part(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const bool direct = decodes_from_cache(c);
+  for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
+    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+      const uattn_unique_block *u = &in->unique_blocks[k];
+      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+      if (direct) {
+        decode_unique_block(c, row, u);
+        continue;
+      }
+      load_block(c, u->block, in->block_size);
+      attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
+    }
+}
+
+/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `part`: one
+ * decode call for every head, which reads the block's rows in the cache's order. */
+static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+                            int32_t block_start) {
+  if (row_lo < c->row0) row_lo = c->row0;
+  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
+  int32_t keys = 0; /* the most any of the rows sees */
+  for (int32_t row = row_lo; row < row_hi; row++) {
+    const int32_t u = context_usage(c, row, block_start);
+    c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
+    if (u > keys) keys = u;
+  }
+  if (keys > 0) decode_from_cache(c, part, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads);
+}
+
+/* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
+PART_FN void shared_part_all_heads(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const int32_t *order = c->plan->spans_by_req.data;
+  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+    const uattn_shared_span *sp = &in->shared_spans[order[k]];
+    if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
+    all_heads_block(c, PART_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index],
+                    sp->block_start);
+  }
+}
+
+PART_FN void unique_part_all_heads(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
+    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+      const uattn_unique_block *u = &in->unique_blocks[k];
+      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+      all_heads_block(c, PART_UNIQUE, row, row + 1, u->block, u->block_start);
+    }
+}
+
+static int32_t cross_usage(const step_ctx *c, int32_t row, int32_t block_start) {
+  (void)row;
+  const int32_t u = c->t->cross->encoder_lens[c->req] - block_start;
+  return u > c->in->block_size ? c->in->block_size : u;
+}
+
+/* Cross attention: every encoder key, through the cross block table, into the shared part. */
+PART_FN void cross_part(const step_ctx *c) {
+  const uattn_cross *x = c->t->cross;
+  const int32_t bs = c->in->block_size, len = x->encoder_lens[c->req];
+  for (int32_t b = 0; b * bs < len; b++) {
+    const int32_t block = x->block_table[(int64_t)c->req * x->block_table_stride + b];
+    load_block(c, block, len - b * bs < bs ? len - b * bs : bs);
+    attend_rows(c, PART_SHARED, c->row0, c->row0 + c->rows, b * bs, cross_usage);
+  }
+}
+
+/* Merges the tile's three parts into out and lse. */
+PART_FN void merge_tile(const step_ctx *c) {
+  const uattn_layer *L = c->L;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads;
+  const size_t osz = uattn_dtype_size(L->dtype);
+  float row_out[4096]; /* head_dim <= 4096 (validated) */
+  for (int32_t i = 0; i < c->rows; i++)
+    for (int32_t g = 0; g < c->w->group; g++) {
+      const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
+      const uattn_state parts[3] = {part_state(c->w, PART_CAUSAL, x, g, D), part_state(c->w, PART_SHARED, x, g, D),
+                                    part_state(c->w, PART_UNIQUE, x, g, D)};
+      const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
+      uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
+      if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
+    }
+}
+
+/* ---- the call ---------------------------------------------------------------------------------------- */
+
+/* One forward call, shared by its workers. Work units are (item, KV head, split) triples, handed out
+ * largest item first (an item is a request, or a group of decodes on a common prefix: see planner.h); a
+ * unit writes only its own rows and heads, or, for a split of a long decode, its own slot of partial
+ * states, which a second pass merges in split order. Items and splits are the plan's, so the answer does
+ * not depend on which worker runs a unit, or on how many workers there are. */
+typedef struct forward_job {
+  const uattn_plan *plan;
+  const uattn_layer *L;
+  const uattn_tensors *t;
+  uattn_runtime *rt;
+  cache_view cache;
+  workspace shape;
+  size_t scratch_bytes;  /* a worker's workspace */
+  size_t split_floats;   /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[D]] */
+  float *splits;         /* all split slots, after worker 0's workspace */
+  /* NUMA: KV head g belongs to node g % num_nodes; a worker takes its node's units first, then helps the
+   * others, so on a multi-node machine each node mostly reads its own heads. One node: one queue. */
+  int32_t num_nodes;
+  atomic_int node_next[UATTN_MAX_NODES];
+  atomic_int next_unit;
+  atomic_int out_of_memory;
+  atomic_llong part_calls[UATTN_NUM_PARTS], decode_calls[UATTN_NUM_PARTS];
+  int32_t max_workers; /* workers that take units (a tuning file may ask for fewer than the runtime has) */
+} forward_job;
+
+static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
+
+/* Unit j of node n's queue: the split index and the n-th share of the KV heads. Returns -1 past its end. */
+static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
+  const int32_t Hkv = job->L->num_kv_heads, n = job->num_nodes;
+  const int32_t heads = Hkv / n + (node < Hkv % n); /* g = node, node + n, ... */
+  if (heads == 0 || j >= job->plan->split_begin[job->plan->num_items] * heads) return -1;
+  return (j / heads) * Hkv + node + (j % heads) * n;
+}
+
+/* The partial state of (head, part) in a (row, split) slot. */
+static float *split_slot_at(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
+  return job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
+         ((size_t)head * 2 + part) * split_state_floats(job->L->head_dim);
+}
+
+static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
+  float *x = split_slot_at(job, slot, kv_head, head, part);
+  uattn_state s = {x[0], x[1], x + 2};
+  return s;
+}
+
+static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part,
+                              const uattn_state *st) {
+  float *x = split_slot_at(job, slot, kv_head, head, part);
+  x[0] = st->m;
+  x[1] = st->l;
+}
+
+/* First pass: every worker gets its scratch before anything is written, so a failure changes nothing.
+ * Worker 0's also holds the split slots, which every worker writes. */
+static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)num_workers;
+  forward_job *job = ctx;
+  const size_t slots = (size_t)job->plan->split_slot[job->plan->num_items] * job->L->num_kv_heads;
+  const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
+  char *p = uattn_worker_scratch(job->rt, worker, bytes);
+  if (!p) atomic_store(&job->out_of_memory, 1);
+  else if (worker == 0) job->splits = (float *)(p + job->scratch_bytes);
+}
+
+/* The tile's scaled queries in its slots, and its partial states cleared. */
+static void begin_tile(const forward_job *job, const step_ctx *c) {
+  const uattn_layer *L = job->L;
+  workspace *w = c->w;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads;
+  const size_t qsz = uattn_dtype_size(L->dtype);
+  for (int32_t i = 0; i < c->rows; i++)
+    for (int32_t h = 0; h < w->group; h++) {
+      float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
+      const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
+      uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
+      /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels_unscaled_q) */
+      if (!uattn_kernels_unscaled_q(w->kern))
+        for (int32_t d = 0; d < D; d++) q[d] *= L->scale;
+    }
+  for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c->slot, c->rows, D);
+}
+
+/* The tile's rows done: merged into out, or, in a split unit, its shared and unique states kept in the
+ * split's slots for the merge pass. */
+static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int32_t split) {
+  const uattn_plan *plan = job->plan;
+  if (plan->split_begin[pos + 1] - plan->split_begin[pos] <= 1) {
+    merge_tile(c);
+    return;
+  }
+  const int32_t D = job->L->head_dim;
+  const int32_t slot = plan->split_slot[pos] + split * (c->qe - c->qs) + (c->row0 - c->qs); /* of row0 */
+  for (int32_t i = 0; i < c->rows; i++)
+    for (int32_t h = 0; h < c->w->group; h++)
+      for (int part = 0; part < 2; part++) {
+        const uattn_state from = part_state(c->w, part == 0 ? PART_SHARED : PART_UNIQUE, c->slot + i, h, D);
+        uattn_state to = split_state(job, slot + i, c->kv_head, h, part);
+        memcpy(to.o, from.o, sizeof(float) * (size_t)D);
+        store_split_state(job, slot + i, c->kv_head, h, part, &from);
+      }
+}
+
+/* The tile of rows [row0, row0 + rows) of the item's requests [first, end) (rows [qs, qe)) on KV head g; a
+ * split unit covers keys [split * split_keys, (split + 1) * split_keys) of its one request's context. */
+static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split,
+                         int32_t first, int32_t end, int32_t row0, int32_t rows, int32_t slot) {
+  const uattn_plan *plan = job->plan;
+  const uattn_plan_info *in = &plan->info;
+  step_ctx c = {.plan = plan, .in = in, .L = job->L, .t = job->t, .cache = job->cache, .w = w, .kv_head = g,
+                .req = first, .row0 = row0, .rows = rows, .slot = slot, .qs = in->query_start_loc[first],
+                .qe = in->query_start_loc[end], .num_computed = in->token_positions[in->query_start_loc[first]],
+                .key_lo = 0, .key_hi = INT32_MAX};
+  if (plan->split_begin[pos + 1] - plan->split_begin[pos] > 1)
+    c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
+  return c;
+}
+
+/* Rows of the item's requests [first, end) on KV head g, tile by tile. */
+static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
+                     int32_t end) {
+  const uattn_plan_info *in = &job->plan->info;
+  const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
+  for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
+    begin_tile(job, &c);
+    if (job->L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
+      cross_part(&c);
+    } else if (end - first > 1) { /* a group of decodes: no causal part */
+      shared_part_group(&c, first, end);
+      unique_part(&c);
+    } else {
+      causal_part(&c); /* split units are decodes: nothing to do here */
+      shared_part(&c);
+      unique_part(&c);
+    }
+    end_tile(job, &c, pos, split);
+  }
+}
+
+/* A decode or a short verification (request r, its rows all reading the cache) on an NHD cache, every KV
+ * head in one unit, head g's rows from slot g * rows. Each block goes through one decode call for every
+ * head, which reads the block's rows in order (a row holds every head), where a unit of one head would
+ * read 256 bytes of every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
+static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
+  const uattn_plan_info *in = &job->plan->info;
+  const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
+  for (int32_t g = 0; g < Hkv; g++) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
+    begin_tile(job, &c);
+  }
+  const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row0, rows, 0);
+  shared_part_all_heads(&c0);
+  unique_part_all_heads(&c0);
+  for (int32_t g = 0; g < Hkv; g++) {
+    const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
+    end_tile(job, &c, pos, split);
+  }
+}
+
+/* Whether an item runs as one all-heads unit (run_all_heads): one request that reads only the cache
+ * (a decode, a verification), of at most all_heads_max_rows rows. */
+static bool all_heads_item(const forward_job *job, int32_t pos) {
+  const uattn_plan_info *in = &job->plan->info;
+  const uattn_layer *L = job->L;
+  const int32_t r = job->plan->item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
+  return L->attn_type == UATTN_ATTENTION_DECODER && all_heads_layout(L, job->shape.kern, in->block_size) &&
+         job->plan->item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
+         rows * L->num_kv_heads <= job->shape.slots;
+}
+
+/* Unit u: the item's position (by cost), the KV head and the split it stands for. */
+static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split) {
+  const int32_t *begin = job->plan->split_begin, x = u / job->L->num_kv_heads;
+  int32_t lo = 0, hi = job->plan->num_items; /* the last pos with begin[pos] <= x */
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (begin[mid] <= x) lo = mid;
+    else hi = mid;
+  }
+  *pos = lo;
+  *kv_head = u % job->L->num_kv_heads;
+  *split = x - begin[lo];
+}
+
+static void run_unit(forward_job *job, workspace *w, int32_t unit) {
+  const uattn_plan *plan = job->plan;
+  int32_t pos, g, split;
+  unit_of(job, unit, &pos, &g, &split);
+  const int32_t first = plan->item_first[pos], end = first + plan->item_reqs[pos];
+  if (all_heads_item(job, pos)) {
+    if (g == 0) run_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
+    return;
+  }
+  if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
+    run_rows(job, w, pos, g, split, first, end);
+    return;
+  }
+  /* groups serve decoder self-attention; other types take the group's requests one at a time */
+  for (int32_t r = first; r < end; r++) run_rows(job, w, pos, g, split, r, r + 1);
+}
+
+static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)num_workers;
+  forward_job *job = ctx;
+  if (worker >= job->max_workers) return;
+  workspace w = job->shape;
+  workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->L->head_dim);
+  int32_t nodes;
+  const int32_t home = uattn_worker_node(job->rt, worker, &nodes);
+  for (int32_t k = 0; k < job->num_nodes; k++) { /* home first, then the others */
+    const int32_t node = (home + k) % job->num_nodes;
+    for (;;) {
+      const int32_t unit = node_unit(job, node, atomic_fetch_add(&job->node_next[node], 1));
+      if (unit < 0) break;
+      run_unit(job, &w, unit);
+    }
+  }
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+    atomic_fetch_add(&job->part_calls[p], w.calls[p]);
+    atomic_fetch_add(&job->decode_calls[p], w.decode_calls[p]);
+  }
+}
+
+/* The merge pass over split requests: each (request, KV head) folds its splits in split order, then the
+ * seed's merge writes the rows. */
+static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
+  (void)worker, (void)num_workers;
+  forward_job *job = ctx;
+  const uattn_plan *plan = job->plan;
+  const uattn_plan_info *in = &plan->info;
+  const uattn_layer *L = job->L;
+  const int32_t D = L->head_dim, Hq = L->num_q_heads, G = job->shape.group;
+  static const float zeros[4096];
+  float row_out[4096];
+  for (;;) {
+    const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
+    if (unit >= plan->num_items * L->num_kv_heads) break;
+    const int32_t pos = unit / L->num_kv_heads, g = unit % L->num_kv_heads;
+    const int32_t splits = plan->split_begin[pos + 1] - plan->split_begin[pos];
+    if (splits <= 1) continue;
+    const int32_t r = plan->item_first[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
+    const int32_t rows = in->query_start_loc[r + 1] - qs;
+    for (int32_t row = qs; row < in->query_start_loc[r + 1]; row++)
+      for (int32_t h = 0; h < G; h++) {
+        uattn_state parts[3];
+        parts[0] = (uattn_state){-INFINITY, 0.0f, (float *)zeros}; /* a decode has no causal part */
+        for (int part = 0; part < 2; part++) {
+          parts[1 + part] = split_state(job, slot0 + (row - qs), g, h, part);
+          for (int32_t sp = 1; sp < splits; sp++) {
+            const uattn_state b = split_state(job, slot0 + sp * rows + (row - qs), g, h, part);
+            uattn_state_merge(&parts[1 + part], &b, D);
+          }
+        }
+        const int32_t head = g * G + h;
+        const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
+        uattn_narrow(L->dtype, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(L->dtype),
+                     (size_t)D);
+        if (job->t->lse) job->t->lse[(size_t)row * Hq + head] = lse;
+      }
+  }
+}
+
+uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt) {
+  uattn_clear_error();
+  UATTN_CHECK_PTR(plan, "plan");
+  UATTN_CHECK_PTR(L, "layer");
+  UATTN_CHECK_PTR(t, "tensors");
+  uattn_status st;
+  if ((st = validate_layer(L))) return st;
+  const uattn_plan_info *in = &plan->info;
+  if ((st = validate_tensors(in, &plan->config, L, t))) return st;
+  /* the runtime's tuning file fills what the layer leaves to the defaults (its values were checked when
+   * the file was loaded) */
+  uattn_layer tuned = *L;
+  const uattn_tuning_entry *tuning = uattn_tuning_find(rt, t->block_size, L->head_dim, L->cache_dtype);
+  if (tuning) {
+    if (!tuned.causal_width) tuned.causal_width = tuning->query_tile;
+    if (!tuned.chunk_size) tuned.chunk_size = tuning->chunk_size;
+  }
+  L = &tuned;
+  uattn_kernel_report report;
+  const uattn_kernels *kernels = uattn_describe_choose(L, t->block_size, &report);
+  if (in->num_tokens == 0) {
+    uattn_describe_keep(&report);
+    return UATTN_OK;
+  }
+
+  forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
+                     .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
+                               L->num_kv_heads, L->head_dim}};
+  workspace_shape(&job.shape, in, L, kernels);
+  job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
+  job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
+  job.max_workers = uattn_runtime_workers(rt);
+  if (tuning && tuning->num_threads > 0 && tuning->num_threads < job.max_workers) job.max_workers = tuning->num_threads;
+  atomic_init(&job.next_unit, 0);
+  uattn_worker_node(rt, 0, &job.num_nodes);
+  if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;
+  for (int32_t n = 0; n < UATTN_MAX_NODES; n++) atomic_init(&job.node_next[n], 0);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) atomic_init(&job.part_calls[p], 0), atomic_init(&job.decode_calls[p], 0);
+  atomic_init(&job.out_of_memory, 0);
+  /* The passes share the workers' scratch (the split slots live in worker 0's): no other engine thread's
+   * forward may run on rt between them. */
+  const bool held = uattn_runtime_hold(rt);
+  uattn_runtime_run(rt, reserve_scratch, &job);
+  if (atomic_load(&job.out_of_memory)) {
+    uattn_runtime_release(rt, held);
+    return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory for the forward's workspace (%zu bytes a worker)",
+                      job.scratch_bytes);
+  }
+
+  /* the cache first: a decode row reads its own new key back from it */
+  if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
+  uattn_runtime_run(rt, attention_job, &job);
+  if (plan->split_slot[plan->num_items] > 0) {
+    atomic_store(&job.next_unit, 0);
+    uattn_runtime_run(rt, merge_splits_job, &job);
+  }
+  uattn_runtime_release(rt, held);
+  for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+    report.part_calls[p] = atomic_load(&job.part_calls[p]);
+    report.decode_calls[p] = atomic_load(&job.decode_calls[p]);
+  }
+  report.workspace_bytes = job.scratch_bytes;
+  report.workers = job.max_workers;
+  uattn_describe_keep(&report);
+  return UATTN_OK;
+}
+
+const char *uattn_kernel_set(const char **why) { return uattn_kernels_select(why, NULL)->name; }
+
+uattn_status uattn_describe_kernels(const uattn_layer *layer, int32_t block_size, uattn_kernel_report *out) {
+  uattn_clear_error();
+  UATTN_CHECK_PTR(layer, "layer");
+  UATTN_CHECK_PTR(out, "out");
+  uattn_status st;
+  if ((st = validate_layer(layer))) return st;
+  if (block_size <= 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size = %d must be > 0", block_size);
+  uattn_describe_choose(layer, block_size, out);
+  return UATTN_OK;
+}

@@ -1,0 +1,920 @@
+/* Tuning files (include/uattn.h, the tuning section): this machine's identity, the file's reader and
+ * writer, the table a runtime holds and its lookups, the report.
+ *
+ * A runtime's table is published through an atomic pointer, so the forward's lookup takes no lock. A load
+ * replaces it under the state's mutex and keeps the old table on a retired list until the runtime is
+ * destroyed: a lookup that raced with the load still holds a valid pointer. Use counts are atomics in the
+ * table's slots; lookups for buckets without an entry are counted in a small lock-free set of keys. */
+#include "tuning/tuning.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "threads/runtime_impl.h"
+
+#define TUNING_FORMAT_NAME "uattn-tuning"
+#define TUNING_MAX_FILE_BYTES ((size_t)16 << 20)
+#define TUNING_WORKLOAD_CHARS 240 /* of the workload, in the report */
+#define MISS_SLOTS 64             /* distinct buckets without an entry that the report can list */
+
+typedef struct tuning_slot {
+  uattn_tuning_entry entry;
+  _Atomic int64_t uses;
+} tuning_slot;
+
+typedef struct tuning_table {
+  struct tuning_table *next_retired;
+  size_t bytes;
+  int32_t num_entries;
+  tuning_slot *slots; /* [num_entries], right after the table in the same allocation */
+  uattn_tuning_host host;
+  char file[512];
+  char date[64];
+  char workload[TUNING_WORKLOAD_CHARS + 4];
+} tuning_table;
+
+struct uattn_tuning_state {
+  pthread_mutex_t lock; /* loads, reports and info; never taken by uattn_tuning_find */
+  _Atomic(tuning_table *) table;
+  tuning_table *retired;
+  uattn_alloc alloc;
+  bool from_env;
+  uattn_status last_status;
+  char message[512];
+  /* buckets looked up without an entry: a packed key (0 = free slot) and its count */
+  _Atomic uint64_t miss_key[MISS_SLOTS];
+  _Atomic int64_t miss_uses[MISS_SLOTS];
+};
+
+/* ---- small helpers ----------------------------------------------------------------------------------- */
+
+static const char *dtype_name(uattn_dtype d) {
+  switch (d) {
+    case UATTN_F32: return "f32";
+    case UATTN_BF16: return "bf16";
+    case UATTN_F16: return "f16";
+  }
+  return "?";
+}
+
+static bool valid_dtype(uattn_dtype d) { return d == UATTN_F32 || d == UATTN_BF16 || d == UATTN_F16; }
+
+/* Copies src into dst[cap], trimmed, runs of white space made one space. */
+static void copy_normalized(char *dst, size_t cap, const char *src) {
+  size_t n = 0;
+  bool space = false;
+  for (const char *p = src; *p && n + 1 < cap; p++) {
+    const bool ws = *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r';
+    if (ws) {
+      space = n > 0;
+      continue;
+    }
+    if (space && n + 2 < cap) dst[n++] = ' ';
+    space = false;
+    dst[n++] = *p;
+  }
+  dst[n] = '\0';
+}
+
+/* Copies src into dst[cap], cut to fit. */
+static void copy_text(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+/* A growable string for the report and messages (malloc: temporary, never kept by the runtime). */
+typedef struct strbuf {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) UATTN_PRINTF(2, 3);
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t room = b->cap - b->len;
+    const int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? room : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = true;
+      return;
+    }
+    if (b->data && (size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    const size_t want = b->len + (size_t)n + 1, cap = want > 2 * b->cap ? want : 2 * b->cap;
+    char *p = realloc(b->data, cap);
+    if (!p) {
+      b->failed = true;
+      return;
+    }
+    b->data = p;
+    b->cap = cap;
+  }
+}
+
+/* ---- this machine ---------------------------------------------------------------------------------- */
+
+/* The value of the first "key : value" line of /proc/cpuinfo whose key is one of keys, into out. */
+static bool cpuinfo_value(const char *const *keys, int num_keys, char *out, size_t cap) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (!colon) continue;
+    *colon = '\0';
+    char key[128];
+    copy_normalized(key, sizeof key, line);
+    for (int i = 0; i < num_keys && !found; i++)
+      if (!strcmp(key, keys[i])) {
+        copy_normalized(out, cap, colon + 1);
+        found = *out != '\0';
+      }
+  }
+  fclose(f);
+  return found;
+}
+
+static void detect_cpu(uattn_tuning_host *h) {
+  h->cpu_vendor[0] = h->cpu_model[0] = '\0';
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13];
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    v[12] = '\0';
+    copy_normalized(h->cpu_vendor, sizeof h->cpu_vendor, v);
+  }
+  if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000004u) {
+    unsigned regs[12];
+    for (unsigned i = 0; i < 3; i++)
+      __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    char brand[49];
+    memcpy(brand, regs, 48);
+    brand[48] = '\0';
+    copy_normalized(h->cpu_model, sizeof h->cpu_model, brand);
+  }
+#endif
+  static const char *const vendor_keys[] = {"vendor_id", "CPU implementer", "vendor"};
+  static const char *const model_keys[] = {"model name", "Processor", "cpu model", "cpu", "CPU part"};
+  if (!h->cpu_vendor[0] && !cpuinfo_value(vendor_keys, 3, h->cpu_vendor, sizeof h->cpu_vendor))
+    snprintf(h->cpu_vendor, sizeof h->cpu_vendor, "unknown");
+  if (!h->cpu_model[0] && !cpuinfo_value(model_keys, 5, h->cpu_model, sizeof h->cpu_model))
+    snprintf(h->cpu_model, sizeof h->cpu_model, "unknown");
+}
+
+uattn_status uattn_tuning_host_get(uattn_tuning_host *out) {
+  uattn_clear_error();
+  UATTN_CHECK_PTR(out, "out");
+  memset(out, 0, sizeof *out);
+  detect_cpu(out);
+  copy_text(out->kernel_set, sizeof out->kernel_set, uattn_kernel_set(NULL));
+  copy_text(out->uattn_version, sizeof out->uattn_version, uattn_version());
+  return UATTN_OK;
+}
+
+/* ---- entries ----------------------------------------------------------------------------------------- */
+
+static bool same_bucket(const uattn_tuning_entry *e, int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
+  return e->block_size == block_size && e->head_dim == head_dim && e->cache_dtype == dtype;
+}
+
+/* The integer fields of an entry with their ranges, for the checks, the reader and the writer. */
+typedef struct int_field {
+  const char *key;
+  size_t offset;
+  int64_t lo, hi;
+  bool required;
+} int_field;
+
+static const int_field int_fields[] = {
+    {"block_size", offsetof(uattn_tuning_entry, block_size), 1, UATTN_TUNING_MAX_BLOCK_SIZE, true},
+    {"head_dim", offsetof(uattn_tuning_entry, head_dim), 1, UATTN_TUNING_MAX_HEAD_DIM, true},
+    {"chunk_size", offsetof(uattn_tuning_entry, chunk_size), 0, UATTN_TUNING_MAX_TILE, false},
+    {"query_tile", offsetof(uattn_tuning_entry, query_tile), 0, UATTN_TUNING_MAX_TILE, false},
+    {"split_min_keys", offsetof(uattn_tuning_entry, split_min_keys), 0, INT32_MAX, false},
+    {"split_keys", offsetof(uattn_tuning_entry, split_keys), 0, INT32_MAX, false},
+    {"num_threads", offsetof(uattn_tuning_entry, num_threads), 0, UATTN_RUNTIME_MAX_THREADS, false},
+};
+#define NUM_INT_FIELDS ((int)(sizeof int_fields / sizeof *int_fields))
+static const char *const time_fields[] = {"tuned_ms", "default_ms"};
+
+static int32_t *field_ptr(uattn_tuning_entry *e, const int_field *f) { return (int32_t *)((char *)e + f->offset); }
+static int32_t field_value(const uattn_tuning_entry *e, const int_field *f) {
+  return *(const int32_t *)((const char *)e + f->offset);
+}
+
+/* Checks entries[0..n) as the loader does; the reason into why. */
+static uattn_status check_entries(const uattn_tuning_entry *entries, int32_t n, char *why, size_t cap) {
+  for (int32_t i = 0; i < n; i++) {
+    const uattn_tuning_entry *e = &entries[i];
+    for (int k = 0; k < NUM_INT_FIELDS; k++) {
+      const int32_t v = field_value(e, &int_fields[k]);
+      if (v < int_fields[k].lo || v > int_fields[k].hi) {
+        snprintf(why, cap, "entries[%d].%s = %d is out of range [%lld, %lld]", i, int_fields[k].key, v,
+                 (long long)int_fields[k].lo, (long long)int_fields[k].hi);
+        return UATTN_ERR_OUT_OF_RANGE;
+      }
+    }
+    if (!valid_dtype(e->cache_dtype)) {
+      snprintf(why, cap, "entries[%d].cache_dtype %d is not a uattn_dtype", i, (int)e->cache_dtype);
+      return UATTN_ERR_OUT_OF_RANGE;
+    }
+    if (!(e->tuned_ms >= 0 && e->tuned_ms < 1e15) || !(e->default_ms >= 0 && e->default_ms < 1e15)) {
+      snprintf(why, cap, "entries[%d]: tuned_ms and default_ms must be finite and >= 0", i);
+      return UATTN_ERR_OUT_OF_RANGE;
+    }
+    for (int32_t j = 0; j < i; j++)
+      if (same_bucket(&entries[j], e->block_size, e->head_dim, e->cache_dtype)) {
+        snprintf(why, cap, "entries[%d] and entries[%d] are both for block_size %d, head_dim %d, %s", j, i,
+                 e->block_size, e->head_dim, dtype_name(e->cache_dtype));
+        return UATTN_ERR_INVALID_ARGUMENT;
+      }
+  }
+  return UATTN_OK;
+}
+
+/* ---- reading a file ---------------------------------------------------------------------------------- */
+
+typedef struct reader {
+  char *why; /* the reason of a refusal */
+  size_t cap;
+} reader;
+
+static uattn_status refuse(reader *r, uattn_status st, const char *fmt, ...) UATTN_PRINTF(3, 4);
+static uattn_status refuse(reader *r, uattn_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->why, r->cap, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static const char *json_kind(const cJSON *x) {
+  if (cJSON_IsNumber(x)) return "a number";
+  if (cJSON_IsString(x)) return "a string";
+  if (cJSON_IsBool(x)) return "a boolean";
+  if (cJSON_IsNull(x)) return "null";
+  if (cJSON_IsArray(x)) return "an array";
+  if (cJSON_IsObject(x)) return "an object";
+  return "nothing";
+}
+
+/* Every key of obj is one of known[] and appears once. where: "" or "cpu." or "entries[3].". */
+static uattn_status check_keys(reader *r, const cJSON *obj, const char *const *known, int n, const char *where) {
+  for (const cJSON *a = obj->child; a; a = a->next) {
+    for (const cJSON *b = obj->child; b != a; b = b->next)
+      if (!strcmp(a->string, b->string)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s appears twice", where, a->string);
+    int i = 0;
+    while (i < n && strcmp(a->string, known[i])) i++;
+    if (i == n) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "unknown key %s%s (a typo?)", where, a->string);
+  }
+  return UATTN_OK;
+}
+
+static uattn_status get_string(reader *r, const cJSON *obj, const char *key, const char *where, const char **out) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!x) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s is missing", where, key);
+  if (!cJSON_IsString(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s must be a string, not %s", where, key, json_kind(x));
+  *out = x->valuestring;
+  return UATTN_OK;
+}
+
+/* An integer in [lo, hi] into *out; absent: def when not required. */
+static uattn_status get_int(reader *r, const cJSON *obj, const char *key, const char *where, bool required,
+                            int64_t lo, int64_t hi, int32_t *out) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!x) {
+    if (required) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s is missing", where, key);
+    *out = 0;
+    return UATTN_OK;
+  }
+  if (!cJSON_IsNumber(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s must be an integer, not %s", where, key, json_kind(x));
+  const double v = x->valuedouble;
+  if (!isfinite(v) || v != floor(v)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s = %g is not an integer", where, key, v);
+  if (v < (double)lo || v > (double)hi)
+    return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%s%s = %.0f is out of range [%lld, %lld]", where, key, v, (long long)lo,
+                  (long long)hi);
+  *out = (int32_t)v;
+  return UATTN_OK;
+}
+
+static uattn_status get_dtype(reader *r, const cJSON *obj, const char *where, uattn_dtype *out) {
+  const char *s;
+  uattn_status st = get_string(r, obj, "cache_dtype", where, &s);
+  if (st != UATTN_OK) return st;
+  for (int d = UATTN_F32; d <= UATTN_F16; d++)
+    if (!strcmp(s, dtype_name((uattn_dtype)d))) {
+      *out = (uattn_dtype)d;
+      return UATTN_OK;
+    }
+  return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%scache_dtype \"%s\" is not one of f32, bf16, f16", where, s);
+}
+
+static uattn_status read_entry(reader *r, const cJSON *x, int index, uattn_tuning_entry *e) {
+  char where[48];
+  snprintf(where, sizeof where, "entries[%d].", index);
+  if (!cJSON_IsObject(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "entries[%d] must be an object, not %s", index, json_kind(x));
+  const char *known[NUM_INT_FIELDS + 3];
+  for (int k = 0; k < NUM_INT_FIELDS; k++) known[k] = int_fields[k].key;
+  known[NUM_INT_FIELDS] = "cache_dtype";
+  known[NUM_INT_FIELDS + 1] = time_fields[0];
+  known[NUM_INT_FIELDS + 2] = time_fields[1];
+  uattn_status st = check_keys(r, x, known, NUM_INT_FIELDS + 3, where);
+  if (st != UATTN_OK) return st;
+  memset(e, 0, sizeof *e);
+  for (int k = 0; k < NUM_INT_FIELDS && st == UATTN_OK; k++) {
+    const int_field *f = &int_fields[k];
+    st = get_int(r, x, f->key, where, f->required, f->lo, f->hi, field_ptr(e, f));
+  }
+  if (st == UATTN_OK) st = get_dtype(r, x, where, &e->cache_dtype);
+  for (int k = 0; k < 2 && st == UATTN_OK; k++) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, time_fields[k]);
+    if (!t) continue;
+    if (!cJSON_IsNumber(t) || !(t->valuedouble >= 0 && t->valuedouble < 1e15))
+      return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%s%s must be a number >= 0", where, time_fields[k]);
+    *(k ? &e->default_ms : &e->tuned_ms) = t->valuedouble;
+  }
+  return st;
+}
+
+/* The whole file as a NUL-terminated string (malloc), its length in *len. */
+static uattn_status read_text(reader *r, const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cannot open it: %s", strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "it is not a regular file");
+  }
+  if ((size_t)sb.st_size > TUNING_MAX_FILE_BYTES) {
+    fclose(f);
+    return refuse(r, UATTN_ERR_TOO_LARGE, "%lld bytes, over the limit of %zu", (long long)sb.st_size,
+                  TUNING_MAX_FILE_BYTES);
+  }
+  char *text = malloc((size_t)sb.st_size + 1);
+  if (!text) {
+    fclose(f);
+    return refuse(r, UATTN_ERR_NO_MEMORY, "out of memory reading it");
+  }
+  const size_t n = fread(text, 1, (size_t)sb.st_size, f);
+  const bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(text);
+    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cannot read it: %s", strerror(errno));
+  }
+  text[n] = '\0';
+  *out = text;
+  *len = n;
+  return UATTN_OK;
+}
+
+/* The checks that make a file stale on this machine. */
+static uattn_status check_host(reader *r, const cJSON *root, uattn_tuning_host *file_host) {
+  uattn_tuning_host here;
+  uattn_tuning_host_get(&here);
+  const char *version, *vendor, *model, *kernels;
+  uattn_status st = get_string(r, root, "uattn_version", "", &version);
+  if (st != UATTN_OK) return st;
+  const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
+  if (!cJSON_IsObject(cpu)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cpu must be an object, not %s", json_kind(cpu));
+  static const char *const cpu_keys[] = {"vendor", "model", "kernel_set"};
+  if ((st = check_keys(r, cpu, cpu_keys, 3, "cpu.")) != UATTN_OK || (st = get_string(r, cpu, "vendor", "cpu.", &vendor)) != UATTN_OK ||
+      (st = get_string(r, cpu, "model", "cpu.", &model)) != UATTN_OK ||
+      (st = get_string(r, cpu, "kernel_set", "cpu.", &kernels)) != UATTN_OK)
+    return st;
+  copy_normalized(file_host->uattn_version, sizeof file_host->uattn_version, version);
+  copy_normalized(file_host->cpu_vendor, sizeof file_host->cpu_vendor, vendor);
+  copy_normalized(file_host->cpu_model, sizeof file_host->cpu_model, model);
+  copy_normalized(file_host->kernel_set, sizeof file_host->kernel_set, kernels);
+  const char *redo = "re-run uattn-sweep here to make a fresh one";
+  if (strcmp(file_host->uattn_version, here.uattn_version))
+    return refuse(r, UATTN_ERR_INCONSISTENT, "stale: made by uattn %s, this is uattn %s; %s", file_host->uattn_version,
+                  here.uattn_version, redo);
+  if (strcmp(file_host->cpu_vendor, here.cpu_vendor) || strcmp(file_host->cpu_model, here.cpu_model))
+    return refuse(r, UATTN_ERR_INCONSISTENT, "stale: made on another CPU (%s \"%s\"), this is %s \"%s\"; %s",
+                  file_host->cpu_vendor, file_host->cpu_model, here.cpu_vendor, here.cpu_model, redo);
+  if (strcmp(file_host->kernel_set, here.kernel_set))
+    return refuse(r, UATTN_ERR_INCONSISTENT,
+                  "stale: made for the %s kernel set, this process runs %s (UATTN_ISA may force one); %s",
+                  file_host->kernel_set, here.kernel_set, redo);
+  return UATTN_OK;
+}
+
+/* Parses and checks the file into a new table (s->alloc), *out. The reason of a refusal goes to r. */
+static uattn_status parse_file(reader *r, uattn_tuning_state *s, const char *path, tuning_table **out) {
+  char *text = NULL;
+  size_t len = 0;
+  uattn_status st = read_text(r, path, &text, &len);
+  if (st != UATTN_OK) return st;
+  const size_t nul = strlen(text);
+  if (nul != len) {
+    free(text);
+    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "not JSON: a NUL byte at offset %zu", nul);
+  }
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, true);
+  if (!root) {
+    int line = 1, col = 1;
+    if (end && end >= text && end <= text + len)
+      for (const char *p = text; p < end; p++) {
+        if (*p == '\n') line++, col = 1;
+        else col++;
+      }
+    free(text);
+    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "malformed JSON at line %d, column %d", line, col);
+  }
+  free(text);
+
+  tuning_table *t = NULL;
+  uattn_tuning_host host;
+  memset(&host, 0, sizeof host);
+  const char *format;
+  int32_t version = 0;
+  static const char *const top_keys[] = {"format", "format_version", "uattn_version", "cpu", "date", "workload", "entries"};
+  const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries"), *date = cJSON_GetObjectItemCaseSensitive(root, "date");
+  if (!cJSON_IsObject(root)) {
+    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, "the top level must be a JSON object, not %s", json_kind(root));
+  } else if ((st = get_string(r, root, "format", "", &format)) != UATTN_OK) {
+  } else if (strcmp(format, TUNING_FORMAT_NAME)) {
+    st = refuse(r, UATTN_ERR_UNSUPPORTED, "format \"%s\" is not \"" TUNING_FORMAT_NAME "\"", format);
+  } else if ((st = get_int(r, root, "format_version", "", true, 0, INT32_MAX, &version)) != UATTN_OK) {
+  } else if (version != UATTN_TUNING_FORMAT_VERSION) {
+    st = refuse(r, UATTN_ERR_UNSUPPORTED, "format_version %d; this uattn reads version %d", version,
+                UATTN_TUNING_FORMAT_VERSION);
+  } else if ((st = check_keys(r, root, top_keys, 7, "")) != UATTN_OK || (st = check_host(r, root, &host)) != UATTN_OK) {
+  } else if (date && !cJSON_IsString(date)) {
+    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, "date must be a string, not %s", json_kind(date));
+  } else if (!cJSON_IsArray(entries)) {
+    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, entries ? "entries must be an array, not %s" : "entries is missing%s",
+                entries ? json_kind(entries) : "");
+  } else {
+    const int32_t n = cJSON_GetArraySize(entries);
+    const size_t bytes = sizeof *t + (size_t)n * sizeof(tuning_slot);
+    if (!(t = uattn_alloc_bytes(&s->alloc, bytes))) {
+      st = refuse(r, UATTN_ERR_NO_MEMORY, "out of memory for %d entries", n);
+    } else {
+      memset(t, 0, bytes);
+      t->bytes = bytes;
+      t->num_entries = n;
+      t->slots = (tuning_slot *)(t + 1);
+      t->host = host;
+      copy_text(t->file, sizeof t->file, path);
+      copy_text(t->date, sizeof t->date, date ? date->valuestring : "unknown");
+      const cJSON *workload = cJSON_GetObjectItemCaseSensitive(root, "workload");
+      char *w = workload ? cJSON_PrintUnformatted(workload) : NULL;
+      snprintf(t->workload, sizeof t->workload, "%.*s%s", TUNING_WORKLOAD_CHARS, w ? w : "unknown",
+               w && strlen(w) > TUNING_WORKLOAD_CHARS ? "..." : "");
+      cJSON_free(w);
+      int i = 0;
+      const cJSON *x;
+      cJSON_ArrayForEach(x, entries) {
+        if ((st = read_entry(r, x, i, &t->slots[i].entry)) != UATTN_OK) break;
+        i++;
+      }
+      uattn_tuning_entry *plain = st == UATTN_OK ? malloc(sizeof *plain * (size_t)(n ? n : 1)) : NULL;
+      if (st == UATTN_OK && !plain) st = refuse(r, UATTN_ERR_NO_MEMORY, "out of memory checking %d entries", n);
+      if (plain) {
+        for (int32_t k = 0; k < n; k++) plain[k] = t->slots[k].entry;
+        st = check_entries(plain, n, r->why, r->cap);
+        free(plain);
+      }
+    }
+  }
+  cJSON_Delete(root);
+  if (st != UATTN_OK) {
+    if (t) uattn_alloc_release(&s->alloc, t, t->bytes);
+    return st;
+  }
+  *out = t;
+  return UATTN_OK;
+}
+
+/* ---- the runtime's table ----------------------------------------------------------------------------- */
+
+static void clear_misses(uattn_tuning_state *s) {
+  for (int i = 0; i < MISS_SLOTS; i++) {
+    atomic_store_explicit(&s->miss_uses[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&s->miss_key[i], 0, memory_order_relaxed);
+  }
+}
+
+/* Publishes t (NULL = the defaults); the old table is retired, not freed. Under s->lock. */
+static void publish(uattn_tuning_state *s, tuning_table *t) {
+  tuning_table *old = atomic_exchange_explicit(&s->table, t, memory_order_acq_rel);
+  if (old) {
+    old->next_retired = s->retired;
+    s->retired = old;
+  }
+  clear_misses(s);
+}
+
+/* Loads path (NULL: back to the defaults) into s. Under s->lock. On a refusal sets s->message and the
+ * thread's error. */
+static uattn_status load_locked(uattn_tuning_state *s, const char *path, bool from_env) {
+  s->from_env = from_env;
+  if (!path) {
+    publish(s, NULL);
+    s->last_status = UATTN_OK;
+    s->message[0] = '\0';
+    return UATTN_OK;
+  }
+  char why[400];
+  reader r = {why, sizeof why};
+  tuning_table *t = NULL;
+  const uattn_status st = parse_file(&r, s, path, &t);
+  if (st == UATTN_OK) {
+    publish(s, t);
+    s->last_status = UATTN_OK;
+    s->message[0] = '\0';
+    return UATTN_OK;
+  }
+  const tuning_table *kept = atomic_load_explicit(&s->table, memory_order_acquire);
+  char keeps[560];
+  if (kept) snprintf(keeps, sizeof keeps, "the tuning from \"%s\" stays in use", kept->file);
+  else snprintf(keeps, sizeof keeps, "the library defaults stay in use");
+  s->last_status = st;
+  char message[1200];
+  snprintf(message, sizeof message, "tuning file \"%s\" refused: %s; %s", path, why, keeps);
+  copy_text(s->message, sizeof s->message, message);
+  return uattn_fail(st, "%s", s->message);
+}
+
+uattn_status uattn_tuning_runtime_init(uattn_runtime *rt) {
+  uattn_tuning_state *s = uattn_alloc_bytes(&rt->alloc, sizeof *s);
+  if (!s) return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory creating a runtime");
+  memset(s, 0, sizeof *s);
+  uattn_alloc_init(&s->alloc, &rt->alloc.hooks);
+  pthread_mutex_init(&s->lock, NULL);
+  atomic_init(&s->table, NULL);
+  rt->tuning = s;
+  const char *env = getenv("UATTN_TUNING_FILE");
+  if (env && *env) {
+    pthread_mutex_lock(&s->lock);
+    const uattn_status st = load_locked(s, env, true);
+    pthread_mutex_unlock(&s->lock);
+    if (st == UATTN_ERR_NO_MEMORY) return st;
+    uattn_clear_error(); /* a refused file does not fail creation: the report says why (uattn.h) */
+  }
+  return UATTN_OK;
+}
+
+void uattn_tuning_runtime_release(uattn_runtime *rt) {
+  uattn_tuning_state *s = rt ? rt->tuning : NULL;
+  if (!s) return;
+  publish(s, NULL);
+  for (tuning_table *t = s->retired, *next; t; t = next) {
+    next = t->next_retired;
+    uattn_alloc_release(&s->alloc, t, t->bytes);
+  }
+  pthread_mutex_destroy(&s->lock);
+  rt->tuning = NULL;
+  uattn_alloc_release(&rt->alloc, s, sizeof *s);
+}
+
+static uint64_t miss_key(int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
+  return (uint64_t)(uint32_t)block_size << 32 | (uint64_t)((uint32_t)head_dim & 0xFFFFFFu) << 8 |
+         (((uint32_t)dtype & 0x7Fu) | 0x80u);
+}
+
+static void count_miss(uattn_tuning_state *s, int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
+  const uint64_t key = miss_key(block_size, head_dim, dtype);
+  for (int i = 0; i < MISS_SLOTS; i++) {
+    uint64_t k = atomic_load_explicit(&s->miss_key[i], memory_order_acquire);
+    if (k == 0) {
+      uint64_t expected = 0;
+      if (atomic_compare_exchange_strong_explicit(&s->miss_key[i], &expected, key, memory_order_acq_rel,
+                                                  memory_order_acquire))
+        k = key;
+      else
+        k = expected;
+    }
+    if (k == key) {
+      atomic_fetch_add_explicit(&s->miss_uses[i], 1, memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+static tuning_slot *find_slot(const tuning_table *t, int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
+  for (int32_t i = 0; t && i < t->num_entries; i++)
+    if (same_bucket(&t->slots[i].entry, block_size, head_dim, dtype)) return &t->slots[i];
+  return NULL;
+}
+
+/* The slot for a bucket, counted as one use (or one use of the defaults). */
+static const uattn_tuning_entry *use_bucket(uattn_tuning_state *s, int32_t block_size, int32_t head_dim,
+                                            uattn_dtype dtype) {
+  tuning_slot *slot = find_slot(atomic_load_explicit(&s->table, memory_order_acquire), block_size, head_dim, dtype);
+  if (!slot) {
+    count_miss(s, block_size, head_dim, dtype);
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&slot->uses, 1, memory_order_relaxed);
+  return &slot->entry;
+}
+
+const uattn_tuning_entry *uattn_tuning_find(const uattn_runtime *rt, int32_t block_size, int32_t head_dim,
+                                            uattn_dtype cache_dtype) {
+  if (!rt || !rt->tuning) return NULL;
+  return use_bucket(rt->tuning, block_size, head_dim, cache_dtype);
+}
+
+/* ---- public calls on a runtime ------------------------------------------------------------------------ */
+
+#define CHECK_RUNTIME(rt)                                                                                    \
+  do {                                                                                                       \
+    UATTN_CHECK_PTR(rt, "rt");                                                                               \
+    if (!(rt)->tuning) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "rt is not a runtime in use");          \
+  } while (0)
+
+static uattn_status check_bucket(int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
+  if (block_size <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size %d must be > 0", block_size);
+  if (head_dim <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "head_dim %d must be > 0", head_dim);
+  if (!valid_dtype(dtype))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "cache_dtype %d is not a uattn_dtype", (int)dtype);
+  return UATTN_OK;
+}
+
+uattn_status uattn_runtime_load_tuning(uattn_runtime *rt, const char *path) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  if (path && !*path) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "path is empty (NULL drops the tuning)");
+  pthread_mutex_lock(&rt->tuning->lock);
+  const uattn_status st = load_locked(rt->tuning, path, false);
+  pthread_mutex_unlock(&rt->tuning->lock);
+  return st;
+}
+
+uattn_status uattn_runtime_tuning_info(const uattn_runtime *rt, uattn_tuning_info *out) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  UATTN_CHECK_PTR(out, "out");
+  uattn_tuning_state *s = rt->tuning;
+  uattn_tuning_info info;
+  memset(&info, 0, sizeof info);
+  pthread_mutex_lock(&s->lock);
+  const tuning_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+  info.loaded = t != NULL;
+  info.from_env = s->from_env;
+  info.num_entries = t ? t->num_entries : 0;
+  copy_text(info.file, sizeof info.file, t ? t->file : "");
+  info.last_status = s->last_status;
+  copy_text(info.message, sizeof info.message, s->message);
+  pthread_mutex_unlock(&s->lock);
+  *out = info;
+  return UATTN_OK;
+}
+
+static void report_value(strbuf *b, int32_t v) {
+  if (v) sb_printf(b, " %10d", v);
+  else sb_printf(b, " %10s", "default");
+}
+
+static void build_report(uattn_tuning_state *s, strbuf *b) {
+  const tuning_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+  if (t) {
+    sb_printf(b, "uattn tuning: %d entr%s from \"%s\"%s\n", t->num_entries, t->num_entries == 1 ? "y" : "ies",
+              t->file, s->from_env && s->last_status == UATTN_OK ? " ($UATTN_TUNING_FILE)" : "");
+    sb_printf(b, "  tuned %s with uattn %s on %s \"%s\", kernel set %s\n", t->date, t->host.uattn_version,
+              t->host.cpu_vendor, t->host.cpu_model, t->host.kernel_set);
+    sb_printf(b, "  workload: %s\n", t->workload);
+    sb_printf(b, "  %-30s %10s %10s %10s %10s %10s %10s\n", "bucket", "chunk", "query_tile", "split_min", "split_keys",
+              "threads", "uses");
+    for (int32_t i = 0; i < t->num_entries; i++) {
+      const uattn_tuning_entry *e = &t->slots[i].entry;
+      char bucket[64];
+      snprintf(bucket, sizeof bucket, "block %d, head_dim %d, %s", e->block_size, e->head_dim, dtype_name(e->cache_dtype));
+      sb_printf(b, "  %-30s", bucket);
+      report_value(b, e->chunk_size);
+      report_value(b, e->query_tile);
+      report_value(b, e->split_min_keys);
+      report_value(b, e->split_keys);
+      report_value(b, e->num_threads);
+      sb_printf(b, " %10lld\n", (long long)atomic_load_explicit(&t->slots[i].uses, memory_order_relaxed));
+    }
+  } else {
+    sb_printf(b, "uattn tuning: the library defaults (no tuning file in use%s)\n",
+              s->last_status == UATTN_OK ? "; set UATTN_TUNING_FILE or call uattn_runtime_load_tuning" : "");
+  }
+  if (s->last_status != UATTN_OK)
+    sb_printf(b, "  the last file%s was refused (%s): %s\n", s->from_env ? " (from $UATTN_TUNING_FILE)" : "",
+              uattn_status_name(s->last_status), s->message);
+  bool header = false;
+  for (int i = 0; i < MISS_SLOTS; i++) {
+    const uint64_t k = atomic_load_explicit(&s->miss_key[i], memory_order_acquire);
+    const long long uses = (long long)atomic_load_explicit(&s->miss_uses[i], memory_order_relaxed);
+    if (!k || !uses) continue;
+    if (!header) sb_printf(b, "  buckets that ran on the defaults (no entry):\n");
+    header = true;
+    sb_printf(b, "    block %u, head_dim %u, %s: %lld use%s\n", (unsigned)(k >> 32), (unsigned)((k >> 8) & 0xFFFFFFu),
+              dtype_name((uattn_dtype)(k & 0x7Fu)), uses, uses == 1 ? "" : "s");
+  }
+}
+
+uattn_status uattn_runtime_tuning_report(const uattn_runtime *rt, char *buf, size_t cap, size_t *length) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  UATTN_CHECK_PTR(length, "length");
+  if (!buf && cap) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "buf is NULL but cap is %zu", cap);
+  strbuf b = {0};
+  pthread_mutex_lock(&rt->tuning->lock);
+  build_report(rt->tuning, &b);
+  pthread_mutex_unlock(&rt->tuning->lock);
+  if (b.failed) {
+    free(b.data);
+    return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory writing the tuning report");
+  }
+  uattn_status st = UATTN_OK;
+  if (buf && cap <= b.len) {
+    st = uattn_fail(UATTN_ERR_CAPACITY, "the tuning report needs %zu bytes (NUL included), cap is %zu", b.len + 1, cap);
+  } else {
+    if (buf) memcpy(buf, b.data, b.len + 1);
+    *length = b.len;
+  }
+  free(b.data);
+  return st;
+}
+
+uattn_status uattn_runtime_tuning_lookup(const uattn_runtime *rt, int32_t block_size, int32_t head_dim,
+                                         uattn_dtype cache_dtype, uattn_tuning_entry *out, bool *found) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  UATTN_CHECK_PTR(out, "out");
+  uattn_status st = check_bucket(block_size, head_dim, cache_dtype);
+  if (st != UATTN_OK) return st;
+  const tuning_slot *slot =
+      find_slot(atomic_load_explicit(&rt->tuning->table, memory_order_acquire), block_size, head_dim, cache_dtype);
+  if (slot) {
+    *out = slot->entry;
+  } else {
+    memset(out, 0, sizeof *out);
+    out->block_size = block_size;
+    out->head_dim = head_dim;
+    out->cache_dtype = cache_dtype;
+  }
+  if (found) *found = slot != NULL;
+  return UATTN_OK;
+}
+
+uattn_status uattn_runtime_tuned_plan_config(const uattn_runtime *rt, int32_t head_dim, uattn_dtype cache_dtype,
+                                             uattn_plan_config *config) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  UATTN_CHECK_PTR(config, "config");
+  uattn_status st = check_bucket(config->block_size, head_dim, cache_dtype);
+  if (st != UATTN_OK) return st;
+  const uattn_tuning_entry *e = use_bucket(rt->tuning, config->block_size, head_dim, cache_dtype);
+  if (!e) return UATTN_OK;
+  const uattn_plan_config d = uattn_plan_config_default(1, 1, 1, 1, 1);
+  if (e->split_min_keys && (config->split_min_keys == 0 || config->split_min_keys == d.split_min_keys))
+    config->split_min_keys = e->split_min_keys;
+  if (e->split_keys && (config->split_keys == 0 || config->split_keys == d.split_keys))
+    config->split_keys = e->split_keys;
+  return UATTN_OK;
+}
+
+uattn_status uattn_runtime_tuned_layer(const uattn_runtime *rt, int32_t block_size, uattn_layer *layer) {
+  uattn_clear_error();
+  CHECK_RUNTIME(rt);
+  UATTN_CHECK_PTR(layer, "layer");
+  uattn_status st = check_bucket(block_size, layer->head_dim, layer->cache_dtype);
+  if (st != UATTN_OK) return st;
+  const uattn_tuning_entry *e = use_bucket(rt->tuning, block_size, layer->head_dim, layer->cache_dtype);
+  if (!e) return UATTN_OK;
+  if (layer->causal_width == 0) layer->causal_width = e->query_tile;
+  if (layer->chunk_size == 0) layer->chunk_size = e->chunk_size;
+  return UATTN_OK;
+}
+
+/* ---- writing a file ----------------------------------------------------------------------------------- */
+
+static cJSON *entry_json(const uattn_tuning_entry *e) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  bool ok = cJSON_AddNumberToObject(o, "block_size", e->block_size) && cJSON_AddNumberToObject(o, "head_dim", e->head_dim) &&
+            cJSON_AddStringToObject(o, "cache_dtype", dtype_name(e->cache_dtype));
+  for (int k = 2; k < NUM_INT_FIELDS && ok; k++)
+    ok = cJSON_AddNumberToObject(o, int_fields[k].key, field_value(e, &int_fields[k])) != NULL;
+  const double times[2] = {e->tuned_ms, e->default_ms};
+  for (int k = 0; k < 2 && ok; k++)
+    if (times[k] > 0) ok = cJSON_AddNumberToObject(o, time_fields[k], round(times[k] * 1e3) / 1e3) != NULL;
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* The whole document, or NULL (out of memory). */
+static cJSON *file_json(const uattn_tuning_host *h, const char *date, cJSON *workload, const uattn_tuning_entry *entries,
+                        int32_t n) {
+  cJSON *root = cJSON_CreateObject(), *cpu = cJSON_CreateObject(), *list = cJSON_CreateArray();
+  bool ok = root && cpu && list && cJSON_AddStringToObject(root, "format", TUNING_FORMAT_NAME) &&
+            cJSON_AddNumberToObject(root, "format_version", UATTN_TUNING_FORMAT_VERSION) &&
+            cJSON_AddStringToObject(root, "uattn_version", h->uattn_version) &&
+            cJSON_AddStringToObject(cpu, "vendor", h->cpu_vendor) && cJSON_AddStringToObject(cpu, "model", h->cpu_model) &&
+            cJSON_AddStringToObject(cpu, "kernel_set", h->kernel_set);
+  if (ok) {
+    cJSON_AddItemToObject(root, "cpu", cpu);
+    cpu = NULL;
+    ok = cJSON_AddStringToObject(root, "date", date) != NULL;
+  }
+  if (ok) {
+    cJSON_AddItemToObject(root, "workload", workload);
+    workload = NULL;
+    for (int32_t i = 0; i < n && ok; i++) {
+      cJSON *e = entry_json(&entries[i]);
+      ok = e != NULL;
+      if (e) cJSON_AddItemToArray(list, e);
+    }
+  }
+  if (ok) {
+    cJSON_AddItemToObject(root, "entries", list);
+    list = NULL;
+  }
+  cJSON_Delete(cpu);
+  cJSON_Delete(list);
+  cJSON_Delete(workload);
+  if (!ok) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}
+
+uattn_status uattn_tuning_write(const char *path, const uattn_tuning_entry *entries, int32_t num_entries,
+                                const char *workload_json, const char *date) {
+  uattn_clear_error();
+  UATTN_CHECK_PTR(path, "path");
+  if (!*path) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "path is empty");
+  if (num_entries < 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_entries %d must be >= 0", num_entries);
+  if (num_entries > 0) UATTN_CHECK_PTR(entries, "entries");
+  char why[400];
+  uattn_status st = check_entries(entries, num_entries, why, sizeof why);
+  if (st != UATTN_OK) return uattn_fail(st, "tuning file \"%s\" not written: %s", path, why);
+  cJSON *workload = cJSON_Parse(workload_json ? workload_json : "{}");
+  if (!workload) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tuning file \"%s\" not written: workload_json is not JSON", path);
+
+  uattn_tuning_host host;
+  uattn_tuning_host_get(&host);
+  char now[32];
+  if (!date) {
+    const time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    date = now;
+  }
+  cJSON *root = file_json(&host, date, workload, entries, num_entries);
+  char *text = root ? cJSON_Print(root) : NULL;
+  cJSON_Delete(root);
+  if (!text) return uattn_fail(UATTN_ERR_NO_MEMORY, "tuning file \"%s\" not written: out of memory", path);
+
+  /* write beside it, then rename over it */
+  const size_t tmp_len = strlen(path) + 32;
+  char *tmp = malloc(tmp_len);
+  if (!tmp) {
+    cJSON_free(text);
+    return uattn_fail(UATTN_ERR_NO_MEMORY, "tuning file \"%s\" not written: out of memory", path);
+  }
+  snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  int err = f ? 0 : errno;
+  if (f) {
+    const size_t len = strlen(text);
+    if (fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF) err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) err = errno;
+    if (err) remove(tmp);
+  }
+  cJSON_free(text);
+  free(tmp);
+  if (err) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tuning file \"%s\" not written: %s", path, strerror(err));
+  return UATTN_OK;
+}

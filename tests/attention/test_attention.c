@@ -1,0 +1,231 @@
+/* uattn_forward against the dense double-precision oracle: every kind of batch, block sizes 16-256, head
+ * dims 64-256, GQA 1-8 and MQA, three dtypes, both layouts, soft cap, sliding window, sinks, ALiBi,
+ * encoder and cross attention, the empty batch and a row with no key. Tolerances: attention_case.c. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/attention_case.h"
+
+static void run_case(const attention_case *c) {
+  attention_run run;
+  attention_run_build(&run, c);
+  attention_run_check(&run);
+  attention_run_free(&run);
+}
+
+#define F32 UATTN_F32
+#define BF16 UATTN_BF16
+#define F16 UATTN_F16
+#define NHD UATTN_LAYOUT_NHD
+#define HND UATTN_LAYOUT_HND
+#define DEC UATTN_ATTENTION_DECODER
+
+/* name, kind, bs, Hq, Hkv, D, dtype, cache dtype, layout, type, soft cap, window, sinks, alibi, chunk, width, seed */
+static const attention_case kinds[] = {
+    {"pure decode", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 1},
+    {"pure prefill", BATCH_PREFILL, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 2},
+    {"prefix prefill", BATCH_PREFIX_PREFILL, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 3},
+    {"chunked prefill, long context", BATCH_CHUNKED_LONG, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 4},
+    {"mixed batch", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 5},
+    {"spec decode", BATCH_SPEC_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 6},
+    {"shared prefix", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 7},
+    {"empty batch", BATCH_EMPTY, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 8},
+    {"mixed, small causal slices", BATCH_MIXED, 16, 4, 4, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 7, 9},
+};
+
+Test(attention, every_kind_of_batch, .timeout = 300) {
+  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) run_case(&kinds[i]);
+}
+
+static const attention_case shapes[] = {
+    {"block 32, D 80", BATCH_MIXED, 32, 8, 8, 80, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 11},
+    {"block 64, D 96, MQA", BATCH_MIXED, 64, 8, 1, 96, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 12},
+    {"block 128, D 128, GQA 4", BATCH_SHARED_PREFIX, 128, 8, 2, 128, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 13},
+    {"block 256, D 192, GQA 8", BATCH_SPEC_DECODE, 256, 8, 1, 192, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 14},
+    {"block 16, D 256, GQA 2", BATCH_CHUNKED_LONG, 16, 4, 2, 256, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 15},
+    {"block 16, HND, GQA 1", BATCH_MIXED, 16, 4, 4, 64, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 16},
+};
+
+Test(attention, block_sizes_head_dims_gqa_and_layouts, .timeout = 300) {
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) run_case(&shapes[i]);
+}
+
+static const attention_case dtypes[] = {
+    {"bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 21},
+    {"f16", BATCH_MIXED, 16, 8, 2, 64, F16, F16, HND, DEC, 0, 0, 0, 0, 0, 0, 22},
+    {"f32 in, bf16 cache", BATCH_SPEC_DECODE, 16, 8, 2, 64, F32, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 23},
+    {"bf16 in, f32 cache", BATCH_SHARED_PREFIX, 16, 8, 2, 64, BF16, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 24},
+    {"f16 in, bf16 cache", BATCH_MIXED, 32, 8, 4, 128, F16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 25},
+};
+
+Test(attention, dtypes, .timeout = 300) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++) run_case(&dtypes[i]);
+}
+
+static const attention_case features[] = {
+    {"soft cap", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, DEC, 5.0f, 0, 0, 0, 0, 0, 31},
+    {"sliding window", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 37, 0, 0, 0, 0, 32},
+    {"sliding window, long context", BATCH_CHUNKED_LONG, 16, 8, 2, 64, F32, F32, HND, DEC, 0, 100, 0, 0, 0, 0, 33},
+    {"sinks", BATCH_SPEC_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 1, 0, 0, 0, 34},
+    {"alibi", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 1, 0, 0, 35},
+    {"everything at once, bf16", BATCH_SHARED_PREFIX, 32, 8, 2, 64, BF16, BF16, HND, DEC, 30.0f, 50, 1, 1, 2, 0, 36},
+    {"encoder (bidirectional)", BATCH_PREFIX_PREFILL, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_ONLY, 0, 0, 0, 0, 0, 0, 37},
+    {"encoder, mixed chunks", BATCH_MIXED, 16, 8, 2, 64, F32, F32, HND, UATTN_ATTENTION_ENCODER, 0, 0, 1, 1, 0, 0, 38},
+    {"cross attention, a row with no key", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 0, 0, 0, 0, 39},
+    {"cross attention, sinks", BATCH_DECODE, 32, 8, 2, 64, F16, F16, HND, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 1, 0, 0, 0, 40},
+};
+
+Test(attention, features, .timeout = 300) {
+  for (size_t i = 0; i < sizeof features / sizeof *features; i++) run_case(&features[i]);
+}
+
+/* PR 784: the shared part chunk_size blocks at a time with an online merge equals the whole shared part. */
+Test(attention, chunked_and_whole_shared_agree, .timeout = 300) {
+  const int32_t chunks[] = {1, 2, 3, 7, 64};
+  for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+    attention_case c = {"chunked shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, chunks[i], 0, 50};
+    run_case(&c);
+  }
+}
+
+/* The work is split into units that each write their own rows, so the answer must not depend on how many
+ * threads run them: bitwise, outputs, lse and caches. */
+Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
+  const attention_case cases[] = {
+      {"threads: mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 3, 0, 61},
+      {"threads: shared prefix", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 0, 0, 1, 0, 0, 62},
+      {"threads: long chunk", BATCH_CHUNKED_LONG, 16, 4, 4, 64, F16, F16, NHD, DEC, 0, 0, 0, 0, 0, 32, 63},
+  };
+  const int32_t threads[] = {1, 2, 3, 4};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    uattn_tensors ref = attention_run_forward(&run, NULL);
+    for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+      uattn_runtime_config cfg = uattn_runtime_config_default();
+      cfg.num_threads = threads[k];
+      uattn_runtime *rt;
+      cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
+      uattn_tensors t = attention_run_forward(&run, rt);
+      cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
+                   threads[k]);
+      cr_assert_eq(memcmp(t.lse, ref.lse, sizeof(float) * (size_t)run.info.num_tokens * cases[i].num_q_heads), 0,
+                   "%s: %d threads change the lse", cases[i].name, threads[k]);
+      cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run.cache_bytes), 0);
+      cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run.cache_bytes), 0);
+      attention_tensors_free(&t);
+      uattn_runtime_destroy(rt);
+    }
+    attention_tensors_free(&ref);
+    attention_run_free(&run);
+  }
+}
+
+/* Split-K: long decodes computed as key ranges and merged in split order. Small thresholds here so that
+ * the test batches split often, including ranges that hold no block and verification rows. */
+Test(attention, split_k_decodes, .timeout = 300) {
+  const attention_case cases[] = {
+      {"split-K decodes", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 71, 64, 48},
+      {"split-K spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 0, 0, 72, 100, 200},
+      {"split-K shared prefix, chunked", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 40, 0, 1, 2, 0, 73, 128, 96},
+      {"split-K mixed, window", BATCH_MIXED, 16, 4, 4, 64, F16, F16, NHD, DEC, 3.0f, 90, 0, 0, 0, 5, 74, 32, 32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    attention_run_check(&run);
+    /* and the split answer is the same on any number of threads */
+    uattn_tensors ref = attention_run_forward(&run, NULL);
+    for (int32_t threads = 2; threads <= 3; threads++) {
+      uattn_runtime_config cfg = uattn_runtime_config_default();
+      cfg.num_threads = threads;
+      uattn_runtime *rt;
+      cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
+      uattn_tensors t = attention_run_forward(&run, rt);
+      cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
+                   threads);
+      attention_tensors_free(&t);
+      uattn_runtime_destroy(rt);
+    }
+    attention_tensors_free(&ref);
+    attention_run_free(&run);
+  }
+}
+
+/* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */
+
+/* max |out - oracle| of one forward of the run on the calling thread, and in *scale max |oracle|. */
+static double error_against_oracle(attention_run *run, double *scale_out) {
+  const attention_case *c = &run->c;
+  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
+  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
+  int32_t effective[RB_MAX_REQS]; /* as attention_run_check counts them */
+  for (int32_t r = 0; r < run->batch.num_reqs; r++) {
+    const int32_t b0 = run->batch.draft_offsets[r], b1 = run->batch.draft_offsets[r + 1];
+    int32_t real = 0;
+    for (int32_t k = b0; k < b1; k++) real += run->batch.draft_tokens[k] != -1;
+    effective[r] = (run->batch.has_drafts && b1 > b0) ? real + 1 : run->batch.num_scheduled[r];
+  }
+  const oracle_step s = {.num_reqs = run->batch.num_reqs, .block_size = c->block_size,
+                         .num_computed = run->batch.num_computed, .num_scheduled = effective,
+                         .num_prompt = run->batch.num_prompt, .block_table = run->batch.block_table,
+                         .block_table_stride = run->batch.stride};
+  double *out = malloc(sizeof(double) * (n + 1));
+  double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
+  cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  cr_assert_eq(oracle_attention(&s, &run->layer, &ref, out, lse), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(out[i]));
+  for (size_t i = 0; i < n; i++) err = fmax(err, fabs(oracle_load(t.out, c->dtype, i) - out[i]));
+  free(out), free(lse);
+  attention_tensors_free(&t), attention_tensors_free(&ref);
+  *scale_out = scale;
+  return err;
+}
+
+/* bf16 models on the avx512bf16 level (UATTN_ISA forces it; a CPU without AVX512-BF16 runs its best set
+ * instead, and the line printed names it), P in bf16 (the default) and in fp32, every kind of batch and
+ * every score rule, against the dense fp64 oracle. P in fp32: attention_case.c's bf16 tolerance (4e-3 of
+ * the largest output). P in bf16: each weight p_j rounded by up to 2^-9 p_j moves an output by up to 2^-9
+ * sum_j p_j |v_j| / l <= 2^-9 max |v| (the values are in [-1, 1]), which is not proportional to the output:
+ * over long contexts outputs average out to a few hundredths (chunked, long: max |out| 0.07) while that
+ * term stays; so the bound is 4e-3 max |out| + 2^-9. Each error is printed beside the avx512 level's. */
+Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
+  static const attention_case cases[] = {
+      {"bf16 decode", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 81},
+      {"bf16 prefill", BATCH_PREFILL, 16, 8, 2, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 82},
+      {"bf16 prefix prefill", BATCH_PREFIX_PREFILL, 128, 8, 2, 128, BF16, BF16, HND, DEC, 0, 0, 0, 0, 0, 0, 83},
+      {"bf16 chunked, long", BATCH_CHUNKED_LONG, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 84},
+      {"bf16 mixed", BATCH_MIXED, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 85},
+      {"bf16 spec decode", BATCH_SPEC_DECODE, 16, 8, 2, 128, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 86},
+      {"bf16 shared prefix, chunked", BATCH_SHARED_PREFIX, 16, 8, 2, 80, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 2, 0, 87},
+      {"bf16 everything at once", BATCH_MIXED, 32, 8, 2, 64, BF16, BF16, HND, DEC, 30.0f, 50, 1, 1, 2, 0, 88},
+  };
+  const char *forced = getenv("UATTN_ISA");
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    double err[3], scale; /* avx512bf16 with P in bf16, in fp32; the avx512 level */
+    const char *level = NULL;
+    for (int k = 0; k < 3; k++) {
+      setenv("UATTN_ISA", k < 2 ? "avx512bf16" : "avx512", 1);
+      if (k == 0) level = uattn_kernel_set(NULL);
+      run.layer.probs_fp32 = k == 1;
+      if (k > 0) attention_run_check(&run);
+      err[k] = error_against_oracle(&run, &scale);
+      const double bound = attention_tolerance(BF16, BF16) * scale + (k == 0 ? 0x1p-9 : 0.0);
+      cr_assert(err[k] <= bound, "%s (%s, P %s): max error %.3g exceeds %.3g (max |out| %.3g)", cases[i].name,
+                uattn_kernel_set(NULL), k == 1 ? "fp32" : "bf16", err[k], bound, scale);
+      err[k] /= scale;
+    }
+    run.layer.probs_fp32 = false;
+    fprintf(stderr, "%-28s error / max|out| against fp64: %s P bf16 %.3g, P fp32 %.3g; avx512 level %.3g\n",
+            cases[i].name, level, err[0], err[1], err[2]);
+    attention_run_free(&run);
+  }
+  if (forced) setenv("UATTN_ISA", forced, 1);
+  else unsetenv("UATTN_ISA");
+}

@@ -1,0 +1,153 @@
+/* Bad input to uattn_forward and the merges: each gets its status and a message, and nothing is written to
+ * the caches or the outputs. Also merge_states and merge_partials against hand-worked values. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "common/attention_case.h"
+
+static attention_run run;
+static uattn_tensors t;
+static void *k_before, *v_before, *out_before;
+
+static void setup(void) {
+  const attention_case c = {"errors", BATCH_MIXED, 16, 8, 2, 64, UATTN_F32, UATTN_F32, UATTN_LAYOUT_NHD,
+                            UATTN_ATTENTION_DECODER, 0, 0, 0, 0, 0, 0, 99};
+  attention_run_build(&run, &c);
+  t = attention_tensors(&run);
+  memset(t.out, 0x7b, run.out_bytes);
+  k_before = malloc(run.cache_bytes);
+  v_before = malloc(run.cache_bytes);
+  out_before = malloc(run.out_bytes);
+  memcpy(k_before, t.key_cache, run.cache_bytes);
+  memcpy(v_before, t.value_cache, run.cache_bytes);
+  memcpy(out_before, t.out, run.out_bytes);
+}
+
+static void teardown(void) {
+  attention_tensors_free(&t);
+  attention_run_free(&run);
+  free(k_before);
+  free(v_before);
+  free(out_before);
+}
+
+static void expect_refused(const uattn_layer *L, const uattn_tensors *x, uattn_status want, const char *needle) {
+  uattn_status st = uattn_forward(run.plan, L, x, NULL);
+  cr_assert_eq(st, want, "got %s (%s), want %s", uattn_status_name(st), uattn_last_error(), uattn_status_name(want));
+  cr_assert_not_null(strstr(uattn_last_error(), needle), "message '%s' lacks '%s'", uattn_last_error(), needle);
+  cr_assert_eq(memcmp(t.key_cache, k_before, run.cache_bytes), 0, "the key cache was written");
+  cr_assert_eq(memcmp(t.value_cache, v_before, run.cache_bytes), 0, "the value cache was written");
+  cr_assert_eq(memcmp(t.out, out_before, run.out_bytes), 0, "the output was written");
+}
+
+TestSuite(attention_errors, .init = setup, .fini = teardown);
+
+Test(attention_errors, null_pointers) {
+  cr_assert_eq(uattn_forward(NULL, &run.layer, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(uattn_forward(run.plan, NULL, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(uattn_forward(run.plan, &run.layer, NULL, NULL), UATTN_ERR_INVALID_ARGUMENT);
+  const char *names[] = {"tensors.q", "tensors.k", "tensors.v", "tensors.key_cache", "tensors.value_cache", "tensors.out"};
+  for (int i = 0; i < 6; i++) {
+    uattn_tensors x = t;
+    const void **slots[] = {&x.q, &x.k, &x.v, (const void **)&x.key_cache, (const void **)&x.value_cache,
+                            (const void **)&x.out};
+    *slots[i] = NULL;
+    expect_refused(&run.layer, &x, UATTN_ERR_INVALID_ARGUMENT, names[i]);
+  }
+}
+
+Test(attention_errors, layer) {
+  uattn_layer L = run.layer;
+  L.num_kv_heads = 3;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "multiple of num_kv_heads");
+  L = run.layer, L.head_dim = 0;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "head_dim");
+  L = run.layer, L.num_q_heads = -8;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "num_q_heads");
+  L = run.layer, L.dtype = (uattn_dtype)7;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "dtype");
+  L = run.layer, L.kv_layout = (uattn_kv_layout)2;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "kv_layout");
+  L = run.layer, L.soft_cap = -1.0f;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "soft_cap");
+  L = run.layer, L.scale = NAN;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "scale");
+  L = run.layer, L.sliding_window = -4;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "sliding_window");
+  L = run.layer, L.attn_type = UATTN_ATTENTION_ENCODER_ONLY, L.sliding_window = 8;
+  expect_refused(&L, &t, UATTN_ERR_UNSUPPORTED, "decoder attention only");
+  L = run.layer, L.attn_type = (uattn_attention_type)9;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "attn_type");
+}
+
+Test(attention_errors, a_plan_for_another_block_size) {
+  uattn_tensors x = t;
+  x.block_size = 32;
+  expect_refused(&run.layer, &x, UATTN_ERR_INCONSISTENT, "block size 16");
+}
+
+Test(attention_errors, a_cache_too_small_for_a_slot) {
+  uattn_tensors x = t;
+  x.num_blocks = 2;
+  expect_refused(&run.layer, &x, UATTN_ERR_OUT_OF_RANGE, "too small");
+  x.num_blocks = 0;
+  expect_refused(&run.layer, &x, UATTN_ERR_INVALID_ARGUMENT, "num_blocks");
+}
+
+Test(attention_errors, cross_attention_inputs) {
+  uattn_layer L = run.layer;
+  L.attn_type = UATTN_ATTENTION_ENCODER_DECODER;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "tensors.cross");
+  int32_t lens[RB_MAX_REQS] = {0}, table[RB_MAX_REQS * 4];
+  for (int i = 0; i < RB_MAX_REQS * 4; i++) table[i] = 0;
+  uattn_cross cross = {lens, table, 4};
+  uattn_tensors x = t;
+  x.cross = &cross;
+  lens[1] = -1;
+  expect_refused(&L, &x, UATTN_ERR_INVALID_ARGUMENT, "encoder_lens[1]");
+  lens[1] = 100; /* 7 blocks of 16, the row holds 4 */
+  expect_refused(&L, &x, UATTN_ERR_OUT_OF_RANGE, "past its block-table row");
+  lens[1] = 20, table[1 * 4 + 1] = run.num_blocks;
+  expect_refused(&L, &x, UATTN_ERR_OUT_OF_RANGE, "cross block table");
+  L.alibi_slopes = run.slopes, table[1 * 4 + 1] = 0;
+  expect_refused(&L, &x, UATTN_ERR_UNSUPPORTED, "ALiBi");
+}
+
+/* ---- merges ------------------------------------------------------------------------------------------ */
+
+/* Two disjoint key sets {s=0: v=1} and {s=ln 3: v=5}: together out = (1*1 + 3*5) / 4 = 4, lse = ln 4. */
+Test(merge, merge_states_by_hand) {
+  const float o1[1] = {1.0f}, o2[1] = {5.0f}, l1[1] = {0.0f}, l2[1] = {logf(3.0f)};
+  const float *outs[] = {o1, o2}, *lses[] = {l1, l2};
+  float out[1], lse[1];
+  cr_assert_eq(uattn_merge_states(2, outs, lses, 1, 1, 1, out, lse), UATTN_OK);
+  cr_assert_float_eq(out[0], 4.0f, 1e-6);
+  cr_assert_float_eq(lse[0], logf(4.0f), 1e-6);
+  /* a part with no key (lse -inf) changes nothing; all parts empty gives zeros and -inf */
+  const float empty_o[1] = {123.0f}, empty_l[1] = {-INFINITY};
+  const float *outs3[] = {o1, empty_o}, *lses3[] = {l1, empty_l};
+  cr_assert_eq(uattn_merge_states(2, outs3, lses3, 1, 1, 1, out, lse), UATTN_OK);
+  cr_assert_float_eq(out[0], 1.0f, 1e-6);
+  const float *outs4[] = {empty_o}, *lses4[] = {empty_l};
+  cr_assert_eq(uattn_merge_states(1, outs4, lses4, 1, 1, 1, out, lse), UATTN_OK);
+  cr_assert_eq(out[0], 0.0f);
+  cr_assert(isinf(lse[0]) && lse[0] < 0);
+  cr_assert_eq(uattn_merge_states(0, outs, lses, 1, 1, 1, out, lse), UATTN_ERR_INVALID_ARGUMENT);
+  const float *bad[] = {o1, NULL};
+  cr_assert_eq(uattn_merge_states(2, bad, lses, 1, 1, 1, out, lse), UATTN_ERR_INVALID_ARGUMENT);
+}
+
+/* The seed's triplets for the same two key sets: (o=1*e^0, m=0, l=1) and (o=5*e^0, m=ln 3, l=1). */
+Test(merge, merge_partials_by_hand) {
+  const float o1[1] = {1.0f}, o2[1] = {5.0f}, m1[1] = {0.0f}, m2[1] = {logf(3.0f)}, s1[1] = {1.0f}, s2[1] = {1.0f};
+  const float *outs[] = {o1, o2}, *maxes[] = {m1, m2}, *sums[] = {s1, s2};
+  float out[1];
+  cr_assert_eq(uattn_merge_partials(2, outs, maxes, sums, 1, 1, 1, out), UATTN_OK, "%s", uattn_last_error());
+  cr_assert_float_eq(out[0], 4.0f, 1e-6);
+  /* an empty part in the seed's form: max -inf (floored to fmin), sum 0 */
+  const float mi[1] = {-INFINITY}, s0[1] = {0.0f}, o0[1] = {0.0f};
+  const float *outs2[] = {o0}, *maxes2[] = {mi}, *sums2[] = {s0};
+  cr_assert_eq(uattn_merge_partials(1, outs2, maxes2, sums2, 1, 1, 1, out), UATTN_OK);
+  cr_assert_eq(out[0], 0.0f, "an empty row is zeros, not NaN");
+}

@@ -1,0 +1,69 @@
+/* Building attention test cases: a batch of a given kind, random tensors, a plan, and the comparison of
+ * uattn_forward with the dense double-precision oracle (tests/ref/dense_oracle.h). Shared by the attention
+ * suites. */
+#ifndef UATTN_TEST_ATTENTION_CASE_H
+#define UATTN_TEST_ATTENTION_CASE_H
+
+#include "common/random_batch.h"
+#include "ref/dense_oracle.h"
+#include "common/support.h"
+
+typedef enum batch_kind {
+  BATCH_DECODE,         /* one token per request over a cached context */
+  BATCH_PREFILL,        /* whole prompts, nothing cached */
+  BATCH_PREFIX_PREFILL, /* prompts after a prefix-cache hit */
+  BATCH_CHUNKED_LONG,   /* one prompt chunk over a long cached context */
+  BATCH_MIXED,          /* prompts, chunks and decodes together */
+  BATCH_SPEC_DECODE,    /* verification of 1..7 drafts, with -1 placeholders */
+  BATCH_SHARED_PREFIX,  /* many requests on one cached prefix, prompts and decodes */
+  BATCH_EMPTY,          /* no request */
+} batch_kind;
+
+typedef struct attention_case {
+  const char *name;
+  batch_kind kind;
+  int32_t block_size, num_q_heads, num_kv_heads, head_dim;
+  uattn_dtype dtype, cache_dtype;
+  uattn_kv_layout layout;
+  uattn_attention_type attn_type;
+  float soft_cap;
+  int32_t sliding_window;
+  bool sinks, alibi;
+  int32_t chunk_size, causal_width;
+  uint64_t seed;
+  int32_t split_min_keys, split_keys; /* plan tunables; 0 = defaults */
+} attention_case;
+
+/* Everything one case builds; kept so a test can run uattn_forward again with other settings. */
+typedef struct attention_run {
+  attention_case c;
+  rb_batch batch;
+  uattn_plan *plan;
+  uattn_plan_info info;
+  uattn_layer layer;
+  int32_t num_blocks;
+  size_t cache_bytes, q_bytes, kv_bytes, out_bytes;
+  void *q, *k, *v, *key_cache0, *value_cache0; /* caches before the step */
+  float sinks[64], slopes[64];
+  int32_t encoder_lens[RB_MAX_REQS], cross_table[RB_MAX_REQS * 64];
+  uattn_cross cross;
+} attention_run;
+
+/* Builds the batch, the plan and random inputs. */
+void attention_run_build(attention_run *run, const attention_case *c);
+void attention_run_free(attention_run *run);
+/* Tensors over fresh copies of the caches and a fresh output (caller frees with attention_tensors_free). */
+uattn_tensors attention_tensors(const attention_run *run);
+void attention_tensors_free(uattn_tensors *t);
+
+/* Runs uattn_forward on fresh tensors on rt (NULL: the calling thread); the caller frees the result. */
+uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt);
+
+/* Runs uattn_forward and the oracle and checks outputs, lse and both caches, with the tolerance of the
+ * case's dtypes. Fails the calling test on any mismatch. */
+void attention_run_check(attention_run *run);
+
+/* Max |x - ref| / max(|ref|) style tolerance for a dtype pair (see attention_case.c for why). */
+double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype);
+
+#endif

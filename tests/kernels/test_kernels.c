@@ -1,0 +1,1038 @@
+/* The kernel sets against each other: the avx2 set's load and attend against the portable set on thousands
+ * of random panel jobs (every shape, rule and dtype the forward can hand them), every part of every generated
+ * bucket in the registry on jobs of its shape, the avx2 loads bit for bit, its vector exp and tanh against
+ * libm, and the selection. The avx2 cases skip themselves on a CPU without
+ * AVX2, FMA and F16C. Tolerance of attend: max |out - ref| <= 1e-5 * max |ref| over a job (out = o / l),
+ * the fp32 rounding of a different summation order with FMA; exact_job and the test say where the fp32
+ * conditioning of a job needs more (outputs cancelling to far less than their terms, scores of size 300).
+ * Every timed test has the same timeout: two tests with different ones running side by side (--jobs 2) make
+ * Criterion 2.4's runner leak a timer, which fails the suite under ASan. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <criterion/parameterized.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "avx512bf16/vec.h" /* the twin form: vdpbf16ps emulated on AVX2 */
+#endif
+
+#include "avx2/avx2.h"
+#include "avx512/avx512.h"
+#include "avx512bf16/avx512bf16.h"
+#include "convert.h"
+#include "kernels.h"
+#include "avx2/xsmm.h"
+#include "common/support.h"
+
+/* Sanitized builds run the sweeps thinner (every SPARSE-th point more) and fewer random jobs. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARSE 8
+#else
+#define SPARSE 1
+#endif
+
+static void need_avx2(void) {
+  if (!uattn_avx2_runs_here()) cr_skip_test("this CPU lacks AVX2, FMA or F16C");
+}
+
+static float uniform(test_rng *rng, float lo, float hi) { return lo + (hi - lo) * (float)test_rng_unit(rng); }
+
+/* Where the avx2 set puts key i, dim d and value i, dim d (its layout; see kernels/avx2/set.c). */
+static const float *aligned64(const float *p) { return (const float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* ---- random panel jobs ------------------------------------------------------------------------------ */
+
+typedef struct job_case {
+  int32_t rows, group, D, num_keys, count, panel_keys, key_pos0, window, kv_heads;
+  uattn_dtype dtype;
+  bool nhd;
+  float soft_cap;
+  float alibi[8];
+  bool has_alibi;
+  int32_t query_pos[64], visible[64];
+  /* the cache-like sources: count keys, each row `stride` elements apart */
+  char *k_base, *v_base; /* kv_heads heads a row; the job reads one of them */
+  const void *k_src, *v_src;
+  size_t stride;
+  float *q;            /* [rows][group][D], scaled as the forward scales it for the fp32 sets */
+  float *qu, scale;    /* the same queries unscaled (bf16 values, as a bf16 model's), and the scale */
+  bool probs_fp32;     /* the layer option the bf16 sets read */
+  float *m0, *l0, *o0; /* the state before the call */
+} job_case;
+
+static const int32_t head_dims[] = {64, 80, 96, 128, 192, 256, 4, 24, 72, 1, 3, 13, 33, 200};
+
+static void store_elem(uattn_dtype t, void *dst, size_t i, float f) {
+  if (t == UATTN_F32) {
+    ((float *)dst)[i] = f;
+  } else if (t == UATTN_BF16) {
+    ((uint16_t *)dst)[i] = uattn_f32_to_bf16(f);
+  } else {
+    ((uint16_t *)dst)[i] = uattn_f32_to_f16(f);
+  }
+}
+
+/* What a kernel under test is specialized for (a generated bucket), so its random jobs have that shape;
+ * zeros: any shape. */
+typedef struct case_limits {
+  int32_t head_dim;   /* every job's */
+  int32_t block_size; /* most jobs load exactly one block of this many keys in the dtype below */
+  uattn_dtype dtype;
+  bool decode;  /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
+  bool large;   /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
+  bool bf16;    /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
+  bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
+} case_limits;
+
+static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
+  memset(c, 0, sizeof *c);
+  c->rows = test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
+  if (lim->large) c->rows = test_rng_range(rng, 8, 64);
+  c->group = test_rng_range(rng, 1, 8);
+  if (lim->decode) c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
+  c->D = lim->head_dim ? lim->head_dim
+                       : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+  const int32_t dt = test_rng_range(rng, 0, 2);
+  c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
+  /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
+  c->num_keys = test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700)
+                                                                  : test_rng_range(rng, 1, 256);
+  if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
+    c->num_keys = lim->block_size, c->dtype = lim->dtype;
+  if (lim->bf16) c->dtype = UATTN_BF16;
+  c->probs_fp32 = lim->probs_fp32;
+  /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
+  c->panel_keys =
+      c->num_keys + (test_rng_range(rng, 0, 3) == 0 ? test_rng_range(rng, 0, 300) : test_rng_range(rng, 0, 9));
+  /* a cache block past the end of a sequence is loaded partly and attended with num_keys = block size, every
+   * row seeing no more than was loaded */
+  const bool partial = test_rng_range(rng, 0, 4) == 0;
+  c->count = partial ? test_rng_range(rng, 1, c->num_keys) : c->num_keys;
+  c->key_pos0 = test_rng_range(rng, 0, 2000);
+  c->window = test_rng_range(rng, 0, 2) == 0 ? test_rng_range(rng, 1, 300) : 0;
+  c->soft_cap = test_rng_range(rng, 0, 2) == 0 ? uniform(rng, 2.0f, 50.0f) : 0.0f;
+  c->has_alibi = test_rng_range(rng, 0, 2) == 0;
+  for (int32_t h = 0; h < c->group; h++) c->alibi[h] = c->has_alibi ? uniform(rng, 0.0f, 0.5f) : 0.0f;
+  for (int32_t r = 0; r < c->rows; r++) {
+    const int32_t kind = test_rng_range(rng, 0, 5);
+    int32_t vis = kind == 0   ? 0
+                  : kind == 1 ? c->num_keys + test_rng_range(rng, 0, 10)
+                              : test_rng_range(rng, 0, c->num_keys);
+    if (partial && vis > c->count) vis = c->count;
+    c->visible[r] = vis;
+    /* positions around the panel, so windows cut through it, before it and after it */
+    c->query_pos[r] = c->key_pos0 + test_rng_range(rng, -20, c->num_keys + 80);
+  }
+  c->nhd = test_rng_range(rng, 0, 1);
+  c->kv_heads = c->nhd ? test_rng_range(rng, 1, 4) : 1;
+  c->stride = (size_t)c->kv_heads * c->D;
+  const size_t esz = uattn_dtype_size(c->dtype), n = (size_t)c->count * c->stride;
+  c->k_base = malloc(n * esz);
+  c->v_base = malloc(n * esz);
+  for (size_t i = 0; i < n; i++) {
+    store_elem(c->dtype, c->k_base, i, uniform(rng, -1.0f, 1.0f));
+    store_elem(c->dtype, c->v_base, i, uniform(rng, -1.0f, 1.0f));
+  }
+  const size_t head = (size_t)test_rng_range(rng, 0, c->kv_heads - 1) * c->D; /* the head the job reads */
+  c->k_src = c->k_base + head * esz, c->v_src = c->v_base + head * esz;
+  /* queries pre-scaled as the forward does, sometimes far sharper than 1/sqrt(D) */
+  const float sharp = (float)(test_rng_range(rng, 0, 2) == 0 ? 8.0 : 1.0) / sqrtf((float)c->D);
+  const size_t nx = (size_t)c->rows * c->group;
+  c->q = malloc(sizeof(float) * nx * c->D), c->qu = malloc(sizeof(float) * nx * c->D);
+  c->scale = sharp;
+  c->m0 = malloc(sizeof(float) * nx), c->l0 = malloc(sizeof(float) * nx), c->o0 = malloc(sizeof(float) * nx * c->D);
+  for (size_t i = 0; i < nx * c->D; i++) {
+    c->qu[i] = uattn_bf16_to_f32(uattn_f32_to_bf16(uniform(rng, -1.0f, 1.0f)));
+    c->q[i] = c->qu[i] * sharp;
+  }
+  const bool fresh = test_rng_range(rng, 0, 1);
+  for (size_t x = 0; x < nx; x++) {
+    c->m0[x] = fresh ? -INFINITY : uniform(rng, -3.0f, 3.0f);
+    c->l0[x] = fresh ? 0.0f : uniform(rng, 0.5f, 4.0f);
+    for (int32_t d = 0; d < c->D; d++) c->o0[x * c->D + d] = fresh ? 0.0f : uniform(rng, -1.0f, 1.0f) * c->l0[x];
+  }
+}
+
+static void free_case(job_case *c) {
+  free(c->k_base), free(c->v_base);
+  free(c->q), free(c->qu), free(c->m0), free(c->l0), free(c->o0);
+}
+
+typedef struct job_result {
+  float *m, *l, *o;
+} job_result;
+
+/* Runs a case through a kernel set: load into fresh panels (poisoned with NaN, so anything the set reads
+ * that it did not write shows), then attend from the case's initial state. */
+static job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c) {
+  const size_t floats = set->panel_floats(c->panel_keys, c->D), nx = (size_t)c->rows * c->group;
+  const size_t canary = 64;
+  float *keys = malloc(sizeof(float) * (floats + canary)), *values = malloc(sizeof(float) * (floats + canary));
+  for (size_t i = 0; i < floats + canary; i++) keys[i] = values[i] = NAN;
+  set->load(c->dtype, c->k_src, c->v_src, c->stride, c->count, c->D, c->panel_keys, keys, values);
+  for (size_t i = floats; i < floats + canary; i++)
+    cr_assert(isnan(keys[i]) && isnan(values[i]), "%s: load wrote past panel_floats", set->name);
+  job_result r = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx), malloc(sizeof(float) * nx * c->D)};
+  memcpy(r.m, c->m0, sizeof(float) * nx);
+  memcpy(r.l, c->l0, sizeof(float) * nx);
+  memcpy(r.o, c->o0, sizeof(float) * nx * c->D);
+  float *scores = malloc(sizeof(float) * (size_t)c->panel_keys);
+  const uattn_panel_job job = {
+      .rows = c->rows,
+      .group = c->group,
+      .head_dim = c->D,
+      .q = uattn_kernels_unscaled_q(set) ? c->qu : c->q,
+      .query_pos = c->query_pos,
+      .visible = c->visible,
+      .num_keys = c->num_keys,
+      .key_pos0 = c->key_pos0,
+      .keys = keys,
+      .values = values,
+      .soft_cap = c->soft_cap,
+      .window = c->window,
+      .alibi = c->has_alibi ? c->alibi : NULL,
+      .m = r.m,
+      .l = r.l,
+      .o = r.o,
+      .scores = scores,
+      .scale = c->scale,
+      .probs_fp32 = c->probs_fp32,
+  };
+  if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
+      c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0)
+  {
+    const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
+    float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    set->decode(&job, 1, nx, c->dtype, c->k_src, c->v_src, c->stride, 0, scratch); /* from the source, no panels */
+    free(scratch);
+  }
+  else
+    set->attend[part](&job, c->panel_keys);
+  free(scores), free(keys), free(values);
+  return r;
+}
+
+static void free_result(job_result *r) { free(r->m), free(r->l), free(r->o); }
+
+/* Whether two runs of a case left the same bits in every state and output. */
+static bool same_bits(const job_result *a, const job_result *b, const job_case *c) {
+  const size_t nx = (size_t)c->rows * c->group;
+  return !memcmp(a->o, b->o, sizeof(float) * nx * c->D) && !memcmp(a->m, b->m, sizeof(float) * nx) &&
+         !memcmp(a->l, b->l, sizeof(float) * nx);
+}
+
+/* Sets a and b leave the same bits on `cases` random jobs of `part` (limits, seed); `differs` says what it
+ * means when they do not. */
+static void check_sets_same_bits(const uattn_kernels *a, const uattn_kernels *b, uattn_part part,
+                                 const case_limits *limits, int cases, uint64_t seed, const char *differs) {
+  test_rng rng = {seed};
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, limits);
+    job_result ra = run_set(a, part, &c), rb = run_set(b, part, &c);
+    cr_assert(same_bits(&ra, &rb, &c), "case %d (rows %d, group %d, D %d, keys %d, dtype %d): %s", i, c.rows, c.group,
+              c.D, c.num_keys, (int)c.dtype, differs);
+    free_result(&ra), free_result(&rb), free_case(&c);
+  }
+}
+
+/* The case in fp64 from the same widened inputs: out[x * D + d] (NaN where the vector sees nothing),
+ * score_size[x] (the largest sum_d |q_d k_d| + |score| of the vector's keys, what the fp32 rounding of a
+ * score is proportional to), and the scale errors are measured against: the larger of max |out| and max over (x, d) of
+ * the weighted sum of the terms' magnitudes, (|o0| e^(m0 - M) + sum_j p_j |v_jd|) / l. The second is what fp32 rounding
+ * of any summation order is proportional to; it only matters when a tiny head dim lets the terms cancel to an output
+ * far smaller than themselves (D 1, 230 keys: max |out| 1e-3 of the terms). */
+static double exact_job(const job_case *c, double *out, double *score_size) {
+  const int32_t D = c->D;
+  const size_t esz = uattn_dtype_size(c->dtype);
+  float *kf = malloc(sizeof(float) * (size_t)c->count * D), *vf = malloc(sizeof(float) * (size_t)c->count * D);
+  for (int32_t j = 0; j < c->count; j++) {
+    uattn_widen(c->dtype, (const char *)c->k_src + (size_t)j * c->stride * esz, kf + (size_t)j * D, (size_t)D);
+    uattn_widen(c->dtype, (const char *)c->v_src + (size_t)j * c->stride * esz, vf + (size_t)j * D, (size_t)D);
+  }
+  double scale = 0;
+  double *o = malloc(sizeof(double) * D), *mag = malloc(sizeof(double) * D);
+  double *s = malloc(sizeof(double) * (size_t)c->num_keys);
+  for (int32_t row = 0; row < c->rows; row++)
+    for (int32_t h = 0; h < c->group; h++) {
+      const size_t x = (size_t)row * c->group + h;
+      int32_t lo = 0, hi = c->visible[row] < c->num_keys ? c->visible[row] : c->num_keys;
+      if (c->window > 0 && c->query_pos[row] - c->window + 1 - c->key_pos0 > lo)
+        lo = c->query_pos[row] - c->window + 1 - c->key_pos0;
+      double M = c->m0[x];
+      score_size[x] = 0;
+      for (int32_t j = lo; j < hi; j++) {
+        double dot = 0, size = 0;
+        for (int32_t d = 0; d < D; d++) {
+          dot += (double)c->q[x * D + d] * kf[(size_t)j * D + d];
+          size += fabs((double)c->q[x * D + d] * kf[(size_t)j * D + d]);
+        }
+        if (c->soft_cap > 0) dot = c->soft_cap * tanh(dot / c->soft_cap);
+        if (c->has_alibi) dot += c->alibi[h] * (double)(c->key_pos0 + j - c->query_pos[row]);
+        s[j] = dot;
+        if (dot > M) M = dot;
+        score_size[x] = fmax(score_size[x], size + fabs(dot));
+      }
+      if (M == -INFINITY) {
+        for (int32_t d = 0; d < D; d++) out[x * D + d] = NAN;
+        continue;
+      }
+      const double a = c->m0[x] == -INFINITY ? 0 : exp(c->m0[x] - M);
+      double l = c->l0[x] * a;
+      for (int32_t d = 0; d < D; d++) o[d] = c->o0[x * D + d] * a, mag[d] = fabs(o[d]);
+      for (int32_t j = lo; j < hi; j++) {
+        const double p = exp(s[j] - M);
+        l += p;
+        for (int32_t d = 0; d < D; d++) {
+          o[d] += p * vf[(size_t)j * D + d];
+          mag[d] += p * fabs(vf[(size_t)j * D + d]);
+        }
+      }
+      for (int32_t d = 0; d < D; d++) {
+        out[x * D + d] = o[d] / l;
+        scale = fmax(scale, fmax(fabs(o[d]), mag[d]) / l);
+      }
+    }
+  free(o), free(mag), free(s), free(kf), free(vf);
+  return scale;
+}
+
+/* max over (x, d) of |o / l - ref| / scale, over the vectors that saw something. */
+static double error_against(const job_case *c, const job_result *r, const double *ref, double scale) {
+  const size_t n = (size_t)c->rows * c->group * c->D;
+  double err = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isnan(ref[i])) err = fmax(err, fabs(r->o[i] / r->l[i / c->D] - ref[i]));
+  return scale > 0 ? err / scale : err;
+}
+
+/* Checks the states a case leaves: those that saw nothing bit for bit, the maxima and sums of the others
+ * against the portable set's. e^(s - m) turns the absolute rounding error of a score (a few ulps of its
+ * size) into a relative error of l: the bound on l grows with the scores' size, as the one on m does. */
+static void check_states(const job_case *c, const job_result *ref, const job_result *got, const double *score_size,
+                         int index) {
+  const size_t nx = (size_t)c->rows * c->group;
+  for (size_t x = 0; x < nx; x++) {
+    const bool untouched = ref->m[x] == c->m0[x] && ref->l[x] == c->l0[x] &&
+                           !memcmp(ref->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D);
+    if (untouched && c->m0[x] == -INFINITY) { /* nothing seen: bit for bit */
+      cr_assert(got->m[x] == -INFINITY && got->l[x] == 0.0f, "case %d vector %zu: an empty state changed", index, x);
+      cr_assert(!memcmp(got->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D), "case %d: o of an empty state",
+                index);
+      continue;
+    }
+    cr_assert(fabsf(got->m[x] - ref->m[x]) <= 1e-5f * fmaxf(1.0f, fabsf(ref->m[x])),
+              "case %d vector %zu: m %.9g, portable %.9g", index, x, got->m[x], ref->m[x]);
+    /* l is relative to e^m; with m equal up to rounding, l agrees to the same relative precision */
+    const double lr = ref->l[x] * exp((double)ref->m[x] - (double)got->m[x]);
+    const double tol = 1e-5 + 16 * FLT_EPSILON * score_size[x];
+    cr_assert(fabs(got->l[x] - lr) <= tol * lr, "case %d vector %zu: l %.9g, portable %.9g (scores of size %.3g)",
+              index, x, got->l[x], lr, score_size[x]);
+  }
+}
+
+/* Runs `cases` random jobs of the limits' shape through one part of a set and the portable set: each within
+ * the bound of the fp32 rounding of a different order, as accurate against fp64 as the portable set, the
+ * same bits when run twice. */
+static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const char *label,
+                                     const case_limits *lim, int cases, uint64_t seed) {
+  test_rng rng = {seed};
+  double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0, sum_set = 0, sum_portable = 0;
+  /* A bf16 set's P in bf16 (its default): each weight p rounded, by up to 2^-9 p, moves o / l by up to 2^-9
+   * of sum_j p_j |v_j| / l, which the error scale (exact_job) is at least. Its scores carry no bf16
+   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernels_unscaled_q), keys bf16. */
+  const double p_tol = uattn_kernels_unscaled_q(set) && !lim->probs_fp32 ? 0x1p-9 : 0.0;
+  int worst_case = -1;
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, lim);
+    job_result ref = run_set(&uattn_kernels_portable, part, &c), got = run_set(set, part, &c);
+    const size_t nx = (size_t)c.rows * c.group;
+    double *exact = malloc(sizeof(double) * nx * c.D), *size = malloc(sizeof(double) * nx);
+    const double scale = exact_job(&c, exact, size);
+    check_states(&c, &ref, &got, size, i);
+    /* The bound: 1e-5, plus one ulp of the largest score. A score is rounded to fp32 (to a few ulps of its
+     * size) before e^(s - m) makes that absolute error a relative one of its weight: with ALiBi over long
+     * distances (scores near -300) that alone is 3e-5, in any summation order. */
+    double score_max = 0;
+    for (size_t x = 0; x < nx; x++) score_max = fmax(score_max, size[x]);
+    const double tol = 1e-5 + FLT_EPSILON * score_max + p_tol;
+    free(size);
+    /* the portable output as the reference, the fp64 one for the scale */
+    double *port = exact;
+    const double ep = error_against(&c, &ref, exact, scale), ea = error_against(&c, &got, exact, scale);
+    for (size_t k = 0; k < (size_t)c.rows * c.group * c.D; k++)
+      if (!isnan(port[k])) port[k] = ref.o[k] / ref.l[k / c.D];
+    const double e = error_against(&c, &got, port, scale);
+    free(exact);
+    if (e > worst) worst = e, worst_case = i;
+    if (ep > worst_portable) worst_portable = ep;
+    if (ea > worst_set) worst_set = ea;
+    sum_set += ea, sum_portable += ep;
+    if (tol > worst_tol) worst_tol = tol;
+    cr_assert(e <= tol,
+              "%s: case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
+              "%.3g; against fp64: %.3g, portable %.3g)",
+              label, i, c.rows, c.group, c.D, c.num_keys, c.panel_keys,
+              c.dtype == UATTN_F32    ? "f32"
+              : c.dtype == UATTN_BF16 ? "bf16"
+                                      : "f16",
+              c.soft_cap, c.window, c.has_alibi, e, tol, ea, ep);
+    /* the same job again: the same bits (no state, no data-dependent order) */
+    job_result again = run_set(set, part, &c);
+    cr_assert(same_bits(&again, &got, &c), "%s: case %d: two runs differ", label, i);
+    free_result(&again), free_result(&ref), free_result(&got);
+    free_case(&c);
+  }
+  const double mean_set = sum_set / cases, mean_portable = sum_portable / cases;
+  fprintf(stderr,
+          "%s vs portable: worst error %.3g of the output scale (case %d of %d; the loosest bound %.3g); "
+          "against fp64: worst %.3g, portable %.3g; mean %.3g, portable %.3g\n",
+          label, worst, worst_case, cases, worst_tol, worst_set, worst_portable, mean_set, mean_portable);
+  /* As accurate as the reference: a different order, not a lossier one. On the mean error over the cases:
+   * the worst of a few dozen jobs is a noisy figure (over 12 seeds of every bucket's parts, 11 jobs each,
+   * as the sanitized build runs them, the set's worst came out at up to 2.5x the portable set's, in 1.6% of
+   * the checks; the mean at most at 1.35x, median 0.94x), where a kernel that loses a bit on every job
+   * doubles its mean. */
+  cr_assert(mean_set <= 1.5 * mean_portable + p_tol + 1e-8, "%s is %.3g from fp64 on average, portable %.3g", label,
+            mean_set, mean_portable);
+}
+
+Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  /* $UATTN_TEST_KERNEL_CASES: more (a soak) or fewer */
+  const char *env = getenv("UATTN_TEST_KERNEL_CASES");
+  const case_limits any = {0};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_SHARED, "avx2", &any, env ? atoi(env) : 3000 / SPARSE,
+                           20240611);
+}
+
+/* ---- the libxsmm body ----------------------------------------------------------------------------------- */
+
+static void need_xsmm(void) {
+  need_avx2();
+  if (!uattn_xsmm_runs_here()) cr_skip_test("libxsmm is not built in, or JITs nothing on this CPU");
+}
+
+/* The libxsmm GEMM body on every job, whatever its size (the avx2 set and the buckets hand it only large
+ * ones; the bucket tests above cover that choice): mostly large jobs, then any shape. */
+Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_xsmm();
+  const case_limits large = {.large = true}, any = {0};
+  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (large jobs)", &large, 800 / SPARSE,
+                           20240612);
+  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (any job)", &any, 800 / SPARSE, 20240613);
+}
+
+/* Where every block of the fused kernel has 4 vectors or more (one FMA chain per accumulator), the libxsmm
+ * body computes the same bits: its S is summed in the same DB-dim pieces, each one chain in dim order (as
+ * libxsmm's NN kernels run k), and its P V is one chain over keys on top of alpha o. So handing a job to one
+ * or the other (uattn_xsmm_wins) never changes a result. Jobs of 8 vectors or more (n = 7 splits 4 + 3). */
+Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 300) {
+  need_xsmm();
+  const case_limits large = {.large = true};
+  check_sets_same_bits(&uattn_kernels_avx2_fused, &uattn_kernels_xsmm, UATTN_PART_SHARED, &large, 300 / SPARSE, 4242,
+                       "the libxsmm body differs from the fused one");
+}
+
+/* UATTN_PERF_MAP=1: every JIT kernel the body dispatches is listed in /tmp/perf-<pid>.map as
+ * "START SIZE libxsmm_smm_m<M>_n<N>_k<K>_beta<B>", START inside an executable mapping of the process. */
+Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/perf-%ld.map", (long)getpid());
+  remove(path);
+  setenv("UATTN_PERF_MAP", "1", 1); /* read at the first dispatch: before need_xsmm's probe */
+  need_xsmm();
+  test_rng rng = {99};
+  job_case c; /* head dim 77: a shape no test before it used in this process, so its kernels are new here */
+  make_case(&c, &rng, &(case_limits){.head_dim = 77, .large = true});
+  for (int32_t r = 0; r < c.rows; r++) c.visible[r] = c.count; /* every vector sees every key loaded */
+  c.window = 0;
+  job_result r = run_set(&uattn_kernels_xsmm, UATTN_PART_SHARED, &c);
+  free_result(&r);
+  free_case(&c);
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no %s", path);
+  char line[256];
+  int entries = 0, qk = 0, pv = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long start, size;
+    int m, n, k, beta, used = 0;
+    cr_assert(sscanf(line, "%lx %lx libxsmm_smm_m%d_n%d_k%d_beta%d%n", &start, &size, &m, &n, &k, &beta, &used) == 6 &&
+                  line[used] == '\n',
+              "a malformed line: %s", line);
+    cr_assert(size > 0 && m > 0 && n > 0 && k > 0 && (beta == 0 || beta == 1), "%s", line);
+    qk += beta == 0 && k == 77 % 32, pv += beta == 1 && m == 77; /* the last 13-dim piece of S; P V */
+    /* the kernel lies in an executable mapping */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char ml[512];
+    bool exec = false;
+    while (maps && fgets(ml, sizeof ml, maps)) {
+      unsigned long lo, hi;
+      char perms[8];
+      if (sscanf(ml, "%lx-%lx %7s", &lo, &hi, perms) == 3 && start >= lo && start + size <= hi && perms[2] == 'x')
+        exec = true;
+    }
+    if (maps) fclose(maps);
+    cr_assert(exec, "%s: not in an executable mapping", line);
+    entries++;
+  }
+  fclose(f);
+  remove(path);
+  cr_assert(qk > 0 && pv > 0, "%d entries, %d for S, %d for P V", entries, qk, pv);
+}
+
+/* The decode kernel (a few rows straight from the cache) on jobs of every shape it takes: one row half the
+ * time, else up to UATTN_DECODE_MAX_VECTORS vectors. */
+Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
+}
+
+/* The decode kernel over several KV heads at once (an all-heads unit on an NHD cache) gives each head what
+ * a call for that head alone gives, bit for bit (that call is checked against the portable set above):
+ * heads' vectors and states further apart than the job's rows (as an all-heads unit's slots are, when a
+ * shared span covers some of its rows), their slopes a group apart, their keys a head dim apart in a row.
+ * The vectors between the heads' (another span's rows) are left as they were. */
+static void check_decode_heads(const uattn_kernels *set, const char *label, const case_limits *lim, int cases,
+                               uint64_t seed) {
+  test_rng rng = {seed};
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, lim);
+    if (c.num_keys > UATTN_DECODE_MAX_KEYS || c.D % 8 != 0) {
+      free_case(&c);
+      continue;
+    }
+    const int32_t heads = test_rng_range(&rng, 2, 8), D = c.D;
+    const size_t nx = (size_t)c.rows * c.group, hv = nx + (size_t)test_rng_range(&rng, 0, 2) * c.group;
+    const size_t esz = uattn_dtype_size(c.dtype), stride = (size_t)heads * D, n = (size_t)c.count * stride;
+    char *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t x = 0; x < n; x++) {
+      store_elem(c.dtype, k, x, uniform(&rng, -1.0f, 1.0f));
+      store_elem(c.dtype, v, x, uniform(&rng, -1.0f, 1.0f));
+    }
+    const size_t vecs = (size_t)heads * hv;
+    float *q = malloc(sizeof(float) * vecs * D), *alibi = malloc(sizeof(float) * heads * c.group);
+    float *state[2][3]; /* [every head in one call, each head alone][m, l, o] */
+    for (int w = 0; w < 2; w++)
+      for (int a = 0; a < 3; a++) state[w][a] = malloc(sizeof(float) * vecs * (a == 2 ? D : 1));
+    for (size_t x = 0; x < vecs * D; x++) q[x] = uniform(&rng, -1.0f, 1.0f) / sqrtf((float)D);
+    for (int32_t h = 0; h < heads * c.group; h++) alibi[h] = uniform(&rng, 0.0f, 0.5f);
+    const bool fresh = test_rng_range(&rng, 0, 1);
+    for (size_t x = 0; x < vecs; x++) {
+      state[0][0][x] = fresh ? -INFINITY : uniform(&rng, -3.0f, 3.0f);
+      state[0][1][x] = fresh ? 0.0f : uniform(&rng, 0.5f, 4.0f);
+      for (int32_t d = 0; d < D; d++) state[0][2][x * D + d] = fresh ? 0.0f : uniform(&rng, -1.0f, 1.0f);
+    }
+    for (int a = 0; a < 3; a++) memcpy(state[1][a], state[0][a], sizeof(float) * vecs * (a == 2 ? D : 1));
+    float *before = malloc(sizeof(float) * vecs * D);
+    memcpy(before, state[0][2], sizeof(float) * vecs * D);
+    const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(heads, (int32_t)nx, D);
+    float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    uattn_panel_job job = {
+        .rows = c.rows,
+        .group = c.group,
+        .head_dim = D,
+        .query_pos = c.query_pos,
+        .visible = c.visible,
+        .num_keys = c.num_keys,
+        .key_pos0 = c.key_pos0,
+        .soft_cap = c.soft_cap,
+        .window = c.window,
+        .scale = c.scale,
+        .probs_fp32 = c.probs_fp32,
+    };
+    for (int32_t g = -1; g < heads; g++) { /* -1: every head in one call; then each head alone */
+      const int w = g < 0 ? 0 : 1;
+      const size_t h = g < 0 ? 0 : (size_t)g;
+      job.q = q + h * hv * D, job.o = state[w][2] + h * hv * D;
+      job.m = state[w][0] + h * hv, job.l = state[w][1] + h * hv;
+      job.alibi = c.has_alibi ? alibi + h * c.group : NULL;
+      set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, k + h * D * esz, v + h * D * esz, stride, (size_t)D, scratch);
+    }
+    for (int32_t g = 0; g < heads; g++) {
+      const size_t x0 = (size_t)g * hv;
+      cr_assert(!memcmp(state[0][0] + x0, state[1][0] + x0, sizeof(float) * nx) &&
+                    !memcmp(state[0][1] + x0, state[1][1] + x0, sizeof(float) * nx) &&
+                    !memcmp(state[0][2] + x0 * D, state[1][2] + x0 * D, sizeof(float) * nx * D),
+                "%s: case %d (heads %d, rows %d, group %d, D %d, keys %d): head %d differs from its own call", label,
+                i, heads, c.rows, c.group, D, c.num_keys, g);
+      cr_assert(!memcmp(state[0][2] + (x0 + nx) * D, before + (x0 + nx) * D, sizeof(float) * (hv - nx) * D),
+                "%s: case %d: head %d's call wrote past its rows", label, i, g);
+    }
+    free(scratch), free(before), free(q), free(alibi), free(k), free(v);
+    for (int w = 0; w < 2; w++)
+      for (int a = 0; a < 3; a++) free(state[w][a]);
+    free_case(&c);
+  }
+}
+
+Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);
+}
+
+/* The avx512 set's decode kernel, through its twin (avx512/vec.h: the same arithmetic on pairs of ymm
+ * registers), which runs wherever AVX2 does: against the portable set, and over several heads. */
+Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin)", &few_rows,
+                           1500 / SPARSE, 20261123);
+}
+
+Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx512_twin, "avx512 decode (twin)", &few_rows, 400 / SPARSE, 20261124);
+}
+
+/* Where AVX-512 runs: the zmm kernel computes its twin's bits (what the two tests above checked). */
+Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
+  const case_limits few_rows = {.decode = true};
+  check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &few_rows, 1000 / SPARSE,
+                       20261125, "the zmm kernel differs from its twin");
+}
+
+/* ---- the avx512bf16 set -------------------------------------------------------------------------------- */
+
+/* Its arithmetic through its twin (avx512bf16/vec.h: vdpbf16ps emulated exactly), which runs wherever AVX2
+ * does: attend and decode against the portable set, P in bf16 (the default) and in fp32, on bf16 sources
+ * (bf16 queries, keys and values: what the set is dispatched for). */
+static void check_bf16_set(const uattn_kernels *set, const char *label, bool decode, uint64_t seed) {
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    const case_limits lim = {.decode = decode, .bf16 = true, .probs_fp32 = fp32};
+    char name[96];
+    snprintf(name, sizeof name, "%s%s, P in %s", label, decode ? " decode" : "", fp32 ? "fp32" : "bf16");
+    check_set_on_random_jobs(set, decode ? UATTN_PART_UNIQUE : UATTN_PART_SHARED, name, &lim,
+                             (decode ? 1500 : 2000) / SPARSE, seed + (uint64_t)fp32);
+  }
+  if (decode) return;
+  /* head dims past the 512 whose query pairs the attend rounds at once (it takes them a slice at a time),
+   * an odd one with its last dim alone in the last slice */
+  const int32_t wide[] = {1030, 1031};
+  for (int k = 0; k < 2; k++) {
+    const case_limits lim = {.head_dim = wide[k], .bf16 = true};
+    check_set_on_random_jobs(set, UATTN_PART_SHARED, "avx512bf16, head dims past 512", &lim, 40 / SPARSE + 4,
+                             seed + 2 + (uint64_t)k);
+  }
+}
+
+Test(kernels, avx512bf16_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", false, 20261130);
+}
+
+Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", true, 20261132);
+}
+
+Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits few_rows = {.decode = true};
+  check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 decode (twin)", &few_rows, 400 / SPARSE, 20261134);
+}
+
+/* vdpbf16ps as Intel's pseudocode has it, in scalar C: acc + a1 b1, then + a0 b0, each an FMA rounded to
+ * nearest even (the products of bf16 are exact), inputs denormal read as zero, denormal results flushed. */
+static float daz(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (!(u & 0x7f800000u)) u &= 0x80000000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static float dpbf16_reference(float acc, uint32_t a, uint32_t b) {
+  const float a0 = daz(uattn_bf16_to_f32((uint16_t)a)), a1 = daz(uattn_bf16_to_f32((uint16_t)(a >> 16)));
+  const float b0 = daz(uattn_bf16_to_f32((uint16_t)b)), b1 = daz(uattn_bf16_to_f32((uint16_t)(b >> 16)));
+  acc = daz(fmaf(a1, b1, daz(acc)));
+  return daz(fmaf(a0, b0, acc));
+}
+
+/* 16 lanes of the twin's emulation (avx512bf16/vec.h, included in its twin form above). */
+#if defined(__x86_64__)
+AVX2_TARGET static void dpbf16_twin(const float *acc, const uint32_t *a, const uint32_t *b, float *out) {
+  v16_store(out, v16_dpbf16(v16_load(acc), v16i_load(a), v16i_load(b)));
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void dpbf16_hardware(const float *acc, const uint32_t *a,
+                                                                          const uint32_t *b, float *out) {
+  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
+                                         (__m512bh)_mm512_loadu_si512(b)));
+}
+#endif
+
+/* A random bf16: mostly of attention's sizes, now and then tiny or denormal (the flushes), never inf or NaN. */
+static uint16_t random_bf16(test_rng *rng, int kind) {
+  const int32_t e = kind == 0 ? test_rng_range(rng, 115, 135) : kind == 1 ? test_rng_range(rng, 0, 2)
+                                                                          : test_rng_range(rng, 0, 254);
+  const uint32_t sign = (uint32_t)test_rng_range(rng, 0, 1), mantissa = (uint32_t)test_rng_range(rng, 0, 127);
+  return (uint16_t)(sign << 15 | (uint32_t)e << 7 | mantissa);
+}
+
+/* 16 random lanes: accumulators near minus the products, so sums cancel and round; tiny ones, so results
+ * flush; operands of every size, denormals included. */
+static void random_dpbf16_lanes(test_rng *rng, int it, float *acc, uint32_t *a, uint32_t *b) {
+  const int kind = it % 7 == 0 ? 1 : it % 11 == 0 ? 2 : 0;
+  for (int i = 0; i < 16; i++) {
+    a[i] = random_bf16(rng, kind) | (uint32_t)random_bf16(rng, kind) << 16;
+    b[i] = random_bf16(rng, kind) | (uint32_t)random_bf16(rng, kind) << 16;
+    const float p = uattn_bf16_to_f32((uint16_t)(a[i] >> 16)) * uattn_bf16_to_f32((uint16_t)(b[i] >> 16));
+    const int32_t pick = test_rng_range(rng, 0, 2);
+    acc[i] = pick == 0 ? -p * (1.0f + (float)test_rng_range(rng, -2, 2) * 1e-3f)
+             : pick == 1 ? uniform(rng, -1.0f, 1.0f) * (kind == 1 ? 1e-37f : 1.0f)
+                         : uniform(rng, -1e-38f, 1e-38f);
+  }
+}
+
+/* The twin's vector emulation is the scalar pseudocode, lane for lane, wherever AVX2 runs. */
+Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = 300) {
+  need_avx2();
+#if defined(__x86_64__)
+  test_rng rng = {20261137};
+  for (int it = 0; it < 200000 / SPARSE; it++) {
+    float acc[16], out[16];
+    uint32_t a[16], b[16];
+    random_dpbf16_lanes(&rng, it, acc, a, b);
+    dpbf16_twin(acc, a, b, out);
+    for (int i = 0; i < 16; i++) {
+      const float e = dpbf16_reference(acc[i], a[i], b[i]);
+      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: twin %a, pseudocode %a", acc[i], a[i], b[i],
+                out[i], e);
+    }
+  }
+#endif
+}
+
+/* Where AVX512-BF16 runs: the instruction is that pseudocode too, lane for lane (so the twin can be held to
+ * the real kernels, as the next test does). */
+Test(kernels, vdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the emulation is what the twin runs)");
+#if defined(__x86_64__)
+  test_rng rng = {20261135};
+  for (int it = 0; it < 200000 / SPARSE; it++) {
+    float acc[16], out[16];
+    uint32_t a[16], b[16];
+    random_dpbf16_lanes(&rng, it, acc, a, b);
+    dpbf16_hardware(acc, a, b, out);
+    for (int i = 0; i < 16; i++) {
+      const float e = dpbf16_reference(acc[i], a[i], b[i]);
+      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: vdpbf16ps %a, emulation %a", acc[i], a[i], b[i],
+                out[i], e);
+    }
+  }
+#endif
+}
+
+/* Where AVX512-BF16 runs: the set computes its twin's bits, attend and decode, both P modes, every dtype. */
+Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the twin is tested above)");
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    const case_limits any = {.probs_fp32 = fp32}, few_rows = {.decode = true, .probs_fp32 = fp32};
+    check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_SHARED, &any,
+                         1000 / SPARSE, 20261136 + (uint64_t)fp32, "the vdpbf16ps attend differs from its twin");
+    check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_UNIQUE, &few_rows,
+                         1000 / SPARSE, 20261138 + (uint64_t)fp32, "the vdpbf16ps decode differs from its twin");
+  }
+}
+
+/* The libxsmm body pins libxsmm to AVX2 code, whatever the CPU offers: on an AVX-512 CPU libxsmm would JIT
+ * AVX-512 kernels by itself, and the test above would find other bits. LIBXSMM_TARGET asks for more; the pin
+ * still wins (libxsmm reads the variable at its first use, in this process: each test is a fresh child). */
+Test(kernels, xsmm_body_generates_avx2_code_on_every_cpu, .timeout = 300) {
+  setenv("LIBXSMM_TARGET", "cpx", 1);
+  need_xsmm();
+  cr_assert_str_eq(uattn_xsmm_target(), "hsw", "libxsmm generates %s code for the body, not AVX2 (hsw)",
+                   uattn_xsmm_target());
+}
+
+/* ---- the generated buckets ----------------------------------------------------------------------------- */
+
+/* One (bucket, part) of the registry a test. */
+typedef struct bucket_param {
+  int32_t index;
+  uattn_part part;
+} bucket_param;
+
+enum { MAX_BUCKET_PARAMS = 3 * 1024 };
+static bucket_param bucket_params[MAX_BUCKET_PARAMS];
+
+ParameterizedTestParameters(buckets, match_portable_on_random_jobs) {
+  size_t n = 0;
+  for (size_t i = 0; i < uattn_bucket_registry_size && n + UATTN_NUM_PARTS <= MAX_BUCKET_PARAMS; i++)
+    for (int p = 0; p < UATTN_NUM_PARTS; p++) bucket_params[n++] = (bucket_param){(int32_t)i, (uattn_part)p};
+  return cr_make_param_array(bucket_param, bucket_params, n);
+}
+
+/* Every part of every generated bucket against the portable set, on random jobs of the bucket's head dim,
+ * mostly whole blocks of its block size and dtype (the unique part: the decode kernel's jobs of a few rows). */
+ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = 300) {
+  const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
+  if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
+  const bool decode = param->part == UATTN_PART_UNIQUE;
+  const case_limits lim = {.head_dim = b->head_dim,
+                           .block_size = b->block_size,
+                           .dtype = b->dtype,
+                           .decode = decode,
+                           .bf16 = uattn_kernels_unscaled_q(&b->set)};
+  const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
+  /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
+   * shape, and for every build that lists it */
+  const uint64_t shape = (((uint64_t)b->dtype * 4099u + (uint64_t)b->block_size) * 4099u + (uint64_t)b->head_dim) *
+                             4099u + (uint64_t)b->chunk_size;
+  check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, cases,
+                           1000u + 7u * shape + (uint64_t)param->part);
+  if (decode && b->set.decode)
+    check_decode_heads(&b->set, b->part_names[param->part], &lim, 40 / SPARSE + 4, 5000u + shape);
+}
+
+/* ---- vector math ------------------------------------------------------------------------------------- */
+
+/* Distance in ulps between two non-negative floats (their bit patterns are ordered like their values). */
+static int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  memcpy(&ia, &a, 4);
+  memcpy(&ib, &b, 4);
+  return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = 300) {
+  need_avx2();
+  /* every 7th float of [-104, 0] (subnormal results included), and a few special points */
+  enum { N = 1 << 16 };
+  static float x[N], y[N];
+  int64_t worst = 0, worst_exact = 0;
+  float worst_x = 0;
+  const uint32_t first = 0x80000000u, last = 0xC2D00000u; /* -0 .. -104 */
+  uint32_t u = first;
+  while (u <= last) {
+    size_t n = 0;
+    for (; n < N && u <= last; n++, u += 7 * SPARSE) memcpy(&x[n], &u, 4);
+    uattn_avx2_exp(x, y, n);
+    for (size_t i = 0; i < n; i++) {
+      const int64_t e = ulps(y[i], expf(x[i]));
+      const int64_t ex = ulps(y[i], (float)exp((double)x[i]));
+      if (e > worst) worst = e, worst_x = x[i];
+      if (ex > worst_exact) worst_exact = ex;
+    }
+  }
+  cr_log_info("exp: worst %lld ulps from expf (at %.9g), %lld from the rounded exact value", (long long)worst, worst_x,
+              (long long)worst_exact);
+  fprintf(stderr, "exp: worst %lld ulps from expf (at %.9g), %lld from the rounded exact value\n", (long long)worst,
+          worst_x, (long long)worst_exact);
+  cr_assert(worst <= 2, "exp is %lld ulps from expf at %.9g", (long long)worst, worst_x);
+  const float special[] = {-INFINITY, -1000.0f, -110.0f, 0.0f, -0.0f, 1.0f, 10.0f, 88.0f};
+  float out[8];
+  uattn_avx2_exp(special, out, 8);
+  cr_assert(out[0] == 0.0f && out[1] == 0.0f && out[2] == 0.0f, "exp of masked scores must be 0");
+  cr_assert(out[3] == 1.0f && out[4] == 1.0f, "exp(0) must be exactly 1");
+  for (int i = 5; i < 8; i++) cr_assert(ulps(out[i], expf(special[i])) <= 2, "exp(%g)", special[i]);
+}
+
+/* ---- loads ----------------------------------------------------------------------------------------------- */
+
+/* Random bits in every element (NaNs, infinities, subnormals included), random shapes and strides: the avx2
+ * panels hold exactly what the portable widening gives, where its layout puts it, and zeros in the padding
+ * it promises. F16C quiets signaling NaNs, so a 16-bit NaN need only stay a NaN of the same sign. */
+Test(kernels, avx2_load_is_bit_exact, .timeout = 300) {
+  need_avx2();
+  test_rng rng = {77};
+  for (int it = 0; it < 600 / SPARSE; it++) {
+    const uattn_dtype t = it % 3 == 0 ? UATTN_F32 : it % 3 == 1 ? UATTN_BF16 : UATTN_F16;
+    const int32_t D = head_dims[test_rng_range(&rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+    const int32_t count = test_rng_range(&rng, 0, 300), panel = count + test_rng_range(&rng, 0, 40);
+    const size_t stride = (size_t)D * test_rng_range(&rng, 1, 3) + (size_t)test_rng_range(&rng, 0, 5);
+    const size_t esz = uattn_dtype_size(t), n = (size_t)(count ? count - 1 : 0) * stride + D;
+    uint8_t *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t i = 0; i < n * esz; i++) k[i] = (uint8_t)test_rng_next(&rng), v[i] = (uint8_t)test_rng_next(&rng);
+    const size_t floats = uattn_kernels_avx2.panel_floats(panel, D);
+    float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
+    for (size_t i = 0; i < floats; i++) keys[i] = values[i] = NAN;
+    uattn_kernels_avx2.load(t, k, v, stride, count, D, panel, keys, values);
+    int32_t ks, vs;
+    uattn_avx2_layout(panel, D, &ks, &vs);
+    cr_assert(ks >= panel && vs >= D, "strides below the panel size");
+    const float *kp = aligned64(keys), *vp = aligned64(values);
+    cr_assert((size_t)(kp - keys) + (size_t)D * ks <= floats && (size_t)(vp - values) + (size_t)panel * vs <= floats,
+              "the layout does not fit panel_floats");
+    float *want = malloc(sizeof(float) * 2 * D);
+    for (int32_t i = 0; i < count; i++) {
+      uattn_widen(t, k + (size_t)i * stride * esz, want, (size_t)D);
+      uattn_widen(t, v + (size_t)i * stride * esz, want + D, (size_t)D);
+      for (int32_t d = 0; d < D; d++) {
+        const float a[2] = {kp[(size_t)d * ks + i], vp[(size_t)i * vs + d]}, b[2] = {want[d], want[D + d]};
+        for (int w = 0; w < 2; w++) {
+          if (t != UATTN_F32 && isnan(b[w])) {
+            cr_assert(isnan(a[w]) && signbit(a[w]) == signbit(b[w]), "load %d: a NaN changed", it);
+          } else {
+            cr_assert(!memcmp(&a[w], &b[w], 4), "load %d (%s, D %d, %d keys): %s %d, dim %d: %a, want %a", it,
+                      t == UATTN_F32    ? "f32"
+                      : t == UATTN_BF16 ? "bf16"
+                                        : "f16",
+                      D, count, w ? "value" : "key", i, d, a[w], b[w]);
+          }
+        }
+      }
+      for (int32_t d = D; d < ((D + 7) & ~7); d++) cr_assert(vp[(size_t)i * vs + d] == 0.0f, "value padding");
+    }
+    for (int32_t d = 0; d < D; d++)
+      for (int32_t i = count; i < ((count + 7) & ~7); i++) cr_assert(kp[(size_t)d * ks + i] == 0.0f, "key padding");
+    free(want), free(keys), free(values), free(k), free(v);
+  }
+}
+
+/* Every f16 and bf16 value through the 8 x 8 transposes and the row widening. */
+Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
+  need_avx2();
+  enum { D = 256, KEYS = 256 }; /* 65536 elements */
+  uint16_t *src = malloc(sizeof(uint16_t) * D * KEYS);
+  for (uint32_t i = 0; i < D * KEYS; i++) src[i] = (uint16_t)i;
+  const size_t floats = uattn_kernels_avx2.panel_floats(KEYS, D);
+  float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
+  int32_t ks, vs;
+  uattn_avx2_layout(KEYS, D, &ks, &vs);
+  const float *kp = aligned64(keys), *vp = aligned64(values);
+  for (int t = UATTN_BF16; t <= UATTN_F16; t++) {
+    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, keys, values);
+    for (int32_t i = 0; i < KEYS; i++)
+      for (int32_t d = 0; d < D; d++) {
+        float want;
+        uattn_widen((uattn_dtype)t, src + (size_t)i * D + d, &want, 1);
+        const float a = kp[(size_t)d * ks + i], b = vp[(size_t)i * vs + d];
+        if (isnan(want)) {
+          cr_assert(isnan(a) && isnan(b) && signbit(a) == signbit(want) && signbit(b) == signbit(want),
+                    "a NaN changed");
+        } else {
+          cr_assert(!memcmp(&a, &want, 4) && !memcmp(&b, &want, 4), "dtype %d, 0x%04x: %a %a, want %a", t,
+                    src[(size_t)i * D + d], a, b, want);
+        }
+      }
+  }
+  free(src), free(keys), free(values);
+}
+
+/* The soft cap's tanh is computed in fp64 and rounded once: every 5th float of [-20, 20] (tiny magnitudes
+ * included) within 1 ulp of the correctly rounded value (within half an ulp but for near-ties), and tanhf's
+ * own error on top. */
+Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = 300) {
+  need_avx2();
+  enum { N = 1 << 16 };
+  static float x[N], y[N];
+  int64_t worst = 0, worst_libm = 0;
+  float worst_x = 0;
+  for (int neg = 0; neg < 2; neg++) {
+    const uint32_t sign = neg ? 0x80000000u : 0u, last = 0x41A00000u; /* 20 */
+    uint32_t u = 0;
+    while (u <= last) {
+      size_t n = 0;
+      for (; n < N && u <= last; n++, u += 5 * SPARSE) {
+        const uint32_t b = u | sign;
+        memcpy(&x[n], &b, 4);
+      }
+      uattn_avx2_tanh(x, y, n);
+      for (size_t i = 0; i < n; i++) {
+        const float want = (float)tanh((double)x[i]);
+        cr_assert(signbit(y[i]) == signbit(x[i]), "tanh(%a) has the wrong sign", x[i]);
+        const int64_t e = ulps(fabsf(y[i]), fabsf(want)), el = ulps(fabsf(y[i]), fabsf(tanhf(x[i])));
+        if (e > worst) worst = e, worst_x = x[i];
+        if (el > worst_libm) worst_libm = el;
+      }
+    }
+  }
+  fprintf(stderr, "tanh: worst %lld ulps from the rounded exact value (at %.9g), %lld from tanhf\n", (long long)worst,
+          worst_x, (long long)worst_libm);
+  cr_assert(worst <= 1, "tanh is %lld ulps off at %.9g", (long long)worst, worst_x);
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e30f, -1e30f, 1e-30f, 1e-45f};
+  float out[8];
+  uattn_avx2_tanh(special, out, 8);
+  cr_assert(out[0] == 0.0f && !signbit(out[0]) && out[1] == 0.0f && signbit(out[1]), "tanh(+-0)");
+  cr_assert(out[2] == 1.0f && out[3] == -1.0f && out[4] == 1.0f && out[5] == -1.0f, "tanh at the ends");
+  cr_assert(out[6] == 1e-30f && out[7] == 1e-45f, "tanh of tiny values");
+}
+
+/* ---- which ISA paths this run covered ------------------------------------------------------------------- */
+
+/* After the run, on stderr and in $UATTN_ISA_REPORT (make test prints it): every ISA path of the kernels,
+ * whether this CPU ran it and, where not, why and what stood in for it. Asked in the runner's process after
+ * every test, so that no probe runs before a test's own first use of libxsmm. */
+static void isa_report(FILE *f) {
+  const bool avx2 = uattn_avx2_runs_here(), avx512 = uattn_avx512_runs_here();
+  const bool xsmm = avx2 && uattn_xsmm_runs_here();
+  fprintf(f, "test_kernels: ISA paths on this CPU\n");
+  fprintf(f, "  %-34s ran: the reference every other set is held to\n", "portable");
+  fprintf(f, "  %-34s %s\n", "avx2 (loads, fused attend, decode)",
+          avx2 ? "ran" : "skipped: this CPU lacks AVX2, FMA or F16C");
+  if (xsmm)
+    fprintf(f, "  %-34s ran, libxsmm generating %s code\n", "libxsmm body", uattn_xsmm_target());
+  else
+    fprintf(f, "  %-34s skipped: %s\n", "libxsmm body",
+            avx2 ? "libxsmm is not built in, or JITs nothing on this CPU" : "it runs on the avx2 set's panels");
+  fprintf(f, "  %-34s %s\n", "avx512 decode, ymm twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
+  fprintf(f, "  %-34s %s\n", "avx512 decode, zmm",
+          avx512 ? "ran, held to its twin bit for bit" : "skipped: this CPU lacks AVX-512F (its twin ran instead)");
+  fprintf(f, "  %-34s %s\n", "avx512bf16, emulated twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
+  fprintf(f, "  %-34s %s\n", "avx512bf16, vdpbf16ps",
+          uattn_avx512bf16_runs_here() ? "ran, held to its twin bit for bit"
+                                       : "skipped: this CPU lacks AVX512-BF16 (its twin ran instead)");
+  int runs = 0, lacks = 0;
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) uattn_bucket_registry[i]->runs_here() ? runs++ : lacks++;
+  fprintf(f, "  %-34s %d ran", "generated buckets", runs);
+  if (lacks) {
+    fprintf(f, ", %d skipped: this CPU lacks", lacks);
+    const char *named[16];
+    int n = 0;
+    for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+      const uattn_bucket_kernels *b = uattn_bucket_registry[i];
+      bool seen = b->runs_here();
+      for (int k = 0; k < n && !seen; k++) seen = !strcmp(named[k], b->isa);
+      if (!seen && n < 16) {
+        fprintf(f, "%s %s", n ? "," : "", b->isa);
+        named[n++] = b->isa;
+      }
+    }
+  }
+  fprintf(f, "\n");
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+  (void)stats;
+  isa_report(stderr);
+  const char *path = getenv("UATTN_ISA_REPORT");
+  FILE *f = path && *path ? fopen(path, "w") : NULL;
+  if (f) isa_report(f), fclose(f);
+}
+
+/* The best set the CPU runs is the default; UATTN_ISA picks another by name (each test is its own process). */
+Test(kernels, selection) {
+  const char *why;
+  unsetenv("UATTN_ISA");
+  const uattn_kernels *best = uattn_kernels_select(&why, NULL);
+  cr_assert_str_eq(best->name, uattn_avx512bf16_runs_here() ? "avx512bf16"
+                               : uattn_avx512_runs_here()   ? "avx512"
+                               : uattn_avx2_runs_here()     ? "avx2"
+                                                            : "portable");
+  setenv("UATTN_ISA", "portable", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, "portable");
+  cr_assert_str_eq(why, "forced by UATTN_ISA");
+  setenv("UATTN_ISA", "avx2", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx2_runs_here() ? "avx2" : best->name);
+  setenv("UATTN_ISA", "avx512", 1); /* where the CPU lacks it: the best set it runs, and why says so */
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512_runs_here() ? "avx512" : best->name);
+  if (!uattn_avx512_runs_here())
+    cr_assert_str_eq(why, "UATTN_ISA names a set this CPU cannot run: using the best one it runs");
+  setenv("UATTN_ISA", "avx512bf16", 1);
+  cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512bf16_runs_here() ? "avx512bf16" : best->name);
+  setenv("UATTN_ISA", "no-such-set", 1);
+  cr_assert_eq(uattn_kernels_select(&why, NULL), best);
+}
