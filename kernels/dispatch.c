@@ -7,6 +7,7 @@
 #include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
 #include "kernels.h"
+#include "portable/portable.h"
 
 /* The generic sets, best first; a set's probe says whether this CPU runs it (NULL: always). The portable set
  * is last and always runs. */

@@ -6,8 +6,30 @@
 
 #include <stdbool.h>
 
-#include "portable/portable.h"
+#include "state.h"
 #include "uattn.h"
+
+/* A block of query rows, each with all the query heads of one KV head, against one panel of keys: the unit
+ * every kernel implements, so its shape is what matters: the group's heads share each key load, and rows
+ * differ only in how many keys they see. */
+typedef struct uattn_panel_job {
+  int32_t rows, group, head_dim;
+  const float *q;           /* [rows][group][head_dim], multiplied by the scale unless the set takes
+                             * unscaled queries (uattn_kernels_unscaled_q) */
+  const int32_t *query_pos; /* [rows] positions of the rows */
+  const int32_t *visible;   /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
+  int32_t num_keys, key_pos0; /* key i of the panel is at position key_pos0 + i */
+  const float *keys, *values; /* [num_keys][head_dim] */
+  float soft_cap;             /* > 0: cap * tanh(s / cap) */
+  int32_t window;             /* > 0: keys at or before query position - window are not seen */
+  const float *alibi;         /* [group] slopes of the group's heads, or NULL */
+  float *m, *l;               /* [rows][group] running max and sum */
+  float *o;                   /* [rows][group][head_dim] unnormalized output */
+  float *scores;              /* scratch, [num_keys] */
+  float scale;                /* the layer's score scale, for the sets that take unscaled queries
+                               * (uattn_kernels_unscaled_q, kernels.h) */
+  bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
+} uattn_panel_job;
 
 typedef struct uattn_kernels {
   const char *name; /* e.g. "portable", "avx2" */
@@ -53,9 +75,6 @@ static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size,
  * and buckets: the sets with its panel layout) do: they round the query to bf16, and rounding the model's
  * own bf16 query is exact where rounding a scaled copy of it is not. */
 bool uattn_kernels_unscaled_q(const uattn_kernels *k);
-
-/* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
-extern const uattn_kernels uattn_kernels_portable;
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
  * "avx512", "avx512bf16"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when

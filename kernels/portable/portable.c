@@ -1,17 +1,10 @@
-#include "kernels.h"
+/* The portable kernel set (portable.h). */
+#include "portable/portable.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "convert.h"
-
-#include <float.h>
-#include <math.h>
-
-void uattn_state_reset(uattn_state *st, int32_t head_dim) {
-  st->m = -INFINITY;
-  st->l = 0.0f;
-  for (int32_t d = 0; d < head_dim; d++) st->o[d] = 0.0f;
-}
 
 float uattn_dot(const float *a, const float *b, int32_t n) {
   /* eight independent sums: vectorizable without -ffast-math, and the same order on every build */
@@ -21,15 +14,6 @@ float uattn_dot(const float *a, const float *b, int32_t n) {
     for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
   for (; i < n; i++) s[i & 7] += a[i] * b[i];
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
-/* Rescales a state by e^(old max - new max) so it can take keys with a larger max. */
-static void rescale(uattn_state *st, float new_m, int32_t head_dim) {
-  if (st->m == new_m) return;
-  const float a = st->m == -INFINITY ? 0.0f : expf(st->m - new_m);
-  st->l *= a;
-  for (int32_t d = 0; d < head_dim; d++) st->o[d] *= a;
-  st->m = new_m;
 }
 
 void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
@@ -48,42 +32,13 @@ void uattn_attend_panel(const float *q, const float *keys, const float *values, 
     scores[i - lo] = s;
     if (s > block_max) block_max = s;
   }
-  if (block_max > st->m) rescale(st, block_max, head_dim);
+  if (block_max > st->m) uattn_state_rescale(st, block_max, head_dim);
   for (int32_t i = lo; i < hi; i++) {
     const float p = expf(scores[i - lo] - st->m);
     st->l += p;
     const float *v = values + (int64_t)i * head_dim;
     for (int32_t d = 0; d < head_dim; d++) st->o[d] += p * v[d];
   }
-}
-
-void uattn_state_merge(uattn_state *a, const uattn_state *b, int32_t head_dim) {
-  if (b->m == -INFINITY) return;
-  if (b->m > a->m) rescale(a, b->m, head_dim);
-  const float f = expf(b->m - a->m);
-  a->l += b->l * f;
-  for (int32_t d = 0; d < head_dim; d++) a->o[d] += b->o[d] * f;
-}
-
-float uattn_seed_merge(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim, float *out) {
-  float M = -FLT_MAX;
-  for (int32_t k = 0; k < num_parts; k++) {
-    const float m = parts[k].m < -FLT_MAX ? -FLT_MAX : parts[k].m;
-    if (m > M) M = m;
-  }
-  if (sink > M) M = sink;
-  float sum = 0.0f;
-  for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-  for (int32_t k = 0; k < num_parts; k++) {
-    const float m = parts[k].m < -FLT_MAX ? -FLT_MAX : parts[k].m;
-    const float a = expf(m - M);
-    sum += parts[k].l * a;
-    for (int32_t d = 0; d < head_dim; d++) out[d] += parts[k].o[d] * a;
-  }
-  if (sink > -INFINITY) sum += expf(sink - M);
-  const float denom = sum > FLT_MIN ? sum : FLT_MIN;
-  for (int32_t d = 0; d < head_dim; d++) out[d] /= denom;
-  return sum > 0.0f ? M + logf(sum) : -INFINITY;
 }
 
 void uattn_attend_panel_rows(const uattn_panel_job *j) {

@@ -38,6 +38,7 @@
 #include "avx2/avx2.h"
 #include "convert.h"
 #include "kernels.h"
+#include "portable/portable.h"
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 

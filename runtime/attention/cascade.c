@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/internal.h"
-#include "portable/portable.h"
+#include "attention/merge.h"
 
 /* Each part's array: not NULL and aligned for floats. */
 static uattn_status check_parts(int32_t num_parts, const float *const *arrays, const char *name) {

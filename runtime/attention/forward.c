@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "attention/merge.h"
 #include "attention/report.h"
 #include "plan/planner.h"
 #include "kernels.h"

@@ -27,6 +27,7 @@
 #include "avx512bf16/avx512bf16.h"
 #include "convert.h"
 #include "kernels.h"
+#include "portable/portable.h"
 #include "avx2/xsmm.h"
 #include "common/support.h"
 
