@@ -18,7 +18,8 @@ $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
 # The sanitized build generates a few buckets (every dtype, a chunked one, an odd head dim), not the
-# release's 25: they are one template, and each costs ~10 s to compile with ASan.
+# release's 25 (gen/manifest.json's default): they are one template, and each costs ~10 s to compile with ASan.
+# This, TSAN_BUCKETS and FUZZ_BUCKETS are per-build choices, so they live here, not in the manifest.
 ASAN_BUCKETS ?= bf16:16,128:128:0 bf16:128:128:16 f16:16:64:0 f32:128:80:0
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps

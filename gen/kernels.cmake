@@ -1,19 +1,25 @@
-# The generated bucket kernels: gen/generate.py writes one source per bucket of UATTN_KERNEL_BUCKETS and the
-# registry, at build time, into ${CMAKE_CURRENT_BINARY_DIR}/gen. Sets UATTN_GENERATED_SOURCES.
+# The generated bucket kernels: gen/generate.py writes, at build time into ${CMAKE_CURRENT_BINARY_DIR}/gen, one
+# source per bucket of UATTN_KERNEL_BUCKETS and ISA of gen/manifest.json that takes its dtype, and the registry
+# (the buckets and the ISA ladder). Sets UATTN_GENERATED_SOURCES.
 #
-# The default covers common models at a build cost of about three minutes on 2 cores (the library from clean:
-# 182 s, 25 buckets for avx2 and, decode kernel only, avx512; the bf16 ones also for avx512bf16): bf16 caches at every block
-# size from 16 to 256 with head dim 128 (Llama, Mistral, Qwen), at block sizes 16 and 128 (vLLM's CPU and
-# Gaudi defaults) with head dims 64 (small models), 80 (Phi-2), 96 (Phi-3), 192 (MLA's query-key dim) and
-# 256 (Gemma); Gaudi-style chunked shared parts (16 and 64 blocks a chunk) at block size 128; f16 and f32
-# caches at block sizes 16 and 128 with head dims 64 and 128. Every other shape runs the generic kernels.
-set(UATTN_KERNEL_BUCKETS_DEFAULT
-  "bf16:16,32,64,128,256:128:0 bf16:16,128:64,80,96,192,256:0 bf16:128:128:16,64 f16,f32:16,128:64,128:0")
-set(UATTN_KERNEL_BUCKETS "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE STRING
-  "Kernel buckets to generate: groups DTYPES:BLOCK_SIZES:HEAD_DIMS:CHUNK_SIZES separated by spaces (see gen/generate.py); empty = generic kernels only")
-
+# The default bucket list is the manifest's default_buckets (what it covers and why: there). A build may list
+# its own (the Makefile's sanitized, ThreadSanitizer and fuzz builds do); an existing build directory keeps the
+# value in its cache until it is given again.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(UATTN_GENERATOR ${CMAKE_CURRENT_SOURCE_DIR}/gen/generate.py)
+set(UATTN_MANIFEST ${CMAKE_CURRENT_SOURCE_DIR}/gen/manifest.json)
+# the source list depends on both (the ISAs, how sources are named): a change re-runs the configuration
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${UATTN_GENERATOR} ${UATTN_MANIFEST})
+execute_process(
+  COMMAND ${Python3_EXECUTABLE} ${UATTN_GENERATOR} --default-buckets
+  OUTPUT_VARIABLE UATTN_KERNEL_BUCKETS_DEFAULT ERROR_VARIABLE _uattn_gen_error RESULT_VARIABLE _uattn_gen_rc
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _uattn_gen_rc EQUAL 0)
+  message(FATAL_ERROR "${_uattn_gen_error}")
+endif()
+set(UATTN_KERNEL_BUCKETS "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE STRING
+  "Kernel buckets to generate: groups DTYPES:BLOCK_SIZES:HEAD_DIMS:CHUNK_SIZES separated by spaces (see gen/generate.py); default: gen/manifest.json's; empty = generic kernels only")
+
 execute_process(
   COMMAND ${Python3_EXECUTABLE} ${UATTN_GENERATOR} --buckets "${UATTN_KERNEL_BUCKETS}" --list
   OUTPUT_VARIABLE _uattn_gen_list ERROR_VARIABLE _uattn_gen_error RESULT_VARIABLE _uattn_gen_rc)
@@ -34,6 +40,6 @@ add_custom_command(
   OUTPUT ${UATTN_GENERATED_SOURCES}
   COMMAND ${Python3_EXECUTABLE} ${UATTN_GENERATOR} --buckets "${UATTN_KERNEL_BUCKETS}"
           --out ${CMAKE_CURRENT_BINARY_DIR}/gen
-  DEPENDS ${UATTN_GENERATOR}
+  DEPENDS ${UATTN_GENERATOR} ${UATTN_MANIFEST}
   COMMENT "Generating ${_uattn_gen_count} bucket kernels and their registry"
   VERBATIM)

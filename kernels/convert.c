@@ -1,5 +1,20 @@
 #include "convert.h"
 
+static const struct {
+  const char *name, *long_name;
+} dtypes[] = {[UATTN_F32] = {"f32", "float32"}, [UATTN_BF16] = {"bf16", "bfloat16"}, [UATTN_F16] = {"f16", "float16"}};
+
+const char *uattn_dtype_name(uattn_dtype t) { return uattn_dtype_valid(t) ? dtypes[t].name : "?"; }
+
+bool uattn_dtype_parse(const char *s, bool long_names, uattn_dtype *out) {
+  for (int t = 0; t < (int)(sizeof dtypes / sizeof *dtypes); t++)
+    if (!strcmp(s, dtypes[t].name) || (long_names && !strcmp(s, dtypes[t].long_name))) {
+      *out = (uattn_dtype)t;
+      return true;
+    }
+  return false;
+}
+
 float uattn_f16_to_f32(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;

@@ -3,54 +3,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "avx2/avx2.h"
 #include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
+#include "convert.h"
 #include "kernels.h"
-#include "portable/portable.h"
 
-/* The generic sets, best first; a set's probe says whether this CPU runs it (NULL: always). The portable set
- * is last and always runs. */
-typedef struct candidate {
-  const uattn_kernels *set;
-  int (*runs_here)(void);
-} candidate;
-
-static const candidate candidates[] = {
-    {&uattn_kernels_avx512bf16, uattn_avx512bf16_runs_here},
-    {&uattn_kernels_avx512, uattn_avx512_runs_here},
-    {&uattn_kernels_avx2, uattn_avx2_runs_here},
-    {&uattn_kernels_portable, NULL},
-};
+/* The ISA ladder is the generator's (uattn_isa_registry, from gen/manifest.json): best first, the portable set
+ * last, with no probe, as it always runs. */
+static bool isa_runs_here(const uattn_isa *isa) { return !isa->runs_here || isa->runs_here(); }
 
 const uattn_kernels *uattn_kernels_select(const char **why, bool *forced) {
-  const size_t n = sizeof candidates / sizeof *candidates;
   const uattn_kernels *best = NULL;
-  for (size_t i = 0; i < n && !best; i++)
-    if (!candidates[i].runs_here || candidates[i].runs_here()) best = candidates[i].set;
+  for (size_t i = 0; i < uattn_isa_registry_size && !best; i++)
+    if (isa_runs_here(&uattn_isa_registry[i])) best = uattn_isa_registry[i].set;
   if (why) *why = "the best set this CPU runs";
   if (forced) *forced = false;
   const char *name = getenv("UATTN_ISA");
   if (!name || !*name) return best;
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(candidates[i].set->name, name)) {
-      if (candidates[i].runs_here && !candidates[i].runs_here()) {
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].set->name, name)) {
+      if (!isa_runs_here(&uattn_isa_registry[i])) {
         if (why) *why = "UATTN_ISA names a set this CPU cannot run: using the best one it runs";
         return best;
       }
       if (why) *why = "forced by UATTN_ISA";
       if (forced) *forced = true;
-      return candidates[i].set;
+      return uattn_isa_registry[i].set;
     }
   if (why) *why = "UATTN_ISA names no kernel set: using the best one this CPU runs";
   return best;
 }
-
-bool uattn_kernels_unscaled_q(const uattn_kernels *k) {
-  return k->panel_floats == uattn_avx512bf16_panel_floats;
-}
-
-static const char *dtype_name(uattn_dtype t) { return t == UATTN_F32 ? "f32" : t == UATTN_BF16 ? "bf16" : "f16"; }
 
 /* The generated values of one dimension among the buckets that match the others before it, e.g.
  * "64, 128", for a fallback's explanation. */
@@ -101,7 +83,7 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
     if (d == 4 && e->runs_here()) {
       *bucket = e;
       snprintf(why, why_size, "generated bucket (%s cache, block size %d, head dim %d, chunk size %d) for %s",
-               dtype_name(cache_dtype), block_size, head_dim, chunk_size, e->isa);
+               uattn_dtype_name(cache_dtype), block_size, head_dim, chunk_size, e->isa);
       return &e->set;
     }
     if (d == 4) isa_missing = 1;
@@ -115,7 +97,7 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
              generic->name, bf16_only);
   } else if (depth == 0) {
     snprintf(why, why_size, "fallback: no bucket was generated for a %s cache; generic %s kernels%s",
-             dtype_name(cache_dtype), generic->name, bf16_only);
+             uattn_dtype_name(cache_dtype), generic->name, bf16_only);
   } else {
     list_values(depth, block_size, head_dim, cache_dtype, values, sizeof values);
     snprintf(why, why_size, "fallback: %s %d is not generated for this shape (generated: %s); generic %s kernels%s",

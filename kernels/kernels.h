@@ -15,7 +15,7 @@
 typedef struct uattn_panel_job {
   int32_t rows, group, head_dim;
   const float *q;           /* [rows][group][head_dim], multiplied by the scale unless the set takes
-                             * unscaled queries (uattn_kernels_unscaled_q) */
+                             * unscaled queries (uattn_kernels.unscaled_q) */
   const int32_t *query_pos; /* [rows] positions of the rows */
   const int32_t *visible;   /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
   int32_t num_keys, key_pos0; /* key i of the panel is at position key_pos0 + i */
@@ -27,7 +27,7 @@ typedef struct uattn_panel_job {
   float *o;                   /* [rows][group][head_dim] unnormalized output */
   float *scores;              /* scratch, [num_keys] */
   float scale;                /* the layer's score scale, for the sets that take unscaled queries
-                               * (uattn_kernels_unscaled_q, kernels.h) */
+                               * (uattn_kernels.unscaled_q) */
   bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
 } uattn_panel_job;
 
@@ -54,6 +54,11 @@ typedef struct uattn_kernels {
    * and a head dim that is a multiple of 8. */
   void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                  const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
+  /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by
+   * job->scale itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets
+   * (avx512bf16, its twin and buckets) do: they round the query to bf16, and rounding the model's own bf16
+   * query is exact where rounding a scaled copy of it is not. */
+  bool unscaled_q;
 } uattn_kernels;
 
 #define UATTN_DECODE_MAX_KEYS 256
@@ -69,12 +74,6 @@ static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors,
 static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
   return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
 }
-
-/* Whether a set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by job->scale
- * itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets (avx512bf16, its twin
- * and buckets: the sets with its panel layout) do: they round the query to bf16, and rounding the model's
- * own bf16 query is exact where rounding a scaled copy of it is not. */
-bool uattn_kernels_unscaled_q(const uattn_kernels *k);
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
  * "avx512", "avx512bf16"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when
@@ -96,6 +95,18 @@ typedef struct uattn_bucket_kernels {
 /* The registry the generator writes (build/gen/registry.c): every generated bucket, best ISA first. */
 extern const uattn_bucket_kernels *const uattn_bucket_registry[];
 extern const size_t uattn_bucket_registry_size;
+
+/* One rung of the ISA ladder (gen/manifest.json): a generic set and the probe that says whether this CPU runs it. */
+typedef struct uattn_isa {
+  const char *name;          /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
+  const uattn_kernels *set;  /* its generic kernels */
+  int (*runs_here)(void);    /* NULL: runs everywhere (the portable set, the last rung) */
+  const char *shares;        /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
+} uattn_isa;
+
+/* The ladder the generator writes (build/gen/registry.c), best first, the portable set last. */
+extern const uattn_isa uattn_isa_registry[];
+extern const size_t uattn_isa_registry_size;
 
 /* The kernels for a layer's shape, and why: the bucket of (block_size, head_dim, cache dtype, chunk_size)
  * when one was generated for an ISA this CPU runs (and UATTN_ISA forces no generic set), else the generic

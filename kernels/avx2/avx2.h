@@ -21,6 +21,13 @@ void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, si
                      int32_t head_dim, int32_t panel_keys, float *keys, float *values);
 void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys);
 
+/* The set's two attend bodies apart, each on every job and part, with the set's loads: what the tests and
+ * uattn-kernel-bench --xsmm check and time one against the other (the set picks per job: uattn_xsmm_wins).
+ * uattn_kernels_avx2_fused: the fused register-tile body (avx2/body.h); uattn_kernels_xsmm: the libxsmm GEMM
+ * body (avx2/xsmm.c), only where uattn_xsmm_runs_here(). */
+extern const uattn_kernels uattn_kernels_avx2_fused;
+extern const uattn_kernels uattn_kernels_xsmm;
+
 /* Floats each panel of the set needs (its panel_floats; the generated buckets share the layout). */
 size_t uattn_avx2_panel_floats(int32_t panel_keys, int32_t head_dim);
 

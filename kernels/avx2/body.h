@@ -330,6 +330,17 @@ AVX2_INLINE __m256i tail_mask(int32_t n) {
  * and add them at the end. */
 #define CHAINS(NB) ((NB) >= 4 ? 1 : (NB) == 1 ? 4 : 2)
 
+/* Each accumulator's C = CHAINS(NB) chains (a[c][i][w] for NB vectors and W vectors of 8) summed into
+ * a[0][i][w], in the one order every split sum of the set uses: (a0 + a1) + (a2 + a3). */
+AVX2_INLINE void sum_chains(const int C, const int NB, const int W, __m256 (*a)[QB][2]) {
+  for (int i = 0; i < NB; i++)
+    for (int w = 0; w < W; w++) {
+      if (C == 4)
+        a[0][i][w] = _mm256_add_ps(_mm256_add_ps(a[0][i][w], a[1][i][w]), _mm256_add_ps(a[2][i][w], a[3][i][w]));
+      if (C == 2) a[0][i][w] = _mm256_add_ps(a[0][i][w], a[1][i][w]);
+    }
+}
+
 /* Dims [d0, d1) of the scores of NB vectors (q_i at q + i * D) against 8 W keys at kt (W = 1 or 2): per
  * dim, W key loads serve NB broadcasts and W NB FMAs. */
 AVX2_INLINE void score_part(const int NB, const int W, const float *q, int32_t D, const float *k, int32_t P, int32_t d0,
@@ -355,13 +366,9 @@ AVX2_INLINE void score_part(const int NB, const int W, const float *q, int32_t D
       const __m256 b = _mm256_broadcast_ss(q + (size_t)i * D + d);
       for (int w = 0; w < W; w++) a[0][i][w] = _mm256_fmadd_ps(b, _mm256_load_ps(k + 8 * w), a[0][i][w]);
     }
+  sum_chains(C, NB, W, a);
   for (int i = 0; i < NB; i++)
-    for (int w = 0; w < W; w++) {
-      if (C == 4)
-        a[0][i][w] = _mm256_add_ps(_mm256_add_ps(a[0][i][w], a[1][i][w]), _mm256_add_ps(a[2][i][w], a[3][i][w]));
-      if (C == 2) a[0][i][w] = _mm256_add_ps(a[0][i][w], a[1][i][w]);
-      out[i][w] = a[0][i][w];
-    }
+    for (int w = 0; w < W; w++) out[i][w] = a[0][i][w];
 }
 
 /* S[i][j - j0] = <q_i, k_j> for NB vectors and keys [j0, j1) (j1 - j0 a multiple of 8), 16 keys at a time
@@ -418,11 +425,9 @@ AVX2_INLINE void pv_part(const int NB, const int W, float (*S)[KC], int32_t j0, 
       const __m256 p = _mm256_broadcast_ss(S[i] + (j - j0));
       for (int w = 0; w < W; w++) a[0][i][w] = _mm256_fmadd_ps(p, _mm256_load_ps(v + 8 * w), a[0][i][w]);
     }
+  sum_chains(C, NB, W, a);
   for (int i = 0; i < NB; i++)
     for (int w = 0; w < W; w++) {
-      if (C == 4)
-        a[0][i][w] = _mm256_add_ps(_mm256_add_ps(a[0][i][w], a[1][i][w]), _mm256_add_ps(a[2][i][w], a[3][i][w]));
-      if (C == 2) a[0][i][w] = _mm256_add_ps(a[0][i][w], a[1][i][w]);
       if (W == 2)
         _mm256_storeu_ps(o + (size_t)i * D + 8 * w, a[0][i][w]);
       else
@@ -559,36 +564,49 @@ AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c
   pv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, alpha);
 }
 
-/* The job's vectors against its panel. D is the job's head dim and ROWS its rows (0: job->rows), constants
- * where the caller is specialized. */
-AVX2_INLINE void avx2_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D, const int32_t ROWS) {
-  const int32_t rows = ROWS ? ROWS : job->rows;
-  int32_t kmax = 0; /* keys any row sees */
+/* Keys [0, the returned count) are all that the first `rows` rows of the job see of its panel. */
+AVX2_INLINE int32_t keys_seen(const uattn_panel_job *job, int32_t rows) {
+  int32_t kmax = 0;
   for (int32_t r = 0; r < rows; r++) {
     const int32_t hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
     if (hi > kmax) kmax = hi;
   }
+  return kmax;
+}
+
+/* The plan of the fused attend bodies (this one's and avx512bf16/body.h's) for n query vectors against the
+ * kmax keys they see: chunks of KC keys in turn, and in each, blocks of at most QB vectors, as even as they
+ * go (8 heads are 4 + 4, not 6 + 2: a block of 2 reloads every key for a quarter of the FMAs):
+ * BLOCK(NB, D, ctx, x0, c0, c1) for vectors [x0, x0 + NB) and keys [c0, c1), NB a constant (one instance
+ * per block size, each with its tiles in registers). */
+#define ATTEND_BLOCKS(n, kmax, BLOCK, D, ctx)                                                                 \
+  do {                                                                                                        \
+    const int32_t n_ = (n), blocks_ = (n_ + QB - 1) / QB, small_ = n_ / blocks_, big_ = n_ % blocks_;         \
+    for (int32_t c0_ = 0; c0_ < (kmax); c0_ += KC) {                                                          \
+      const int32_t c1_ = (kmax) - c0_ < KC ? (kmax) : c0_ + KC;                                              \
+      for (int32_t b_ = 0, x0_ = 0; b_ < blocks_; b_++) {                                                     \
+        const int32_t nb_ = small_ + (b_ < big_);                                                             \
+        switch (nb_) {                                                                                        \
+        case 1: BLOCK(1, D, ctx, x0_, c0_, c1_); break;                                                       \
+        case 2: BLOCK(2, D, ctx, x0_, c0_, c1_); break;                                                       \
+        case 3: BLOCK(3, D, ctx, x0_, c0_, c1_); break;                                                       \
+        case 4: BLOCK(4, D, ctx, x0_, c0_, c1_); break;                                                       \
+        case 5: BLOCK(5, D, ctx, x0_, c0_, c1_); break;                                                       \
+        default: BLOCK(QB, D, ctx, x0_, c0_, c1_); break;                                                     \
+        }                                                                                                     \
+        x0_ += nb_;                                                                                           \
+      }                                                                                                       \
+    }                                                                                                         \
+  } while (0)
+
+/* The job's vectors against its panel. D is the job's head dim and ROWS its rows (0: job->rows), constants
+ * where the caller is specialized. */
+AVX2_INLINE void avx2_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D, const int32_t ROWS) {
+  const int32_t rows = ROWS ? ROWS : job->rows, kmax = keys_seen(job, rows);
   if (kmax <= 0) return;
   const attend_ctx c = {job, align64c(job->keys), align64c(job->values), key_stride(panel_keys),
                         value_stride(D)};
-  /* blocks of at most QB vectors, as even as they go: 8 heads are 4 + 4, not 6 + 2 (a block of 2 reloads
-   * every key for a quarter of the FMAs) */
-  const int32_t n = rows * job->group, blocks = (n + QB - 1) / QB, small = n / blocks, big = n % blocks;
-  for (int32_t c0 = 0; c0 < kmax; c0 += KC) {
-    const int32_t c1 = kmax - c0 < KC ? kmax : c0 + KC;
-    for (int32_t b = 0, x0 = 0; b < blocks; b++) {
-      const int32_t nb = small + (b < big);
-      switch (nb) { /* one instance per block size, each with its tiles in registers */
-      case 1: attend_block(1, D, &c, x0, c0, c1); break;
-      case 2: attend_block(2, D, &c, x0, c0, c1); break;
-      case 3: attend_block(3, D, &c, x0, c0, c1); break;
-      case 4: attend_block(4, D, &c, x0, c0, c1); break;
-      case 5: attend_block(5, D, &c, x0, c0, c1); break;
-      default: attend_block(QB, D, &c, x0, c0, c1); break;
-      }
-      x0 += nb;
-    }
-  }
+  ATTEND_BLOCKS(rows * job->group, kmax, attend_block, D, &c);
 }
 
 #endif

@@ -76,6 +76,18 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
   _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* FN(NB, ...) with NB the constant 1, 2, 3 or 4 that n (a block's vectors) is: one instance of a step per
+ * block size, each with its accumulators in registers. */
+#define DECODE_BY_NB(n, FN, ...)        \
+  do {                                  \
+    switch (n) {                        \
+    case 1: FN(1, __VA_ARGS__); break;  \
+    case 2: FN(2, __VA_ARGS__); break;  \
+    case 3: FN(3, __VA_ARGS__); break;  \
+    default: FN(4, __VA_ARGS__); break; \
+    }                                   \
+  } while (0)
+
 /* ---- one call's shape ---------------------------------------------------------------------------------- */
 
 /* What every head of a call shares: the vectors' blocks (4 at a time, as even as they go: 6 = 3 + 3), the
@@ -159,6 +171,12 @@ AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W,
   for (int i = 0; i < NB; i++) Sb[(size_t)i * W] = p[2 * i];
 }
 
+/* scores_pair of NB vectors into S (store_score_pairs). */
+AVX2_INLINE void score_pair_step(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+                                 const char *r0, const char *r1, float *Sb, int32_t W, bool both) {
+  store_score_pairs(NB, scores_pair(NB, EO, t, q, D, r0, r1), Sb, W, both);
+}
+
 /* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
  * o_i at o + i * D in even/odd order), value j's bf16 row at v + j * step bytes. */
 AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int32_t lo, int32_t hi, const char *v,
@@ -208,26 +226,9 @@ AVX2_INLINE void pv_natural(const int NB, const int W, uattn_dtype t, const floa
       for (int w = 0; w < W; w++) a[0][i][w] = _mm256_fmadd_ps(p, widen8(t, r + w * wstep), a[0][i][w]);
     }
   }
+  sum_chains(C, NB, W, a);
   for (int i = 0; i < NB; i++)
-    for (int w = 0; w < W; w++) {
-      if (C == 4)
-        a[0][i][w] = _mm256_add_ps(_mm256_add_ps(a[0][i][w], a[1][i][w]), _mm256_add_ps(a[2][i][w], a[3][i][w]));
-      if (C == 2) a[0][i][w] = _mm256_add_ps(a[0][i][w], a[1][i][w]);
-      _mm256_storeu_ps(o + (size_t)i * D + 8 * w, a[0][i][w]);
-    }
-}
-
-/* Keys [lo, hi) of one block of NB vectors of one head into its outputs o (P at S, ld). */
-AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const float *S, int32_t lo,
-                          int32_t hi, const char *v, float *o, const int32_t D) {
-  const size_t esz = uattn_dtype_size(t);
-  int32_t d = 0;
-  if (s->eo) {
-    for (; d < D; d += 16) pv_eo(NB, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
-    return;
-  }
-  for (; d + 16 <= D; d += 16) pv_natural(NB, 2, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
-  if (d < D) pv_natural(NB, 1, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
+    for (int w = 0; w < W; w++) _mm256_storeu_ps(o + (size_t)i * D + 8 * w, a[0][i][w]);
 }
 
 /* ---- the kernel ---------------------------------------------------------------------------------------- */
@@ -294,13 +295,7 @@ AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
         float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
-        const bool both = j + 1 < s->HI;
-        switch (s->nb[b]) {
-        case 1: store_score_pairs(1, scores_pair(1, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
-        case 2: store_score_pairs(2, scores_pair(2, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
-        case 3: store_score_pairs(3, scores_pair(3, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
-        default: store_score_pairs(4, scores_pair(4, EO, t, qb, D, g0, g1), Sb, s->W, both); break;
-        }
+        DECODE_BY_NB(s->nb[b], score_pair_step, EO, t, qb, D, g0, g1, Sb, s->W, j + 1 < s->HI);
       }
     }
   }
@@ -357,24 +352,38 @@ AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_
   for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++) prefetch_share(s, v + (size_t)x * s->step, g);
 }
 
-/* P V of every head and block, PV_TILE rows at a time, every head in turn (the next tile asked for a head's
- * share at a time); even/odd outputs back in natural order at the end. */
+/* The P V walk of every decode kernel: PV_TILE rows at a time, every head in turn (the next tile asked for a
+ * head's share at a time), every block with keys in the tile: STEP(NB, ..., &p), p the block's pv_step and NB
+ * its vectors, a constant. */
+#define DECODE_PV_TILES(job, s, v, S, D, STEP, ...)                                                            \
+  do {                                                                                                         \
+    for (int32_t jt_ = (s)->LO; jt_ < (s)->HI; jt_ += PV_TILE)                                                 \
+      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                            \
+        prefetch_next_tile(s, v, jt_, g_);                                                                     \
+        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                         \
+          pv_step p_;                                                                                          \
+          if (pv_step_of(job, s, v, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_); \
+        }                                                                                                      \
+      }                                                                                                        \
+  } while (0)
+
+/* One block's P V step p: keys [p->lo, p->hi) of NB vectors of one head into its outputs (P at p->S). */
+AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const int32_t D, const pv_step *p) {
+  const size_t esz = uattn_dtype_size(t);
+  int32_t d = 0;
+  if (s->eo) {
+    for (; d < D; d += 16) pv_eo(NB, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+    return;
+  }
+  for (; d + 16 <= D; d += 16)
+    pv_natural(NB, 2, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+  if (d < D) pv_natural(NB, 1, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+}
+
+/* P V of every head and block (DECODE_PV_TILES); even/odd outputs back in natural order at the end. */
 AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
                            const float *S, const int32_t D) {
-  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
-    for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_next_tile(s, v, jt, g);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        pv_step p;
-        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
-        switch (s->nb[b]) {
-        case 1: pv_block(1, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        case 2: pv_block(2, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        case 3: pv_block(3, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        default: pv_block(4, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        }
-      }
-    }
+  DECODE_PV_TILES(job, s, v, S, D, pv_block, s, t, D);
   if (s->eo)
     for (int32_t g = 0; g < s->heads; g++)
       for (int32_t x = 0; x < s->n; x++)

@@ -53,23 +53,25 @@ AVX2_TARGET void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_key
     avx2_attend_body(job, panel_keys, job->head_dim, 0);
 }
 
-AVX2_TARGET void uattn_avx2_exp(const float *x, float *y, size_t n) {
+enum { MAP_EXP, MAP_TANH };
+
+/* y = F(x) over n floats (F constant: MAP_EXP, MAP_TANH), 8 at a time, the tail masked. */
+AVX2_INLINE void map8(const int F, const float *x, float *y, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm256_storeu_ps(y + i, F == MAP_EXP ? exp8(v) : tanh8(v));
+  }
   if (i < n) {
     const __m256i m = tail_mask((int32_t)(n - i));
-    _mm256_maskstore_ps(y + i, m, exp8(_mm256_maskload_ps(x + i, m)));
+    const __m256 v = _mm256_maskload_ps(x + i, m);
+    _mm256_maskstore_ps(y + i, m, F == MAP_EXP ? exp8(v) : tanh8(v));
   }
 }
 
-AVX2_TARGET void uattn_avx2_tanh(const float *x, float *y, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, tanh8(_mm256_loadu_ps(x + i)));
-  if (i < n) {
-    const __m256i m = tail_mask((int32_t)(n - i));
-    _mm256_maskstore_ps(y + i, m, tanh8(_mm256_maskload_ps(x + i, m)));
-  }
-}
+AVX2_TARGET void uattn_avx2_exp(const float *x, float *y, size_t n) { map8(MAP_EXP, x, y, n); }
+
+AVX2_TARGET void uattn_avx2_tanh(const float *x, float *y, size_t n) { map8(MAP_TANH, x, y, n); }
 
 AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                                     const void *k_src, const void *v_src, size_t stride, size_t head_stride,
@@ -77,9 +79,29 @@ AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, s
   avx2_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
-const uattn_kernels uattn_kernels_avx2 = {
-    "avx2", uattn_avx2_load, {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend}, uattn_avx2_panel_floats,
-    avx2_decode};
+const uattn_kernels uattn_kernels_avx2 = {.name = "avx2",
+                                          .load = uattn_avx2_load,
+                                          .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
+                                          .panel_floats = uattn_avx2_panel_floats,
+                                          .decode = avx2_decode,
+                                          .unscaled_q = false};
+
+/* The fused register-tile body alone, whatever the job's size. */
+AVX2_TARGET static void avx2_fused_attend(const uattn_panel_job *job, int32_t panel_keys) {
+  avx2_attend_body(job, panel_keys, job->head_dim, 0);
+}
+
+const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused",
+                                                .load = uattn_avx2_load,
+                                                .attend = {avx2_fused_attend, avx2_fused_attend, avx2_fused_attend},
+                                                .panel_floats = uattn_avx2_panel_floats,
+                                                .unscaled_q = false};
+
+const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm",
+                                          .load = uattn_avx2_load,
+                                          .attend = {uattn_xsmm_attend, uattn_xsmm_attend, uattn_xsmm_attend},
+                                          .panel_floats = uattn_avx2_panel_floats,
+                                          .unscaled_q = false};
 
 #else /* not x86: the set exists (dispatch.c lists it) but never runs */
 
@@ -95,6 +117,8 @@ void uattn_avx2_exp(const float *x, float *y, size_t n) {
 void uattn_avx2_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
 }
-const uattn_kernels uattn_kernels_avx2 = {"avx2", NULL, {NULL, NULL, NULL}, NULL, NULL};
+const uattn_kernels uattn_kernels_avx2 = {.name = "avx2"};
+const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused"};
+const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm"};
 
 #endif

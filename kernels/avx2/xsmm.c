@@ -36,8 +36,6 @@
 
 #include <stdint.h>
 
-#include "avx2/avx2.h"
-
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <pthread.h>
@@ -181,7 +179,7 @@ int uattn_xsmm_runs_here(void) {
   if (v < 0) {
 #if defined(UATTN_HAVE_XSMM)
     const xsmm_shape probe = {XK, XV, DB, XK, DB, XLD, 0};
-    v = uattn_avx2_runs_here() && kernel_for(&probe) != NO_KERNEL;
+    v = kernel_for(&probe) != NO_KERNEL;
 #else
     v = 0;
 #endif
@@ -306,11 +304,7 @@ AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, cons
 }
 
 AVX2_TARGET void uattn_xsmm_attend(const uattn_panel_job *job, int32_t panel_keys) {
-  int32_t kmax = 0; /* keys any row sees */
-  for (int32_t r = 0; r < job->rows; r++) {
-    const int32_t hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
-    if (hi > kmax) kmax = hi;
-  }
+  const int32_t kmax = keys_seen(job, job->rows);
   if (kmax <= 0) return;
   const attend_ctx c = {job, align64c(job->keys), align64c(job->values), key_stride(panel_keys),
                         value_stride(job->head_dim)};
@@ -355,21 +349,6 @@ AVX2_TARGET double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_di
   return 2.0 * XV * XK * D;
 }
 
-const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm",
-                                          .load = uattn_avx2_load,
-                                          .attend = {uattn_xsmm_attend, uattn_xsmm_attend, uattn_xsmm_attend},
-                                          .panel_floats = uattn_avx2_panel_floats};
-
-/* The fused register-tile body alone, whatever the job's size. */
-AVX2_TARGET static void fused_attend(const uattn_panel_job *job, int32_t panel_keys) {
-  avx2_attend_body(job, panel_keys, job->head_dim, 0);
-}
-
-const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused",
-                                                .load = uattn_avx2_load,
-                                                .attend = {fused_attend, fused_attend, fused_attend},
-                                                .panel_floats = uattn_avx2_panel_floats};
-
 #else /* not x86: never runs (uattn_avx2_runs_here() is 0 there) */
 
 int uattn_xsmm_runs_here(void) { return 0; }
@@ -387,7 +366,5 @@ double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_dim, float *sc
   (void)scratch;
   return 0.0;
 }
-const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm"};
-const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused"};
 
 #endif

@@ -14,7 +14,8 @@
  * is 1-3% faster, and above head dim 128 the two are at par or libxsmm up to 7% slower. */
 enum { UATTN_XSMM_MIN_VECTORS = 8, UATTN_XSMM_MIN_KEYS = 32, UATTN_XSMM_MAX_HEAD_DIM = 128 };
 
-/* 1 when libxsmm was built in and JITs its kernels on this CPU (probed once; thread-safe), else 0. */
+/* 1 when libxsmm was built in and JITs its kernels on this CPU (probed once; thread-safe), else 0. Like the
+ * rest, only after uattn_avx2_runs_here() said yes (the body's own code is AVX2). */
 int uattn_xsmm_runs_here(void);
 
 /* The code libxsmm generates for the body, by libxsmm's name of the target ("hsw": AVX2, which the body pins
@@ -47,11 +48,5 @@ static inline int uattn_xsmm_wins(const uattn_panel_job *job) {
 typedef enum { UATTN_XSMM_SCORES, UATTN_XSMM_VALUES } uattn_xsmm_product;
 size_t uattn_xsmm_products_floats(int32_t head_dim);
 double uattn_xsmm_products(uattn_xsmm_product which, int32_t head_dim, float *scratch);
-
-/* The avx2 set's loads with uattn_xsmm_attend for every part and shape: for the tests and the benchmark. */
-extern const uattn_kernels uattn_kernels_xsmm;
-/* The avx2 set without the libxsmm path (its fused body on every job): what the libxsmm body is measured and
- * checked against. */
-extern const uattn_kernels uattn_kernels_avx2_fused;
 
 #endif

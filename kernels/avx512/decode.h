@@ -35,7 +35,7 @@ static inline void eo32_order(float *a, int32_t n, bool to_eo) {
 
 /* <q_i, k_j> for NB <= 4 vectors (q_i at q + i * D) and the WIDE_KEYS rows r[j], as out[4 i + j]. EO: bf16
  * rows widened into even/odd halves, the vectors in that order; else each 16 elements in order. */
-V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
+V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, const int32_t D, const float *q,
                                  const char *const *r, float *out) {
   const size_t esz = uattn_dtype_size(t);
   v16 a[4][WIDE_KEYS];
@@ -69,31 +69,38 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
   if (NB > 2) _mm256_store_ps(out + 8, hsum8x8(f + 8));
 }
 
-/* The scores of every head and block, WIDE_KEYS rows at a time, every head in turn (decode_scores' loop). */
+/* The score walk of the wide decode kernels (this one's and avx512bf16/body.h's; decode_scores' order, with
+ * WIDE_KEYS rows a step): S[g][x][j - j0] for keys [LO, HI), WIDE_KEYS rows at a time (past the last key, the
+ * last again), every head in turn (the rows ahead asked for a head's share at a time), every block:
+ * STEP(NB, ..., qb, r, out) with NB the block's vectors (a constant), qb its query vectors (head g's block
+ * at q + g qstep + x0 qlen elements), r the WIDE_KEYS rows and out 4 WIDE_KEYS floats, vector i's scores at
+ * out + WIDE_KEYS i. */
+#define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                     \
+  do {                                                                                                         \
+    begin_scores(s, k, S);                                                                                     \
+    for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                \
+      const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                               \
+      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                            \
+        prefetch_ahead(s, k, v, j_ + DECODE_AHEAD, j_ + DECODE_AHEAD + WIDE_KEYS, g_);                         \
+        const char *r_[WIDE_KEYS];                                                                             \
+        for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                 \
+          r_[x_] = (k) + (size_t)(j_ + (x_ < keys_ ? x_ : keys_ - 1)) * (s)->step + (size_t)g_ * (s)->head_step; \
+        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                         \
+          _Alignas(32) float p_[4 * WIDE_KEYS];                                                                \
+          DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, (q) + (size_t)g_ * (qstep) + (size_t)(s)->x0[b_] * (qlen), \
+                       r_, p_);                                                                                \
+          float *Sb_ = (S) + ((size_t)g_ * (s)->n + (s)->x0[b_]) * (s)->W + (j_ - (s)->j0);                    \
+          for (int i_ = 0; i_ < (s)->nb[b_]; i_++)                                                             \
+            memcpy(Sb_ + (size_t)i_ * (s)->W, p_ + WIDE_KEYS * i_, sizeof(float) * (size_t)keys_);              \
+        }                                                                                                      \
+      }                                                                                                        \
+    }                                                                                                          \
+  } while (0)
+
+/* The scores of every head and block (WIDE_SCORES; q: head g's vectors at q + g * qstep). */
 V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
                             const char *k, const char *v, float *S, const int32_t D) {
-  begin_scores(s, k, S);
-  for (int32_t j = s->LO; j < s->HI; j += WIDE_KEYS) {
-    const int32_t keys = s->HI - j < WIDE_KEYS ? s->HI - j : WIDE_KEYS;
-    for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + WIDE_KEYS, g);
-      const char *r[WIDE_KEYS];
-      for (int x = 0; x < WIDE_KEYS; x++) /* past the last key: the last again */
-        r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
-      for (int32_t b = 0; b < s->blocks; b++) {
-        const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
-        _Alignas(32) float p[4 * WIDE_KEYS];
-        switch (s->nb[b]) {
-        case 1: wide_scores_step(1, EO, t, qb, D, r, p); break;
-        case 2: wide_scores_step(2, EO, t, qb, D, r, p); break;
-        case 3: wide_scores_step(3, EO, t, qb, D, r, p); break;
-        default: wide_scores_step(4, EO, t, qb, D, r, p); break;
-        }
-        float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
-        for (int i = 0; i < s->nb[b]; i++) memcpy(Sb + (size_t)i * s->W, p + WIDE_KEYS * i, sizeof(float) * (size_t)keys);
-      }
-    }
-  }
+  WIDE_SCORES(s, k, v, S, q, qstep, D, wide_scores_step, EO, t, D);
 }
 
 /* U (<= 4; even with EO) 16-float parts of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at
@@ -122,38 +129,26 @@ V16_INLINE void wide_pv_step(const int NB, const int U, const bool EO, uattn_dty
     for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-/* Keys [lo, hi) of one block of NB vectors of one head into its outputs o, 64 dims at a time. */
-V16_INLINE void wide_pv_block(const int NB, const bool EO, const decode_shape *s, uattn_dtype t, const float *S,
-                              int32_t lo, int32_t hi, const char *v, float *o, const int32_t D) {
+/* One block's P V step p (keys [p->lo, p->hi) of NB vectors of one head into its outputs), 64 dims at a time. */
+V16_INLINE void wide_pv_block(const int NB, const bool EO, const decode_shape *s, uattn_dtype t, const int32_t D,
+                              const pv_step *p) {
   const size_t esz = uattn_dtype_size(t);
   int32_t d = 0;
-  for (; d + 64 <= D; d += 64) wide_pv_step(NB, 4, EO, t, S, s->W, s->j0, lo, hi, v + (size_t)d * esz, s->step, o + d, D);
-  const char *vd = v + (size_t)d * esz;
+  for (; d + 64 <= D; d += 64)
+    wide_pv_step(NB, 4, EO, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+  const char *vd = p->v + (size_t)d * esz;
   switch ((D - d) / 16) { /* EO: D is a multiple of 32, so 0 or 2 */
-  case 1: wide_pv_step(NB, 1, false, t, S, s->W, s->j0, lo, hi, vd, s->step, o + d, D); break;
-  case 2: wide_pv_step(NB, 2, EO, t, S, s->W, s->j0, lo, hi, vd, s->step, o + d, D); break;
-  case 3: wide_pv_step(NB, 3, false, t, S, s->W, s->j0, lo, hi, vd, s->step, o + d, D); break;
+  case 1: wide_pv_step(NB, 1, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
+  case 2: wide_pv_step(NB, 2, EO, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
+  case 3: wide_pv_step(NB, 3, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
   default: break;
   }
 }
 
-/* P V of every head and block, PV_TILE rows at a time, every head in turn (decode_pv's loop). */
+/* P V of every head and block (DECODE_PV_TILES, decode_pv's walk). */
 V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t,
                         const char *v, const float *S, const int32_t D) {
-  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
-    for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_next_tile(s, v, jt, g);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        pv_step p;
-        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
-        switch (s->nb[b]) {
-        case 1: wide_pv_block(1, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        case 2: wide_pv_block(2, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        case 3: wide_pv_block(3, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        default: wide_pv_block(4, EO, s, t, p.S, p.lo, p.hi, p.v, p.o, D); break;
-        }
-      }
-    }
+  DECODE_PV_TILES(job, s, v, S, D, wide_pv_block, EO, s, t, D);
 }
 
 /* The three phases in the kernel's order of dims (EO: [evens | odds] each 32). */

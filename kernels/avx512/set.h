@@ -10,8 +10,9 @@ AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t head
   avx512_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
-const uattn_kernels AVX512_SET = {"avx512",
-                                  uattn_avx2_load,
-                                  {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
-                                  uattn_avx2_panel_floats,
-                                  avx512_decode};
+const uattn_kernels AVX512_SET = {.name = "avx512",
+                                  .load = uattn_avx2_load,
+                                  .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
+                                  .panel_floats = uattn_avx2_panel_floats,
+                                  .decode = avx512_decode,
+                                  .unscaled_q = false};

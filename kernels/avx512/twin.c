@@ -10,6 +10,6 @@
 
 #else
 
-const uattn_kernels uattn_kernels_avx512_twin = {"avx512", NULL, {NULL, NULL, NULL}, NULL, NULL};
+const uattn_kernels uattn_kernels_avx512_twin = {.name = "avx512"};
 
 #endif

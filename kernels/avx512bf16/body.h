@@ -4,7 +4,7 @@
  *
  * Arithmetic (DESIGN.md §1: scores and outputs accumulated in fp32):
  *   S = Q K^T   products of bf16 pairs, fp32 accumulation (vdpbf16ps). The query is rounded to bf16
- *               *unscaled* (uattn_kernels_unscaled_q: forward.c hands it the query as widened), and each fp32
+ *               *unscaled* (uattn_kernels.unscaled_q: forward.c hands it the query as widened), and each fp32
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
  *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
  *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.
@@ -253,33 +253,14 @@ BF16_INLINE void bf16_attend_block(const int NB, const int32_t D, const bf16_ctx
 
 /* The job's vectors against its panel (avx2_attend_body's plan); D constant where the caller is specialized. */
 BF16_INLINE void bf16_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D) {
-  int32_t kmax = 0; /* keys any row sees */
-  for (int32_t r = 0; r < job->rows; r++) {
-    const int32_t hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
-    if (hi > kmax) kmax = hi;
-  }
+  const int32_t kmax = keys_seen(job, job->rows);
   if (kmax <= 0) return;
   _Alignas(64) float S[QB][KC];
   _Alignas(64) uint32_t pp[QB][KC / 2];
   _Alignas(64) uint32_t qp[QB * BF16_Q_PAIRS];
   const bf16_ctx c = {job, (const uint32_t *)align64c(job->keys), (const uint32_t *)align64c(job->values),
                       key_stride(panel_keys), value_stride(D), S, pp, qp};
-  const int32_t n = job->rows * job->group, blocks = (n + QB - 1) / QB, small = n / blocks, big = n % blocks;
-  for (int32_t c0 = 0; c0 < kmax; c0 += KC) {
-    const int32_t c1 = kmax - c0 < KC ? kmax : c0 + KC;
-    for (int32_t b = 0, x0 = 0; b < blocks; b++) {
-      const int32_t nb = small + (b < big);
-      switch (nb) {
-      case 1: bf16_attend_block(1, D, &c, x0, c0, c1); break;
-      case 2: bf16_attend_block(2, D, &c, x0, c0, c1); break;
-      case 3: bf16_attend_block(3, D, &c, x0, c0, c1); break;
-      case 4: bf16_attend_block(4, D, &c, x0, c0, c1); break;
-      case 5: bf16_attend_block(5, D, &c, x0, c0, c1); break;
-      default: bf16_attend_block(QB, D, &c, x0, c0, c1); break;
-      }
-      x0 += nb;
-    }
-  }
+  ATTEND_BLOCKS(job->rows * job->group, kmax, bf16_attend_block, D, &c);
 }
 
 /* ---- decode --------------------------------------------------------------------------------------------- */
@@ -297,8 +278,8 @@ BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32
 
 /* scale <q_i, k_j> for NB <= 4 vectors (pairs at q + i * Dh, Dh = D / 2) and the WIDE_KEYS rows r[j], as
  * out[4 i + j]: 16-lane sums folded by avx512/decode.h's tree. */
-BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const uint32_t *q, const int32_t Dh,
-                                       const char *const *r, float scale, float *out) {
+BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_t Dh, float scale, const uint32_t *q,
+                                       const char *const *r, float *out) {
   v16 a[4][WIDE_KEYS];
   for (int i = 0; i < NB; i++)
     for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_zero();
@@ -319,34 +300,11 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const uint32
   if (NB > 2) _mm256_store_ps(out + 8, _mm256_mul_ps(hsum8x8(f + 8), s));
 }
 
-/* The scores of every head and block, WIDE_KEYS rows at a time, every head in turn (q: head g's pairs at
- * q + g * n * Dh). */
+/* The scores of every head and block (avx512/decode.h's WIDE_SCORES; q: head g's pairs at q + g * n * Dh). */
 BF16_INLINE void bf16_wide_scores(const decode_shape *s, uattn_dtype t, const uint32_t *q, float scale,
                                   const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
-  begin_scores(s, k, S);
-  for (int32_t j = s->LO; j < s->HI; j += WIDE_KEYS) {
-    const int32_t keys = s->HI - j < WIDE_KEYS ? s->HI - j : WIDE_KEYS;
-    for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + WIDE_KEYS, g);
-      const char *r[WIDE_KEYS];
-      for (int x = 0; x < WIDE_KEYS; x++) /* past the last key: the last again */
-        r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
-      for (int32_t b = 0; b < s->blocks; b++) {
-        const uint32_t *qb = q + ((size_t)g * s->n + s->x0[b]) * Dh;
-        _Alignas(32) float p[4 * WIDE_KEYS];
-        switch (s->nb[b]) {
-        case 1: bf16_wide_scores_step(1, t, qb, Dh, r, scale, p); break;
-        case 2: bf16_wide_scores_step(2, t, qb, Dh, r, scale, p); break;
-        case 3: bf16_wide_scores_step(3, t, qb, Dh, r, scale, p); break;
-        default: bf16_wide_scores_step(4, t, qb, Dh, r, scale, p); break;
-        }
-        float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
-        for (int i = 0; i < s->nb[b]; i++)
-          memcpy(Sb + (size_t)i * s->W, p + WIDE_KEYS * i, sizeof(float) * (size_t)keys);
-      }
-    }
-  }
+  WIDE_SCORES(s, k, v, S, q, (size_t)s->n * Dh, Dh, bf16_wide_scores_step, t, Dh, scale);
 }
 
 /* P V of the decode kernel by vdpbf16ps (bf16 rows, D a multiple of 32, P in bf16): two value rows j, j + 1
@@ -396,35 +354,23 @@ BF16_INLINE void bf16_pairs_pv_step(const int NB, const int U, const uint32_t *p
     for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-BF16_INLINE void bf16_pairs_pv_block(const int NB, const decode_shape *s, const uint32_t *pp, int32_t lo, int32_t hi,
-                                     const char *v, float *o, const int32_t D) {
+/* One block's P V step p (keys [p->lo, p->hi) of NB vectors of one head; P as bf16 pairs in its S rows). */
+BF16_INLINE void bf16_pairs_pv_block(const int NB, const decode_shape *s, const int32_t D, const pv_step *p) {
+  const uint32_t *pp = (const uint32_t *)p->S;
   const size_t ld = (size_t)s->W;
   int32_t d = 0;
-  for (; d + 64 <= D; d += 64) bf16_pairs_pv_step(NB, 2, pp, ld, s->j0, lo, hi, v + 2 * (size_t)d, s->step, o + d, D);
-  if (d < D) bf16_pairs_pv_step(NB, 1, pp, ld, s->j0, lo, hi, v + 2 * (size_t)d, s->step, o + d, D);
+  for (; d + 64 <= D; d += 64)
+    bf16_pairs_pv_step(NB, 2, pp, ld, s->j0, p->lo, p->hi, p->v + 2 * (size_t)d, s->step, p->o + d, D);
+  if (d < D) bf16_pairs_pv_step(NB, 1, pp, ld, s->j0, p->lo, p->hi, p->v + 2 * (size_t)d, s->step, p->o + d, D);
 }
 
-/* P V of every head and block, PV_TILE rows at a time, every head in turn (wide_pv's loop), P turned into
- * bf16 pairs in place (each S row of W floats into its first W / 2 words). */
+/* P V of every head and block (DECODE_PV_TILES, wide_pv's walk), P turned into bf16 pairs in place (each S
+ * row of W floats into its first W / 2 words). */
 BF16_INLINE void bf16_pairs_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S,
                                const int32_t D) {
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++)
     pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
-  for (int32_t jt = s->LO; jt < s->HI; jt += PV_TILE)
-    for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_next_tile(s, v, jt, g);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        pv_step p;
-        if (!pv_step_of(job, s, v, S, jt, g, b, D, &p)) continue;
-        const uint32_t *pp = (const uint32_t *)p.S;
-        switch (s->nb[b]) {
-        case 1: bf16_pairs_pv_block(1, s, pp, p.lo, p.hi, p.v, p.o, D); break;
-        case 2: bf16_pairs_pv_block(2, s, pp, p.lo, p.hi, p.v, p.o, D); break;
-        case 3: bf16_pairs_pv_block(3, s, pp, p.lo, p.hi, p.v, p.o, D); break;
-        default: bf16_pairs_pv_block(4, s, pp, p.lo, p.hi, p.v, p.o, D); break;
-        }
-      }
-    }
+  DECODE_PV_TILES(job, s, v, S, D, bf16_pairs_pv_block, s, D);
 }
 
 /* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */

@@ -20,8 +20,9 @@ BF16_TARGET static void BF16_FN(decode)(const uattn_panel_job *job, int32_t head
   bf16_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
-const uattn_kernels BF16_SET = {"avx512bf16",
-                                BF16_FN(load),
-                                {BF16_FN(attend), BF16_FN(attend), BF16_FN(attend)},
-                                uattn_avx512bf16_panel_floats,
-                                BF16_FN(decode)};
+const uattn_kernels BF16_SET = {.name = "avx512bf16",
+                                .load = BF16_FN(load),
+                                .attend = {BF16_FN(attend), BF16_FN(attend), BF16_FN(attend)},
+                                .panel_floats = uattn_avx512bf16_panel_floats,
+                                .decode = BF16_FN(decode),
+                                .unscaled_q = true};

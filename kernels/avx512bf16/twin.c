@@ -11,6 +11,6 @@
 
 #else
 
-const uattn_kernels uattn_kernels_avx512bf16_twin = {"avx512bf16", NULL, {NULL, NULL, NULL}, NULL, NULL};
+const uattn_kernels uattn_kernels_avx512bf16_twin = {.name = "avx512bf16", .unscaled_q = true};
 
 #endif

@@ -80,5 +80,8 @@ static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) {
   return (size_t)panel_keys * head_dim;
 }
 
-const uattn_kernels uattn_kernels_portable = {
-    "portable", portable_load, {portable_attend, portable_attend, portable_attend}, portable_panel_floats, NULL};
+const uattn_kernels uattn_kernels_portable = {.name = "portable",
+                                              .load = portable_load,
+                                              .attend = {portable_attend, portable_attend, portable_attend},
+                                              .panel_floats = portable_panel_floats,
+                                              .unscaled_q = false};

@@ -17,6 +17,7 @@
 #include "bench/plot.h"
 #include "bench/scenarios.h"
 #include "common/timing.h"
+#include "convert.h"
 #include "uattn.h"
 
 enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
@@ -39,7 +40,6 @@ typedef struct case_result {
   uattn_kernel_report kernels; /* what served the last all-thread run: a generated bucket or a generic set */
 } case_result;
 
-static const char *const dtype_names[] = {"f32", "bf16", "f16"};
 static const char *const layout_names[] = {"NHD", "HND"}; /* by uattn_kv_layout */
 
 static int bad_usage(const char *fmt, ...) {
@@ -111,10 +111,7 @@ static int parse_args(int argc, char **argv, options *o) {
       if (parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
         return bad_usage("--block-size wants 1 to %d, not '%s'", MAX_BLOCK_SIZE, v);
     } else if (!strcmp(a, "--dtype")) {
-      int d = 0;
-      while (d < 3 && strcmp(v, dtype_names[d])) d++;
-      if (d == 3) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
-      o->dtype = (uattn_dtype)d;
+      if (!uattn_dtype_parse(v, false, &o->dtype)) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
     } else if (!strcmp(a, "--layout")) {
       if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
       o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
@@ -197,7 +194,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   uattn_plan_config pc = uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens,
                                                    s.max_model_len);
   uattn_plan *plan = NULL;
-  const size_t elem = o->dtype == UATTN_F32 ? 4 : 2, bs = (size_t)o->block_size, D = (size_t)p->head_dim;
+  const size_t elem = uattn_dtype_size(o->dtype), bs = (size_t)o->block_size, D = (size_t)p->head_dim;
   const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
   void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
   void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
@@ -276,7 +273,7 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
                         const case_result *res, int n, const char *load0, const char *load1) {
   printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
          "cold-cache runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores,
-         dtype_names[o->dtype], o->block_size, layout_names[o->layout], o->runs);
+         uattn_dtype_name(o->dtype), o->block_size, layout_names[o->layout], o->runs);
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
@@ -335,7 +332,7 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
          "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
          "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, \"bf16_dot_gflops_1\": %s, "
          "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
-         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, dtype_names[o->dtype], o->block_size, layout_names[o->layout], load0,
+         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype), o->block_size, layout_names[o->layout], load0,
          load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
          json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
@@ -374,7 +371,7 @@ static int plot(const options *o, const bench_limits *lim, const case_result *re
     snprintf(title, sizeof title,
              "uattn %s%s%s: fraction of read bandwidth (mem) or fp32 FMA peak (fma); 1 thread and %d, %s, block %d%s",
              uattn_version(), res[0].preset == res[n - 1].preset ? ", " : "",
-             res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, dtype_names[o->dtype],
+             res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, uattn_dtype_name(o->dtype),
              o->block_size,
              shows_bf16_dot(o, lim)     ? "\\nlight bars: the compute-bound cases against the bf16 dot peak"
              : o->dtype == UATTN_BF16 ? "\\nbf16 dot peak: n/a (no AVX512-BF16)" : "");

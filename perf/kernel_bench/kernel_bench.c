@@ -1,35 +1,43 @@
 /* uattn-kernel-bench: the kernel sets' load and attend on one thread, portable against avx2 (or, with
- * --bucket, the generic avx2 set against the generated bf16 bucket of block size 128, head dim 128), on the shapes
- * the forward hands them, head dim 128: a decode (1 row x 4 heads of a KV head against a 128-key bf16
- * block; also MHA and GQA 8), spec-decode verification (4 rows), a prefill tile (128 rows x 4 heads against
- * 128 keys, all visible or causal) and the forward's causal slice (512 x 4 against 512 keys). Attend is
- * reported in GFLOP/s (4 x head_dim flops per visible query-key pair and head) and against this core's fp32
- * FMA peak, measured in the same run; load in GB/s of cache bytes read (one head of a 128-key block, keys
- * and values), hot (the same block again) and cold (a different block of two 256 MiB NHD or HND caches each
- * call). Medians of RUNS runs of at least 20 ms each, the two sets' runs interleaved; the speedup is the median
- * of the runs' ratios (each pair of runs saw the same machine), with their quartiles.
+ * --bucket, a generated bucket against the generic set of its ISA), on one bucket's shape (head dim, block
+ * size, cache dtype; by default bf16, block size 128, head dim 128) and the shapes the forward hands the
+ * kernels there: a decode (1 row x 4 heads of a KV head against a cache block; also MHA and GQA 8),
+ * spec-decode verification (4 rows), a prefill tile (128 rows x 4 heads against a block, all visible or
+ * causal) and the forward's causal slice (512 x 4 against 512 keys). Attend is reported in GFLOP/s (4 x
+ * head_dim flops per visible query-key pair and head) and against this core's fp32 FMA peak, measured in the
+ * same run; load in GB/s of cache bytes read (one head of a block, keys and values), hot (the same block
+ * again) and cold (a different block of two 256 MiB NHD or HND caches each call). Medians of RUNS runs of at
+ * least 20 ms each, the two sets' runs interleaved; the speedup is the median of the runs' ratios (each pair of
+ * runs saw the same machine), with their quartiles.
+ *
+ * --bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]: the bucket to time, from the build's registry (gen/:
+ * the best ISA this CPU runs unless one is named; default bf16:128:128:0, the shape kernel_variant.c builds);
+ * one that was not generated is refused with the list of those that were. Alone, the bucket against its ISA's
+ * generic set; with --decode or --variant, the bucket they time.
  *
  * --xsmm: the avx2 set's fused register-tile attend against the libxsmm GEMM body (kernels/avx2/xsmm.c) on the
  * large jobs it is for (prefill tiles, causal slices, shared blocks of grouped decodes: query vectors x keys),
  * in GFLOP/s and % of the FMA peak: what UATTN_XSMM_MIN_VECTORS / _KEYS (kernels/avx2/xsmm.h) are chosen from;
  * then the body's two products alone on one full block, operands hot: the ceiling of its attend.
  *
- * --decode: the decode kernel the forward runs on this shape (the bf16 b128 d128 bucket's, else the generic
- * avx2 set's: a few rows straight from the cache, every KV head of a block a call, as the forward's all-heads
- * unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV head: hot (one block again and again), cold (a walk
- * over a 256 MiB cache) and a plain read of the same walk, interleaved. Hot
- * against the FMA peak says how fast its compute is; the read against cold, what share of the bandwidth it
- * reaches; cold against hot + read, how much of the memory time it hides.
+ * --decode: the decode kernel the forward runs on the bucket's shape (the bucket's; without --bucket, where
+ * the default bucket was not generated, the generic avx2 set's: a few rows straight from the cache, every KV
+ * head of a block a call, as the forward's all-heads unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV
+ * head: hot (one block again and again), cold (a walk over a 256 MiB cache) and a plain read of the same walk,
+ * interleaved. Hot against the FMA peak says how fast its compute is; the read against cold, what share of the
+ * bandwidth it reaches; cold against hot + read, how much of the memory time it hides.
  *
  * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
- * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant.c; by default kernels/ itself, which shows the noise floor):
- * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B's speedup. On a shared host whose speed drifts by tens of % within minutes,
- * this is how a change of a few % is seen at all: one process, pinned (taskset -c 1), 31 runs or more.
+ * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant.c, an avx2 bucket of its shape only; by default
+ * kernels/ itself, which shows the noise floor when A is the avx2 bucket too: --bucket bf16:128:128:0:avx2):
+ * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B's speedup. On
+ * a shared host whose speed drifts by tens of % within minutes, this is how a change of a few % is seen at all:
+ * one process, pinned (taskset -c 1), 31 runs or more.
  *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
- *   uattn-kernel-bench [RUNS] [--bucket | --xsmm | --decode] [--variant] [--cpu-time]   (RUNS: timed runs per
- *   figure, 7 by default) */
+ *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
+ *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]                     (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +50,13 @@
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 
-enum { D = 128, GROUP = 4, KEYS = 128, KV_HEADS = 8, COLD_BLOCKS = 1024, MAX_KEYS = 512 };
+enum { GROUP = 4, KV_HEADS = 8, MAX_KEYS = 512 };
+
+/* The bucket's shape, which every figure is timed on (main sets it: --bucket, by default kernel_variant.c's):
+ * the head dim, the keys of a cache block, the cache's dtype, and the blocks of the cold walks' 256 MiB cache. */
+static int32_t head_dim, block_keys;
+static uattn_dtype cache_dtype;
+static long cold_blocks;
 
 extern const uattn_bucket_kernels uattn_variant_bucket; /* perf/kernel_bench/kernel_variant.c */
 
@@ -148,16 +162,28 @@ static void run_attend(void *arg, long call) {
   c->set->attend[c->job.rows == 1 ? UATTN_PART_UNIQUE : UATTN_PART_SHARED](&c->job, c->job.num_keys);
 }
 
-/* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from bf16;
+/* A cache of n random elements of the bucket's dtype, made 1024 at a time. */
+static void *random_cache(size_t n) {
+  const size_t esz = uattn_dtype_size(cache_dtype);
+  char *c = malloc(n * esz);
+  float f[1024];
+  for (size_t i = 0; i < n; i += 1024) {
+    const size_t m = n - i < 1024 ? n - i : 1024;
+    for (size_t j = 0; j < m; j++) f[j] = unit();
+    uattn_narrow(cache_dtype, f, c + i * esz, m);
+  }
+  return c;
+}
+
+/* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from the cache;
  * causal: row r sees r + 1 keys (else all). */
 static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_t group, int32_t keys, int causal,
                          double gflops[2], double speedup[3]) {
-  const size_t n = (size_t)keys * D, nx = (size_t)rows * group;
-  uint16_t *k = malloc(2 * n), *v = malloc(2 * n);
-  for (size_t i = 0; i < n; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
-  float *q = malloc(sizeof(float) * nx * D), *scores = malloc(sizeof(float) * keys);
+  const size_t n = (size_t)keys * head_dim, nx = (size_t)rows * group;
+  void *k = random_cache(n), *v = random_cache(n);
+  float *q = malloc(sizeof(float) * nx * head_dim), *scores = malloc(sizeof(float) * keys);
   int32_t *pos = malloc(sizeof(int32_t) * rows), *vis = malloc(sizeof(int32_t) * rows);
-  for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+  for (size_t i = 0; i < nx * head_dim; i++) q[i] = unit() / sqrtf((float)head_dim);
   double pairs = 0;
   for (int32_t r = 0; r < rows; r++) {
     vis[r] = causal ? (r + 1 < keys ? r + 1 : keys) : keys;
@@ -166,14 +192,14 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
   }
   attend_case c[2];
   for (int s = 0; s < 2; s++) {
-    const size_t floats = set[s]->panel_floats(keys, D);
+    const size_t floats = set[s]->panel_floats(keys, head_dim);
     c[s] = (attend_case){set[s], {0}, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
-    set[s]->load(UATTN_BF16, k, v, D, keys, D, keys, c[s].keys, c[s].values);
-    float *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx), *o = calloc(nx * D, sizeof(float));
+    set[s]->load(cache_dtype, k, v, head_dim, keys, head_dim, keys, c[s].keys, c[s].values);
+    float *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx), *o = calloc(nx * head_dim, sizeof(float));
     for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
     c[s].job = (uattn_panel_job){.rows = rows,
                                  .group = group,
-                                 .head_dim = D,
+                                 .head_dim = head_dim,
                                  .q = q,
                                  .query_pos = pos,
                                  .visible = vis,
@@ -190,7 +216,7 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
   double seconds[2];
   time_both(run_attend, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
   for (int s = 0; s < 2; s++) {
-    gflops[s] = pairs * group * 4.0 * D / seconds[s] * 1e-9;
+    gflops[s] = pairs * group * 4.0 * head_dim / seconds[s] * 1e-9;
     free(c[s].keys), free(c[s].values), free(c[s].job.m), free(c[s].job.l), free(c[s].job.o);
   }
   free(k), free(v), free(q), free(scores), free(pos), free(vis);
@@ -200,35 +226,37 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
 
 typedef struct load_case {
   const uattn_kernels *set;
-  const uint16_t *k, *v; /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  const char *k, *v; /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
   long blocks;           /* 1: the same block each call (hot) */
-  int hnd;               /* [blocks][KV_HEADS][KEYS][D] instead */
+  int hnd;               /* [blocks][KV_HEADS][block_keys][head_dim] instead */
   float *keys, *values;
 } load_case;
 
-/* Where call `call` finds its block of KEYS x KV_HEADS x D elements: a pseudo-random walk over the blocks, so
- * the prefetchers cannot run ahead. */
-static size_t walk_offset(long blocks, long call) { return (size_t)((call * 7919) % blocks) * KEYS * KV_HEADS * D; }
+/* Where call `call` finds its block of block_keys x KV_HEADS x head_dim elements, in bytes: a pseudo-random walk
+ * over the blocks, so the prefetchers cannot run ahead. */
+static size_t walk_offset(long blocks, long call) {
+  return (size_t)((call * 7919) % blocks) * block_keys * KV_HEADS * head_dim * uattn_dtype_size(cache_dtype);
+}
 
 static void run_load(void *arg, long call) {
   const load_case *c = arg;
   const size_t off = walk_offset(c->blocks, call);
-  c->set->load(UATTN_BF16, c->k + off, c->v + off, c->hnd ? (size_t)D : (size_t)KV_HEADS * D, KEYS, D, KEYS, c->keys,
+  c->set->load(cache_dtype, c->k + off, c->v + off, c->hnd ? (size_t)head_dim : (size_t)KV_HEADS * head_dim, block_keys, head_dim, block_keys, c->keys,
                c->values);
 }
 
-/* GB/s of bf16 cache read by each set's load of one head of a 128-key block. */
-static void bench_load(const uattn_kernels *const set[2], const uint16_t *k, const uint16_t *v, long blocks, int hnd,
+/* GB/s of cache read by each set's load of one head of a block. */
+static void bench_load(const uattn_kernels *const set[2], const char *k, const char *v, long blocks, int hnd,
                        double gbs[2], double speedup[3]) {
   load_case c[2];
   for (int s = 0; s < 2; s++) {
-    const size_t floats = set[s]->panel_floats(KEYS, D);
+    const size_t floats = set[s]->panel_floats(block_keys, head_dim);
     c[s] = (load_case){set[s], k, v, blocks, hnd, malloc(sizeof(float) * floats), malloc(sizeof(float) * floats)};
   }
   double seconds[2];
   time_both(run_load, (void *const[2]){&c[0], &c[1]}, seconds, speedup);
   for (int s = 0; s < 2; s++) {
-    gbs[s] = 2.0 * KEYS * D * 2 / seconds[s] * 1e-9;
+    gbs[s] = 2.0 * block_keys * head_dim * (double)uattn_dtype_size(cache_dtype) / seconds[s] * 1e-9;
     free(c[s].keys), free(c[s].values);
   }
 }
@@ -243,7 +271,7 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 typedef struct decode_case {
   const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
-  const uint16_t *k, *v;   /* NHD cache: [blocks][KEYS][KV_HEADS][D] */
+  const char *k, *v;       /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
   long blocks;             /* 1: the same block each call (hot) */
   uattn_panel_job job;     /* every KV head's vectors, head after head */
   float *scratch;
@@ -252,19 +280,20 @@ typedef struct decode_case {
 
 #if defined(__x86_64__)
 /* The sum of a block's keys and values as 16-bit words, in the cache's order: the memory time of a call. */
-__attribute__((target("avx2"))) static void read_block(const uint16_t *k, const uint16_t *v, float *sink) {
+__attribute__((target("avx2"))) static void read_block(const char *k, const char *v, float *sink) {
   __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-  const size_t n = (size_t)KEYS * KV_HEADS * D;
-  for (const uint16_t *src = k;; src = v) {
+  /* whole 128-byte lines (a block's bytes are a multiple of 128 when the head dim is of 8, as decode needs) */
+  const size_t n = (size_t)block_keys * KV_HEADS * head_dim * uattn_dtype_size(cache_dtype) / 2 / 64 * 64;
+  for (const uint16_t *src = (const uint16_t *)k;; src = (const uint16_t *)v) {
     for (size_t i = 0; i < n; i += 64)
       for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const void *)(src + i + 16 * x)));
-    if (src == v) break;
+    if (src == (const uint16_t *)v) break;
   }
   const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
   _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
 }
 #else
-static void read_block(const uint16_t *k, const uint16_t *v, float *sink) { sink[0] = (float)(k[0] + v[0]); }
+static void read_block(const char *k, const char *v, float *sink) { sink[0] = (float)(k[0] + v[0]); }
 #endif
 
 static void run_decode(void *arg, long call) {
@@ -274,8 +303,8 @@ static void run_decode(void *arg, long call) {
     read_block(c->k + off, c->v + off, c->sink);
     return;
   }
-  c->set->decode(&c->job, KV_HEADS, (size_t)c->job.rows * GROUP, UATTN_BF16, c->k + off, c->v + off,
-                 (size_t)KV_HEADS * D, D, c->scratch);
+  c->set->decode(&c->job, KV_HEADS, (size_t)c->job.rows * GROUP, cache_dtype, c->k + off, c->v + off,
+                 (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
 }
 
 /* --decode: the set's decode kernel over every KV head of a 128-key bf16 block of an NHD cache (the forward's
@@ -284,15 +313,15 @@ static void run_decode(void *arg, long call) {
  * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none)
  * the set (A) and B, hot and cold, and B's speedup. */
 static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
-  if (!set->decode || (variant && !variant->decode)) {
-    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel\n", set->decode ? variant->name : set->name);
+  if (!uattn_decode_fits(set, block_keys, head_dim, GROUP) || (variant && !variant->decode)) {
+    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n",
+            uattn_decode_fits(set, block_keys, head_dim, GROUP) ? variant->name : set->name);
     return 1;
   }
-  const size_t block = (size_t)KEYS * KV_HEADS * D;
-  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
-  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = uattn_f32_to_bf16(unit()), v[i] = uattn_f32_to_bf16(unit());
-  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key bf16 NHD block a call; ns per key and KV head\n", which,
-         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, KEYS);
+  const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
+  char *k = random_cache(block * cold_blocks), *v = random_cache(block * cold_blocks);
+  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key %s NHD block a call; ns per key and KV head\n", which,
+         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, block_keys, uattn_dtype_name(cache_dtype));
   if (variant)
     printf("  %-28s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
            "speedup [quartiles]");
@@ -300,22 +329,22 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
   for (int32_t rows = 1; rows <= 4; rows *= 2) {
     const size_t nx = (size_t)KV_HEADS * rows * GROUP;
-    float *q = malloc(sizeof(float) * nx * D), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
-    float *o = calloc(nx * D, sizeof(float));
-    float *scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, D));
+    float *q = malloc(sizeof(float) * nx * head_dim), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
+    float *o = calloc(nx * head_dim, sizeof(float));
+    float *scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, head_dim));
     int32_t pos[4], vis[4];
-    for (size_t i = 0; i < nx * D; i++) q[i] = unit() / sqrtf((float)D);
+    for (size_t i = 0; i < nx * head_dim; i++) q[i] = unit() / sqrtf((float)head_dim);
     for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
-    for (int32_t r = 0; r < rows; r++) pos[r] = KEYS - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
-    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .q = q, .query_pos = pos,
-                                 .visible = vis, .num_keys = KEYS, .m = m, .l = l, .o = o,
+    for (int32_t r = 0; r < rows; r++) pos[r] = block_keys - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = head_dim, .q = q, .query_pos = pos,
+                                 .visible = vis, .num_keys = block_keys, .m = m, .l = l, .o = o,
                                  .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
-    const double kh = (double)KEYS * KV_HEADS, flops = 4.0 * D * rows * GROUP * kh;
+    const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
     char name[48];
     snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
     if (variant) { /* A hot, B hot, A cold, B cold */
       decode_case c[4] = {{set, k, v, 1, job, scratch, {0}}, {variant, k, v, 1, job, scratch, {0}},
-                          {set, k, v, COLD_BLOCKS, job, scratch, {0}}, {variant, k, v, COLD_BLOCKS, job, scratch, {0}}};
+                          {set, k, v, cold_blocks, job, scratch, {0}}, {variant, k, v, cold_blocks, job, scratch, {0}}};
       double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
       time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
       speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
@@ -323,8 +352,8 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
              sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
              cold[2]);
     } else {
-      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, COLD_BLOCKS, job, scratch, {0}},
-                          {NULL, k, v, COLD_BLOCKS, job, scratch, {0}}};
+      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, cold_blocks, job, scratch, {0}},
+                          {NULL, k, v, cold_blocks, job, scratch, {0}}};
       double sec[3];
       time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
       printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
@@ -350,13 +379,13 @@ typedef struct product_case {
 static void run_product(void *arg, long call) {
   (void)call;
   const product_case *c = arg;
-  uattn_xsmm_products(c->which, D, c->scratch);
+  uattn_xsmm_products(c->which, head_dim, c->scratch);
 }
 
 /* The libxsmm body's two products alone on one full block, operands hot: the ceiling of the attend rows
  * above, which add the softmax and stream the panels. */
 static void bench_xsmm_products(double peak) {
-  const size_t floats = uattn_xsmm_products_floats(D);
+  const size_t floats = uattn_xsmm_products_floats(head_dim);
   product_case c[2] = {{UATTN_XSMM_SCORES, malloc(sizeof(float) * floats)},
                        {UATTN_XSMM_VALUES, malloc(sizeof(float) * floats)}};
   for (int s = 0; s < 2; s++)
@@ -366,7 +395,7 @@ static void bench_xsmm_products(double peak) {
   static const char *const what[2] = {"S = Q K^T (its 32-dim pieces summed)", "O += P V"};
   printf("\n  the libxsmm body's products alone, one full block, operands in cache:\n");
   for (int s = 0; s < 2; s++) {
-    const double gflops = uattn_xsmm_products(c[s].which, D, c[s].scratch) / seconds[s] * 1e-9;
+    const double gflops = uattn_xsmm_products(c[s].which, head_dim, c[s].scratch) / seconds[s] * 1e-9;
     printf("  %-40s %7.1f (%3.0f%%)\n", what[s], gflops, 100 * gflops / peak);
     free(c[s].scratch);
   }
@@ -397,7 +426,7 @@ static int bench_xsmm(double peak) {
     bench_attend(sets, rows, GROUP, keys, cases[i].causal, x, speedup);
     int32_t *vis = malloc(sizeof(int32_t) * rows);
     for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
-    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = D, .visible = vis, .num_keys = keys,
+    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = head_dim, .visible = vis, .num_keys = keys,
                                  .scale = 1.0f};
     const int picks = uattn_xsmm_wins(&job);
     free(vis);
@@ -413,75 +442,142 @@ static int bench_xsmm(double peak) {
   return 0;
 }
 
-/* The generated bucket of this bench's shape, or NULL. */
-static const uattn_kernels *bench_bucket(void) {
+/* A bucket's spec as --bucket takes it, DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE, and ":ISA" when isa is set. */
+static void bucket_spec(const uattn_bucket_kernels *e, bool isa, char *out, size_t size) {
+  snprintf(out, size, "%s:%d:%d:%d%s%s", uattn_dtype_name(e->dtype), e->block_size, e->head_dim, e->chunk_size,
+           isa ? ":" : "", isa ? e->isa : "");
+}
+
+/* The registry's bucket of spec DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA] that this CPU runs, of the best ISA
+ * unless one is named (as the dispatch picks it for bf16 queries); NULL for a malformed spec, a bucket that was
+ * not generated or one generated only for ISAs this CPU lacks, after saying so on stderr (the first two)
+ * unless quiet, with the list of the buckets that were generated. */
+static const uattn_bucket_kernels *find_bucket(const char *spec, bool quiet) {
+  char dtype[8], isa[32] = "";
+  int32_t block, dim, chunk;
+  int used = 0;
+  const int n = sscanf(spec, "%7[^:]:%d:%d:%d%n:%31[^:]%n", dtype, &block, &dim, &chunk, &used, isa, &used);
+  if (n < 4 || spec[used]) {
+    fprintf(stderr, "uattn-kernel-bench: --bucket %s: want DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]\n", spec);
+    return NULL;
+  }
+  bool generated = false;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
     const uattn_bucket_kernels *e = uattn_bucket_registry[i];
-    if (e->dtype == UATTN_BF16 && e->block_size == KEYS && e->head_dim == D && e->chunk_size == 0 && e->runs_here())
-      return &e->set;
+    if (strcmp(uattn_dtype_name(e->dtype), dtype) || e->block_size != block || e->head_dim != dim ||
+        e->chunk_size != chunk || (*isa && strcmp(e->isa, isa)))
+      continue;
+    if (e->runs_here()) return e;
+    generated = true;
   }
+  if (quiet) return NULL;
+  if (generated) {
+    fprintf(stderr, "uattn-kernel-bench: the bucket %s was generated only for ISAs this CPU lacks\n", spec);
+    return NULL;
+  }
+  fprintf(stderr, "uattn-kernel-bench: no bucket %s was generated; the build's (UATTN_KERNEL_BUCKETS), with "
+                  "their ISAs:\n", spec);
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+    const uattn_bucket_kernels *e = uattn_bucket_registry[i];
+    char shape[64], other[64];
+    bucket_spec(e, false, shape, sizeof shape);
+    bool first = true;
+    for (size_t j = 0; j < i && first; j++) bucket_spec(uattn_bucket_registry[j], false, other, sizeof other),
+                                           first = strcmp(shape, other) != 0;
+    if (!first) continue;
+    fprintf(stderr, "  %-24s", shape);
+    for (size_t j = i; j < uattn_bucket_registry_size; j++) {
+      bucket_spec(uattn_bucket_registry[j], false, other, sizeof other);
+      if (!strcmp(shape, other)) fprintf(stderr, " %s", uattn_bucket_registry[j]->isa);
+    }
+    fprintf(stderr, "\n");
+  }
+  if (!uattn_bucket_registry_size) fprintf(stderr, "  (none: the generic kernels only)\n");
   return NULL;
+}
+
+/* The generic set of an ISA of the ladder (gen/manifest.json): what a bucket of that ISA specializes. */
+static const uattn_kernels *generic_set(const char *isa) {
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, isa)) return uattn_isa_registry[i].set;
+  return &uattn_kernels_avx2;
 }
 
 int main(int argc, char **argv) {
   int bucket = 0, xsmm = 0, decode = 0, variant = 0;
+  const char *spec = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--bucket")) bucket = 1;
-    else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
+    if (!strcmp(argv[i], "--bucket")) {
+      bucket = 1;
+      if (i + 1 < argc && strchr(argv[i + 1], ':')) spec = argv[++i];
+    } else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
     else if (!strcmp(argv[i], "--decode")) decode = 1;
     else if (!strcmp(argv[i], "--variant")) variant = 1;
     else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
     else runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > MAX_RUNS || bucket + xsmm + decode > 1 || (variant && xsmm)) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket | --xsmm | --decode] [--variant] "
-                    "[--cpu-time]\n", MAX_RUNS);
+  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant))) {
+    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
+                    "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
+            MAX_RUNS);
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
     fprintf(stderr, "uattn-kernel-bench: this CPU lacks AVX2, FMA or F16C; nothing to compare\n");
     return 1;
   }
-  const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
-  if (bucket || variant) { /* the generic avx2 set against the bucket, or the bucket against the variant */
-    const uattn_kernels *b = bench_bucket();
-    if (!b) {
-      fprintf(stderr, "uattn-kernel-bench: no bf16 bucket of block size %d, head dim %d was generated\n", KEYS, D);
-      return 1;
-    }
-    sets[0] = variant ? b : &uattn_kernels_avx2, sets[1] = variant ? &uattn_variant_bucket.set : b;
+  /* the shape: the bucket asked for, else the one kernel_variant.c builds (bf16 b128 d128) */
+  char variant_spec[64], which[96];
+  bucket_spec(&uattn_variant_bucket, false, variant_spec, sizeof variant_spec);
+  const uattn_bucket_kernels *e = NULL;
+  const bool fallback = decode && !bucket && !variant; /* --decode alone: else the generic avx2 set's kernel */
+  if (bucket || variant || decode) {
+    e = find_bucket(spec ? spec : variant_spec, fallback);
+    if (!e && !fallback) return 1;
   }
+  const uattn_bucket_kernels *shape = e ? e : &uattn_variant_bucket;
+  head_dim = shape->head_dim, block_keys = shape->block_size, cache_dtype = shape->dtype;
+  cold_blocks = (256l << 20) / ((long)block_keys * KV_HEADS * head_dim * (long)uattn_dtype_size(cache_dtype));
+  if (cold_blocks < 1) cold_blocks = 1;
+  if (variant && (e->dtype != uattn_variant_bucket.dtype || e->block_size != uattn_variant_bucket.block_size ||
+                  e->head_dim != uattn_variant_bucket.head_dim || e->chunk_size != uattn_variant_bucket.chunk_size)) {
+    fprintf(stderr, "uattn-kernel-bench: --variant: kernel_variant.c builds the bucket %s only\n", variant_spec);
+    return 1;
+  }
+  if (e) bucket_spec(e, true, which, sizeof which), strcat(which, " bucket's");
+  const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
+  if (variant) /* the bucket against the variant */
+    sets[0] = &e->set, sets[1] = &uattn_variant_bucket.set;
+  else if (bucket) /* the generic set of the bucket's ISA against the bucket */
+    sets[0] = generic_set(e->isa), sets[1] = &e->set;
   float sink[8];
   for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
   void *const sinks[2] = {sink, sink};
   double fma_seconds[2];
   time_both(fma_loop, sinks, fma_seconds, NULL);
   const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
-  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key bf16 panels; medians of %d runs%s\n",
-         D, GROUP, KEYS, runs, cpu_time ? " (thread CPU time)" : "");
+  printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key %s panels; medians of %d runs%s\n",
+         head_dim, GROUP, block_keys, uattn_dtype_name(cache_dtype), runs, cpu_time ? " (thread CPU time)" : "");
   printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
-  if (decode && variant) return bench_decode(sets[0], sets[1], "bf16 b128 d128 bucket's", peak);
+  if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
-    const uattn_kernels *b = bench_bucket();
-    const bool own = b && b->decode;
-    return bench_decode(own ? b : &uattn_kernels_avx2, NULL, own ? "bf16 b128 d128 bucket's" : "generic avx2 set's",
-                        peak);
+    const bool own = e && e->set.decode;
+    return bench_decode(own ? &e->set : &uattn_kernels_avx2, NULL, own ? which : "generic avx2 set's", peak);
   }
-  static const char *const names[3][2] = {{"portable", "avx2"}, {"avx2", "bucket"}, {"bucket", "variant"}};
-  const char *const *name = names[variant ? 2 : bucket];
+  const char *const name[2] = {variant ? "bucket" : sets[0]->name, variant ? "variant" : bucket ? "bucket" : "avx2"};
   printf("  %-44s %9s %9s %s %20s\n", "", name[0], name[1], "       ", "speedup [quartiles]");
 
   struct {
     const char *name;
     int32_t rows, group, keys;
     int causal;
-  } att[] = {{"attend decode (1 row x 4 heads, 128 keys)", 1, GROUP, KEYS, 0},
-             {"attend decode, MHA (1 row x 1 head)", 1, 1, KEYS, 0},
-             {"attend decode, GQA 8 (1 row x 8 heads)", 1, 8, KEYS, 0},
-             {"attend 4 rows (spec-decode verification)", 4, GROUP, KEYS, 0},
-             {"attend prefill tile (128 x 4, all visible)", 128, GROUP, KEYS, 0},
-             {"attend prefill tile (128 x 4, causal)", 128, GROUP, KEYS, 1},
+  } att[] = {{"attend decode (1 row x 4 heads, a block)", 1, GROUP, block_keys, 0},
+             {"attend decode, MHA (1 row x 1 head)", 1, 1, block_keys, 0},
+             {"attend decode, GQA 8 (1 row x 8 heads)", 1, 8, block_keys, 0},
+             {"attend 4 rows (spec-decode verification)", 4, GROUP, block_keys, 0},
+             {"attend prefill tile (128 x 4, all visible)", 128, GROUP, block_keys, 0},
+             {"attend prefill tile (128 x 4, causal)", 128, GROUP, block_keys, 1},
              {"attend causal slice (512 x 4, 512 keys)", 512, GROUP, MAX_KEYS, 1}};
   double best = 0, x[2], speedup[3];
   for (size_t i = 0; i < sizeof att / sizeof *att; i++) {
@@ -489,15 +585,18 @@ int main(int argc, char **argv) {
     row(att[i].name, "GFLOP/s", x, speedup);
     if (x[1] > best) best = x[1];
   }
-  const size_t block = (size_t)KEYS * KV_HEADS * D;
-  uint16_t *k = malloc(2 * block * COLD_BLOCKS), *v = malloc(2 * block * COLD_BLOCKS);
-  for (size_t i = 0; i < block * COLD_BLOCKS; i++) k[i] = v[i] = (uint16_t)(0x3c00u + (i & 0xff));
+  const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
+  char *k = random_cache(block * cold_blocks), *v = random_cache(block * cold_blocks);
+  char what[64];
+  snprintf(what, sizeof what, "load %s block, hot", uattn_dtype_name(cache_dtype));
   bench_load(sets, k, v, 1, 0, x, speedup);
-  row("load bf16 block, hot", "GB/s   ", x, speedup);
-  bench_load(sets, k, v, COLD_BLOCKS, 0, x, speedup);
-  row("load bf16 block, cold NHD (256 MiB cache)", "GB/s   ", x, speedup);
-  bench_load(sets, k, v, COLD_BLOCKS, 1, x, speedup);
-  row("load bf16 block, cold HND (256 MiB cache)", "GB/s   ", x, speedup);
+  row(what, "GB/s   ", x, speedup);
+  snprintf(what, sizeof what, "load %s block, cold NHD (256 MiB cache)", uattn_dtype_name(cache_dtype));
+  bench_load(sets, k, v, cold_blocks, 0, x, speedup);
+  row(what, "GB/s   ", x, speedup);
+  snprintf(what, sizeof what, "load %s block, cold HND (256 MiB cache)", uattn_dtype_name(cache_dtype));
+  bench_load(sets, k, v, cold_blocks, 1, x, speedup);
+  row(what, "GB/s   ", x, speedup);
   free(k), free(v);
   printf("\n  best %s attend: %.0f%% of the FMA peak\n", name[1], 100.0 * best / peak);
   return 0;

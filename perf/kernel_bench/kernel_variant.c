@@ -1,4 +1,5 @@
-/* The bf16 block-128 head-dim-128 avx2 bucket once more, under the names uattn_variant_*, compiled from the
+/* The bf16 block-128 head-dim-128 avx2 bucket once more (the shape uattn-kernel-bench times by default and the
+ * one it takes from uattn_variant_bucket), under the names uattn_variant_*, compiled from the
  * kernel sources of UATTN_KERNEL_VARIANT (a copy of kernels/ with its code edited; by default kernels/
  * itself): what `uattn-kernel-bench --variant` times against the library's own bucket in one process. The
  * variant's bucket is its always-inline bodies (avx2/body.h, avx2/decode.h, avx2/bucket.h) and its libxsmm
@@ -11,8 +12,6 @@
 #define uattn_xsmm_pv uattn_variant_xsmm_pv
 #define uattn_xsmm_products uattn_variant_xsmm_products
 #define uattn_xsmm_products_floats uattn_variant_xsmm_products_floats
-#define uattn_kernels_xsmm uattn_variant_kernels_xsmm
-#define uattn_kernels_avx2_fused uattn_variant_kernels_avx2_fused
 #include "avx2/xsmm.c"
 
 #define BUCKET_DTYPE UATTN_BF16

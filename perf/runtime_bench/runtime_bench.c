@@ -10,8 +10,13 @@
  *   sleep   spin_us = 0: every call wakes the workers from the kernel
  * each with the caller unpinned (the default) and pinned (pin_caller). "shared" is the share of calls made
  * from a CPU where a worker is pinned: the scheduler put the unpinned caller there. It also times
- * uattn_runtime_create + uattn_runtime_destroy. */
+ * uattn_runtime_create + uattn_runtime_destroy.
+ *
+ * Then the library's own cost around the kernels on small steps, uattn_forward on the calling thread (no
+ * runtime): a step with no tokens (validation, the tuning lookup, the kernel choice) and 1 and 8 decodes of
+ * one 16-key block (bf16, Llama-3-8B's heads), median microseconds per call. */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +89,46 @@ static int bench(int32_t threads, int spin_us, bool pin_caller, int gap_us, int 
   return 0;
 }
 
+/* Median microseconds of uattn_forward on `decodes` decode rows, each with one block of 16 keys (0 decodes:
+ * an empty step). Returns -1 (message printed) on an error. */
+static double forward_us(int32_t decodes, int iters) {
+  enum { BS = 16, HQ = 32, HKV = 8, D = 128, MAX = 8 };
+  static uint16_t q[MAX * HQ * D], k[MAX * HKV * D], v[MAX * HKV * D], out[MAX * HQ * D];
+  static uint16_t key_cache[MAX * BS * HKV * D], value_cache[MAX * BS * HKV * D];
+  int32_t computed[MAX], scheduled[MAX], prompt[MAX], table[MAX];
+  for (int32_t r = 0; r < MAX; r++) computed[r] = BS - 1, scheduled[r] = 1, prompt[r] = 4, table[r] = r;
+  uattn_plan_config pc = uattn_plan_config_default(BS, MAX, MAX, MAX, BS);
+  uattn_plan *plan;
+  const uattn_step step = {.num_reqs = decodes, .num_computed = computed, .num_scheduled = scheduled,
+                           .num_prompt = prompt, .block_table = table, .block_table_stride = 1};
+  if (uattn_plan_create(&pc, &plan) != UATTN_OK || uattn_plan_step(plan, &step) != UATTN_OK) {
+    fprintf(stderr, "plan: %s\n", uattn_last_error());
+    return -1;
+  }
+  const uattn_layer L = uattn_layer_default(HQ, HKV, D, UATTN_BF16);
+  const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
+                           .num_blocks = MAX, .block_size = BS, .out = out};
+  double *times = malloc((size_t)iters * sizeof *times);
+  double median = -1;
+  if (times) {
+    for (int i = 0; i < iters + 100 && median == -1; i++) {
+      const double t0 = now_us();
+      if (uattn_forward(plan, &L, &t, NULL) != UATTN_OK) {
+        fprintf(stderr, "uattn_forward: %s\n", uattn_last_error());
+        break;
+      }
+      if (i >= 100) times[i - 100] = now_us() - t0; /* the first 100 warm up */
+      if (i == iters + 99) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        median = times[iters / 2];
+      }
+    }
+  }
+  free(times);
+  uattn_plan_destroy(plan);
+  return median;
+}
+
 int main(int argc, char **argv) {
   int iters = 20000, gap_us = 200;
   for (int i = 1; i < argc; i++) {
@@ -126,6 +171,14 @@ int main(int argc, char **argv) {
           bench(n, 0, pinned, 0, slow_iters, "sleep"))
         return 1;
     }
+  }
+
+  printf("uattn_forward on the calling thread, bf16 caches, block 16, 32/8 heads of 128: median microseconds\n");
+  const int32_t decodes[] = {0, 1, 8};
+  for (int i = 0; i < 3; i++) {
+    const double us = forward_us(decodes[i], iters);
+    if (us < 0) return 1;
+    printf("  %d decode(s)%s  %8.2f\n", decodes[i], decodes[i] ? "" : " (empty step)", us);
   }
   return 0;
 }

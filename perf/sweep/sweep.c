@@ -15,6 +15,7 @@
 
 #include "sweep/sweep.h"
 #include "common/timing.h"
+#include "convert.h"
 #include "uattn.h"
 
 static void usage(FILE *f) {
@@ -101,8 +102,6 @@ typedef struct options {
   int32_t split_min[MAX_CANDIDATES], split_keys[MAX_CANDIDATES];
 } options;
 
-static const char *dtype_name(uattn_dtype d) { return d == UATTN_F32 ? "f32" : d == UATTN_BF16 ? "bf16" : "f16"; }
-
 static int bad_option(const char *what, const char *value) {
   fprintf(stderr, "uattn-sweep: %s: bad value \"%s\" (see --help)\n", what, value ? value : "(missing)");
   return -1;
@@ -122,11 +121,7 @@ static int parse_bucket(const char *s, bucket *b) {
   if (!s || sscanf(s, "%d:%d:%15s", &b->block_size, &b->head_dim, dt) != 3 || b->block_size < 1 || b->head_dim < 1 ||
       b->block_size > UATTN_TUNING_MAX_BLOCK_SIZE || b->head_dim > UATTN_TUNING_MAX_HEAD_DIM)
     return -1;
-  if (!strcmp(dt, "f32")) b->dtype = UATTN_F32;
-  else if (!strcmp(dt, "bf16")) b->dtype = UATTN_BF16;
-  else if (!strcmp(dt, "f16")) b->dtype = UATTN_F16;
-  else return -1;
-  return 0;
+  return uattn_dtype_parse(dt, false, &b->dtype) ? 0 : -1;
 }
 
 /* "a,b,c" after the default 0 (split: "min/keys,..."). */
@@ -268,8 +263,6 @@ typedef struct bench {
   double *samples;
 } bench;
 
-static size_t dtype_size(uattn_dtype d) { return d == UATTN_F32 ? 4 : 2; }
-
 /* Values in [-1, 1) in the dtype. */
 static void fill_random(void *p, size_t n, uattn_dtype d, uint64_t *rng) {
   for (size_t i = 0; i < n; i++) {
@@ -293,7 +286,7 @@ static int bench_init(bench *be, const options *o, const sweep_workload *w, buck
     fprintf(stderr, "uattn-sweep: out of memory laying out the workload for block size %d\n", b.block_size);
     return -1;
   }
-  const size_t es = dtype_size(b.dtype), tokens = (size_t)w->max_num_batched_tokens, D = (size_t)b.head_dim;
+  const size_t es = uattn_dtype_size(b.dtype), tokens = (size_t)w->max_num_batched_tokens, D = (size_t)b.head_dim;
   const size_t cache = (size_t)be->layout.num_blocks * (size_t)b.block_size * (size_t)o->hkv * D;
   be->q = malloc(tokens * (size_t)o->hq * D * es);
   be->out = malloc(tokens * (size_t)o->hq * D * es);
@@ -304,7 +297,7 @@ static int bench_init(bench *be, const options *o, const sweep_workload *w, buck
   be->samples = malloc(sizeof(double) * (size_t)o->runs * MAX_CANDIDATES);
   if (!be->q || !be->out || !be->k || !be->v || !be->key_cache || !be->value_cache || !be->samples) {
     fprintf(stderr, "uattn-sweep: out of memory for bucket %d:%d:%s (caches of %zu MiB each)\n", b.block_size,
-            b.head_dim, dtype_name(b.dtype), cache * es >> 20);
+            b.head_dim, uattn_dtype_name(b.dtype), cache * es >> 20);
     return -1;
   }
   uint64_t rng = 99;
@@ -418,7 +411,7 @@ static void value_label(const options *o, int t, int index, char *buf, size_t ca
 static void config_label(const options *o, const bucket *b, const config *c, int changed, char *buf, size_t cap) {
   char v[32] = "defaults";
   if (changed >= 0) value_label(o, changed, c->v[changed], v, sizeof v);
-  snprintf(buf, cap, "%d:%d:%s %s%s%s", b->block_size, b->head_dim, dtype_name(b->dtype),
+  snprintf(buf, cap, "%d:%d:%s %s%s%s", b->block_size, b->head_dim, uattn_dtype_name(b->dtype),
            changed >= 0 ? tunable_names[changed] : "", changed >= 0 ? "=" : "", v);
 }
 
@@ -456,7 +449,7 @@ static int sweep_bucket(bench *be, progress *pr, bucket_result *res) {
   group[0] = defaults;
   group[1] = best;
   config_label(o, &be->b, &defaults, -1, labels[0], sizeof labels[0]);
-  snprintf(labels[1], sizeof labels[1], "%d:%d:%s the winner", be->b.block_size, be->b.head_dim, dtype_name(be->b.dtype));
+  snprintf(labels[1], sizeof labels[1], "%d:%d:%s the winner", be->b.block_size, be->b.head_dim, uattn_dtype_name(be->b.dtype));
   if (time_group(be, group, labels, 2, 2 * o->runs, pr, ms)) return -1;
   res->default_ms = ms[0];
   res->best_ms = res->winner_ms = ms[1];
@@ -478,7 +471,7 @@ static uattn_tuning_entry entry_of(const options *o, const bucket_result *r) {
 
 static void print_result(const options *o, const bucket_result *r) {
   printf("\nbucket block %d, head_dim %d, %s: the workload's time (ms) per value, the others at their pick so far\n",
-         r->b.block_size, r->b.head_dim, dtype_name(r->b.dtype));
+         r->b.block_size, r->b.head_dim, uattn_dtype_name(r->b.dtype));
   for (int t = 0; t < NUM_TUNABLES; t++) {
     printf("  %-11s", tunable_names[t]);
     for (int i = 0; i < r->num_points; i++)
@@ -519,7 +512,7 @@ static cJSON *results_json(const options *o, const bucket_result *res, int n) {
     const bucket_result *r = &res[b];
     cJSON *x = cJSON_CreateObject(), *pts = cJSON_CreateArray();
     char name[64];
-    snprintf(name, sizeof name, "%d:%d:%s", r->b.block_size, r->b.head_dim, dtype_name(r->b.dtype));
+    snprintf(name, sizeof name, "%d:%d:%s", r->b.block_size, r->b.head_dim, uattn_dtype_name(r->b.dtype));
     cJSON_AddStringToObject(x, "bucket", name);
     cJSON_AddNumberToObject(x, "default_ms", r->default_ms);
     cJSON_AddNumberToObject(x, "tuned_ms", r->best_ms);
@@ -599,7 +592,7 @@ static void plot(const options *o, const bucket_result *res, int n, const char *
   fprintf(g, "set multiplot layout 2,2 title '%s'\nset grid ytics\nset key top left\nset offsets 0.3,0.3,0,0\n", title);
   fprintf(g, "set ylabel 'time / time at the default'\nnames = \"");
   for (int b = 0; b < n; b++)
-    fprintf(g, "%s%d:%d:%s", b ? " " : "", res[b].b.block_size, res[b].b.head_dim, dtype_name(res[b].b.dtype));
+    fprintf(g, "%s%d:%d:%s", b ? " " : "", res[b].b.block_size, res[b].b.head_dim, uattn_dtype_name(res[b].b.dtype));
   fprintf(g, "\"\n");
   for (int t = 0; t < NUM_TUNABLES; t++)
     fprintf(g, "set title '%s'\nset xlabel '%s'\nplot for [b=0:%d] '%s' index (%d*%d+b) using 0:3:xtic(1) "

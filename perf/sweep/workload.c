@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
+
 static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t cap, const char *fmt, ...) {
   va_list ap;
@@ -106,92 +108,56 @@ int sweep_workload_generate(sweep_workload *w, const trace_config *tc, int32_t s
   return finish(w, 0, err, cap);
 }
 
-static const char *json_kind(const cJSON *x) {
-  return cJSON_IsNumber(x) ? "a number" : cJSON_IsString(x) ? "a string" : cJSON_IsArray(x) ? "an array"
-         : cJSON_IsObject(x) ? "an object" : "something else";
-}
-
-/* Every key of obj is in known[] (n of them). */
-static int check_keys(const cJSON *obj, const char *const *known, int n, const char *where, char *err, size_t cap) {
-  for (const cJSON *a = obj->child; a; a = a->next) {
-    int i = 0;
-    while (i < n && strcmp(a->string, known[i])) i++;
-    if (i == n) return fail(err, cap, "%s: unknown key %s", where, a->string);
-  }
+/* Request k of step i of a trace file. */
+static int read_req(uattn_json_reader *r, const cJSON *q, int32_t i, int32_t k, sweep_req *out) {
+  static const char *const keys[] = {"computed", "scheduled", "prompt", "drafts"};
+  char path[64], where[72]; /* where: path and a dot */
+  snprintf(path, sizeof path, "steps[%d][%d]", i, k);
+  snprintf(where, sizeof where, "%s.", path);
+  if (uattn_json_expect(r, q, path, false, "an object") || uattn_json_check_keys(r, q, where, keys, 4) ||
+      uattn_json_int(r, q, where, "computed", true, 0, 0, INT32_MAX, &out->computed) ||
+      uattn_json_int(r, q, where, "scheduled", true, 0, 0, INT32_MAX, &out->scheduled) ||
+      uattn_json_int(r, q, where, "prompt", true, 0, 0, INT32_MAX, &out->prompt) ||
+      uattn_json_int(r, q, where, "drafts", false, 0, 0, INT32_MAX, &out->drafts))
+    return -1;
   return 0;
 }
 
-static int get_int(const cJSON *obj, const char *key, bool required, const char *where, int32_t *out, char *err,
-                   size_t cap) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!x) {
-    if (required) return fail(err, cap, "%s.%s is missing", where, key);
-    return 0;
+static int read_trace(uattn_json_reader *r, sweep_workload *w, const char *path) {
+  static const char *const top[] = {"description", "shared_prefix", "max_num_seqs", "max_num_batched_tokens",
+                                    "max_model_len", "steps"};
+  cJSON *root = uattn_json_read_object(r, path, 0);
+  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
+  int rc = 0;
+  if (!root || uattn_json_check_keys(r, root, "", top, 6) ||
+      uattn_json_int(r, root, "", "shared_prefix", false, 0, 0, INT32_MAX, &w->shared_prefix) ||
+      uattn_json_int(r, root, "", "max_num_seqs", false, 0, 0, INT32_MAX, &w->max_num_seqs) ||
+      uattn_json_int(r, root, "", "max_num_batched_tokens", false, 0, 0, INT32_MAX, &w->max_num_batched_tokens) ||
+      uattn_json_int(r, root, "", "max_model_len", false, 0, 0, INT32_MAX, &w->max_model_len) ||
+      !uattn_json_required(r, root, "", "steps") || uattn_json_expect(r, steps, "steps", true, "an array of steps"))
+    rc = -1;
+  for (int32_t i = 0; rc == 0 && i < cJSON_GetArraySize(steps); i++) {
+    const cJSON *step = cJSON_GetArrayItem(steps, i);
+    char name[32];
+    snprintf(name, sizeof name, "steps[%d]", i);
+    sweep_req *reqs = NULL;
+    if (uattn_json_expect(r, step, name, true, "an array of requests")) rc = -1;
+    else if (add_step(w, cJSON_GetArraySize(step), &reqs))
+      rc = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory");
+    for (int32_t k = 0; rc == 0 && k < w->steps[i].num_reqs; k++)
+      rc = read_req(r, cJSON_GetArrayItem(step, k), i, k, &reqs[k]);
   }
-  if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 || x->valuedouble > INT32_MAX)
-    return fail(err, cap, "%s.%s must be an integer in [0, %d], not %s", where, key, INT32_MAX, json_kind(x));
-  *out = (int32_t)x->valuedouble;
-  return 0;
+  cJSON_Delete(root);
+  return rc ? -1 : 0;
 }
 
 int sweep_workload_load(sweep_workload *w, const char *path, char *err, size_t cap) {
   memset(w, 0, sizeof *w);
   snprintf(w->source, sizeof w->source, "%s", path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, cap, "trace file %s: cannot open it", path);
-  fseek(f, 0, SEEK_END);
-  const long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  const size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (!text || got != (size_t)n) {
-    free(text);
-    return fail(err, cap, "trace file %s: cannot read it", path);
-  }
-  text[n] = '\0';
-  cJSON *root = cJSON_Parse(text);
-  free(text);
-  char where[96];
-  int rc = 0;
-  static const char *const top[] = {"description", "shared_prefix", "max_num_seqs", "max_num_batched_tokens",
-                                    "max_model_len", "steps"};
-  static const char *const req_keys[] = {"computed", "scheduled", "prompt", "drafts"};
-  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
-  if (!cJSON_IsObject(root)) rc = fail(err, cap, "trace file %s: not a JSON object", path);
-  else if (check_keys(root, top, 6, "trace file", err, cap) || get_int(root, "shared_prefix", false, "trace", &w->shared_prefix, err, cap) ||
-           get_int(root, "max_num_seqs", false, "trace", &w->max_num_seqs, err, cap) ||
-           get_int(root, "max_num_batched_tokens", false, "trace", &w->max_num_batched_tokens, err, cap) ||
-           get_int(root, "max_model_len", false, "trace", &w->max_model_len, err, cap))
-    rc = -1;
-  else if (!cJSON_IsArray(steps)) rc = fail(err, cap, "trace file %s: steps must be an array of steps", path);
-  for (int32_t i = 0; rc == 0 && i < cJSON_GetArraySize(steps); i++) {
-    const cJSON *step = cJSON_GetArrayItem(steps, i);
-    if (!cJSON_IsArray(step)) {
-      rc = fail(err, cap, "trace file %s: steps[%d] must be an array of requests, not %s", path, i, json_kind(step));
-      break;
-    }
-    sweep_req *reqs = NULL;
-    if (add_step(w, cJSON_GetArraySize(step), &reqs)) rc = fail(err, cap, "out of memory");
-    for (int32_t r = 0; rc == 0 && r < w->steps[i].num_reqs; r++) {
-      const cJSON *q = cJSON_GetArrayItem(step, r);
-      snprintf(where, sizeof where, "steps[%d][%d]", i, r);
-      if (!cJSON_IsObject(q)) rc = fail(err, cap, "trace file %s: %s must be an object", path, where);
-      else if (check_keys(q, req_keys, 4, where, err, cap) || get_int(q, "computed", true, where, &reqs[r].computed, err, cap) ||
-               get_int(q, "scheduled", true, where, &reqs[r].scheduled, err, cap) ||
-               get_int(q, "prompt", true, where, &reqs[r].prompt, err, cap) ||
-               get_int(q, "drafts", false, where, &reqs[r].drafts, err, cap))
-        rc = -1;
-    }
-  }
-  cJSON_Delete(root);
-  if (rc) {
-    if (strncmp(err, "trace file", 10)) { /* prefix the file */
-      char inner[512];
-      snprintf(inner, sizeof inner, "%s", err);
-      fail(err, cap, "trace file %s: %s", path, inner);
-    }
-  }
+  char why[512];
+  uattn_json_reader r = {.phrasing = UATTN_JSON_LIBRARY, .why = why, .cap = sizeof why};
+  int rc = read_trace(&r, w, path);
+  if (rc) fail(err, cap, "trace file %s: %s", path, why);
   return finish(w, rc, err, cap);
 }
 

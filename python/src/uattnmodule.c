@@ -234,6 +234,17 @@ static int array_kind(array *a, enum kind k1, enum kind k2, const char *want) {
   return fail_arg(a, "expected %s, got %s", want, kind_name[a->kind]);
 }
 
+/* array_get, then array_kind and array_shape: an array argument of a known kind and shape. */
+static int array_checked(array *a, PyObject *obj, const char *name, int writable, enum kind k1, enum kind k2,
+                         const char *want, int ndim, const Py_ssize_t *shape) {
+  return array_get(a, obj, name, writable) || array_kind(a, k1, k2, want) || array_shape(a, ndim, shape);
+}
+
+/* A float32 array argument of the given shape. */
+static int array_f32(array *a, PyObject *obj, const char *name, int writable, int ndim, const Py_ssize_t *shape) {
+  return array_checked(a, obj, name, writable, K_F32, K_OTHER, "float32", ndim, shape);
+}
+
 /* An index argument: an int32 array, or a list/tuple of ints converted to one. */
 static int array_index(array *a, PyObject *obj, const char *name, int ndim) {
   if (PyList_Check(obj) || PyTuple_Check(obj)) {
@@ -1134,9 +1145,7 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
   }
 
   if (out_o != Py_None) {
-    if (array_get(&a[A_OUT], out_o, "out", 1) || array_kind(&a[A_OUT], want, alt, desc) ||
-        array_shape(&a[A_OUT], 3, qshape))
-      goto done;
+    if (array_checked(&a[A_OUT], out_o, "out", 1, want, alt, desc, 3, qshape)) goto done;
     out = Py_NewRef(out_o);
   } else {
     out = new_like(q_o, &a[A_Q], 3, qshape, 0);
@@ -1150,9 +1159,7 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
   }
   const Py_ssize_t lshape[2] = {T, Hq};
   if (lse_o != Py_None) {
-    if (array_get(&a[A_LSE], lse_o, "lse", 1) || array_kind(&a[A_LSE], K_F32, K_OTHER, "float32") ||
-        array_shape(&a[A_LSE], 2, lshape))
-      goto done;
+    if (array_f32(&a[A_LSE], lse_o, "lse", 1, 2, lshape)) goto done;
     lse = Py_NewRef(lse_o);
   } else if (return_lse) {
     lse = new_like(q_o, &a[A_Q], 2, lshape, 1);
@@ -1198,6 +1205,20 @@ done:
 
 /* ---- merge_states ------------------------------------------------------------------------------------ */
 
+/* A float32 output: the caller's array (`given`, checked), or a new one for None. *obj gets a new reference,
+ * also on a failure after it was made, for the caller to release. */
+static int f32_output(array *a, PyObject *given, const char *name, int ndim, const Py_ssize_t *shape,
+                      PyObject **obj) {
+  if (given != Py_None) {
+    if (array_f32(a, given, name, 1, ndim, shape)) return -1;
+    *obj = Py_NewRef(given);
+    return 0;
+  }
+  void *p;
+  if (!(*obj = new_numpy_str(ndim, shape, "float32", &p))) return -1;
+  return array_get(a, *obj, name, 1);
+}
+
 static PyObject *py_merge_states(PyObject *mod, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"outs", "lses", "out", "lse", NULL};
   PyObject *outs_o, *lses_o, *out_o = Py_None, *lse_o = Py_None;
@@ -1232,14 +1253,10 @@ static PyObject *py_merge_states(PyObject *mod, PyObject *args, PyObject *kw) {
   for (Py_ssize_t i = 0; i < n; i++) {
     snprintf(names[2 * i], 32, "outs[%zd]", i);
     snprintf(names[2 * i + 1], 32, "lses[%zd]", i);
-    if (array_get(&a[2 * i], PySequence_Fast_ITEMS(outs)[i], names[2 * i], 0) ||
-        array_kind(&a[2 * i], K_F32, K_OTHER, "float32") || array_shape(&a[2 * i], 3, oshape))
-      goto done;
+    if (array_f32(&a[2 * i], PySequence_Fast_ITEMS(outs)[i], names[2 * i], 0, 3, oshape)) goto done;
     for (int d = 0; d < 3; d++) oshape[d] = a[0].shape[d];
     lshape[0] = oshape[0], lshape[1] = oshape[1];
-    if (array_get(&a[2 * i + 1], PySequence_Fast_ITEMS(lses)[i], names[2 * i + 1], 0) ||
-        array_kind(&a[2 * i + 1], K_F32, K_OTHER, "float32") || array_shape(&a[2 * i + 1], 2, lshape))
-      goto done;
+    if (array_f32(&a[2 * i + 1], PySequence_Fast_ITEMS(lses)[i], names[2 * i + 1], 0, 2, lshape)) goto done;
     po[i] = a[2 * i].data;
     pl[i] = a[2 * i + 1].data;
   }
@@ -1248,21 +1265,7 @@ static PyObject *py_merge_states(PyObject *mod, PyObject *args, PyObject *kw) {
     goto done;
   }
   array *ao = &a[2 * n], *al = &a[2 * n + 1];
-  void *p;
-  if (out_o != Py_None) {
-    if (array_get(ao, out_o, "out", 1) || array_kind(ao, K_F32, K_OTHER, "float32") || array_shape(ao, 3, oshape))
-      goto done;
-    out = Py_NewRef(out_o);
-  } else if (!(out = new_numpy_str(3, oshape, "float32", &p)) || array_get(ao, out, "out", 1)) {
-    goto done;
-  }
-  if (lse_o != Py_None) {
-    if (array_get(al, lse_o, "lse", 1) || array_kind(al, K_F32, K_OTHER, "float32") || array_shape(al, 2, lshape))
-      goto done;
-    lse = Py_NewRef(lse_o);
-  } else if (!(lse = new_numpy_str(2, lshape, "float32", &p)) || array_get(al, lse, "lse", 1)) {
-    goto done;
-  }
+  if (f32_output(ao, out_o, "out", 3, oshape, &out) || f32_output(al, lse_o, "lse", 2, lshape, &lse)) goto done;
   uattn_status st;
   Py_BEGIN_ALLOW_THREADS
   st = uattn_merge_states((int32_t)n, po, pl, (int32_t)oshape[0], (int32_t)oshape[1], (int32_t)oshape[2],

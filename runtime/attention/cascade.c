@@ -25,6 +25,27 @@ static uattn_status check_size(int32_t rows, int32_t heads, int32_t head_dim) {
   return UATTN_OK;
 }
 
+/* The arrays of one input of a merge: the per-part array of pointers, and its name for messages. */
+typedef struct merge_input {
+  const float *const *arrays;
+  const char *name;
+} merge_input;
+
+/* The checks both merges make once their dimensions are valid, in this order: the size, each input's array
+ * of pointers, out, the optional lse, then each input's parts. */
+static uattn_status check_merge_arrays(int32_t num_parts, int32_t rows, int32_t heads, int32_t head_dim,
+                                       const merge_input *inputs, int num_inputs, const float *out,
+                                       const float *lse) {
+  uattn_status st;
+  if ((st = check_size(rows, heads, head_dim))) return st;
+  for (int i = 0; i < num_inputs; i++) UATTN_CHECK_PTR(inputs[i].arrays, inputs[i].name);
+  UATTN_CHECK_PTR(out, "out");
+  UATTN_CHECK_ALIGNED(lse, "lse");
+  for (int i = 0; i < num_inputs; i++)
+    if ((st = check_parts(num_parts, inputs[i].arrays, inputs[i].name))) return st;
+  return UATTN_OK;
+}
+
 uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses, int32_t rows,
                                 int32_t heads, int32_t head_dim, float *out, float *lse) {
   uattn_clear_error();
@@ -33,13 +54,9 @@ uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, con
                       "merge_states: num_parts (%d) and heads (%d) must be > 0, head_dim (%d) in 1..4096 and rows "
                       "(%d) >= 0",
                       num_parts, heads, head_dim, rows);
-  uattn_status st;
-  if ((st = check_size(rows, heads, head_dim))) return st;
-  UATTN_CHECK_PTR(outs, "outs");
-  UATTN_CHECK_PTR(lses, "lses");
-  UATTN_CHECK_PTR(out, "out");
-  UATTN_CHECK_ALIGNED(lse, "lse");
-  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, lses, "lses"))) return st;
+  const merge_input inputs[] = {{outs, "outs"}, {lses, "lses"}};
+  uattn_status st = check_merge_arrays(num_parts, rows, heads, head_dim, inputs, 2, out, lse);
+  if (st != UATTN_OK) return st;
   for (size_t x = 0; x < (size_t)rows * heads; x++) {
     float M = -INFINITY;
     for (int32_t i = 0; i < num_parts; i++)
@@ -66,15 +83,9 @@ uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, c
                       "merge_partials: num_parts (%d) must be in 1..64, heads (%d) > 0, head_dim (%d) in 1..4096 "
                       "and rows (%d) >= 0",
                       num_parts, heads, head_dim, rows);
-  uattn_status st;
-  if ((st = check_size(rows, heads, head_dim))) return st;
-  UATTN_CHECK_PTR(outs, "outs");
-  UATTN_CHECK_PTR(maxes, "maxes");
-  UATTN_CHECK_PTR(sums, "sums");
-  UATTN_CHECK_PTR(out, "out");
-  if ((st = check_parts(num_parts, outs, "outs")) || (st = check_parts(num_parts, maxes, "maxes")) ||
-      (st = check_parts(num_parts, sums, "sums")))
-    return st;
+  const merge_input inputs[] = {{outs, "outs"}, {maxes, "maxes"}, {sums, "sums"}};
+  uattn_status st = check_merge_arrays(num_parts, rows, heads, head_dim, inputs, 3, out, NULL);
+  if (st != UATTN_OK) return st;
   uattn_state parts[64];
   float row[4096];
   for (size_t x = 0; x < (size_t)rows * heads; x++) {

@@ -16,8 +16,8 @@
 
 #include "convert.h"
 #include "attention/merge.h"
-#include "attention/report.h"
-#include "plan/planner.h"
+#include "attention/kernel_choice.h"
+#include "plan/schedule.h"
 #include "kernels.h"
 #include "threads/pool.h"
 #include "tuning/tuning.h"
@@ -41,8 +41,6 @@ uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32
 
 /* ---- validation ------------------------------------------------------------------------------------ */
 
-static bool valid_dtype(uattn_dtype t) { return t == UATTN_F32 || t == UATTN_BF16 || t == UATTN_F16; }
-
 static uattn_status validate_layer(const uattn_layer *L) {
   if (L->num_q_heads <= 0 || L->num_kv_heads <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: num_q_heads (%d) and num_kv_heads (%d) must be > 0",
@@ -53,7 +51,7 @@ static uattn_status validate_layer(const uattn_layer *L) {
                       L->num_q_heads, L->num_kv_heads);
   if (L->head_dim <= 0 || L->head_dim > 4096)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim = %d must be in 1..4096", L->head_dim);
-  if (!valid_dtype(L->dtype) || !valid_dtype(L->cache_dtype))
+  if (!uattn_dtype_valid(L->dtype) || !uattn_dtype_valid(L->cache_dtype))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: dtype %d / cache_dtype %d is not a uattn_dtype",
                       (int)L->dtype, (int)L->cache_dtype);
   if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND)
@@ -245,12 +243,13 @@ typedef struct workspace {
   int32_t *visible;  /* [slots]: keys of the current panel each row sees */
 } workspace;
 
-/* The workspace's partial states: the three parts of the attention and the scratch of a shared chunk. */
-enum { PART_CAUSAL, PART_SHARED, PART_UNIQUE, PART_CHUNK, NUM_PARTS };
+/* The workspace's accumulators of partial states: one per part of the attention (uattn_part) and the scratch
+ * of a shared chunk. */
+enum { ACC_CAUSAL, ACC_SHARED, ACC_UNIQUE, ACC_CHUNK, NUM_ACCS };
 
-/* The kernel entry (uattn_part) that attends into a workspace part. */
-static uattn_part kernel_part(int part) {
-  return part == PART_CAUSAL ? UATTN_PART_CAUSAL : part == PART_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
+/* The kernel entry (uattn_part) that attends into an accumulator. */
+static uattn_part kernel_part(int acc) {
+  return acc == ACC_CAUSAL ? UATTN_PART_CAUSAL : acc == ACC_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
 }
 
 static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k) {
@@ -274,8 +273,8 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_PARTS * tg * D +
-                          NUM_PARTS * tg * 2) +
+  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D +
+                          NUM_ACCS * tg * 2) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
@@ -287,35 +286,35 @@ static void workspace_carve(workspace *w, void *memory, int32_t D) {
   w->keys = f, f += w->panel_floats;
   w->values = f, f += w->panel_floats;
   w->scores = f, f += w->panel;
-  w->state_o = f, f += NUM_PARTS * tg * D;
-  w->state_m = f, f += NUM_PARTS * tg;
-  w->state_l = f, f += NUM_PARTS * tg;
+  w->state_o = f, f += NUM_ACCS * tg * D;
+  w->state_m = f, f += NUM_ACCS * tg;
+  w->state_l = f, f += NUM_ACCS * tg;
   w->visible = (int32_t *)f;
 }
 
-/* Index of (part, slot, head in group) in the state arrays. */
-static size_t state_index(const workspace *w, int part, int32_t slot, int32_t head_in_group) {
-  return ((size_t)part * w->slots + slot) * w->group + head_in_group;
+/* Index of (accumulator, slot, head in group) in the state arrays. */
+static size_t state_index(const workspace *w, int acc, int32_t slot, int32_t head_in_group) {
+  return ((size_t)acc * w->slots + slot) * w->group + head_in_group;
 }
 
-static uattn_state part_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, int32_t D) {
-  const size_t idx = state_index(w, part, slot, head_in_group);
+static uattn_state acc_state(const workspace *w, int acc, int32_t slot, int32_t head_in_group, int32_t D) {
+  const size_t idx = state_index(w, acc, slot, head_in_group);
   uattn_state s = {w->state_m[idx], w->state_l[idx], w->state_o + idx * D};
   return s;
 }
 
-static void store_state(const workspace *w, int part, int32_t slot, int32_t head_in_group, const uattn_state *s) {
-  const size_t idx = state_index(w, part, slot, head_in_group);
+static void store_state(const workspace *w, int acc, int32_t slot, int32_t head_in_group, const uattn_state *s) {
+  const size_t idx = state_index(w, acc, slot, head_in_group);
   w->state_m[idx] = s->m;
   w->state_l[idx] = s->l;
 }
 
-static void reset_part(workspace *w, int part, int32_t slot, int32_t rows, int32_t D) {
+static void reset_acc(workspace *w, int acc, int32_t slot, int32_t rows, int32_t D) {
   for (int32_t i = slot; i < slot + rows; i++)
     for (int32_t h = 0; h < w->group; h++) {
-      uattn_state s = part_state(w, part, i, h, D);
+      uattn_state s = acc_state(w, acc, i, h, D);
       uattn_state_reset(&s, D);
-      store_state(w, part, i, h, &s);
+      store_state(w, acc, i, h, &s);
     }
 }
 
@@ -326,7 +325,7 @@ static void reset_part(workspace *w, int part, int32_t slot, int32_t rows, int32
 #define PART_FN static __attribute__((noinline))
 
 typedef struct step_ctx {
-  const uattn_plan *plan;
+  const uattn_schedule *sched;
   const uattn_plan_info *in;
   const uattn_layer *L;
   const uattn_tensors *t;
@@ -342,12 +341,12 @@ typedef struct step_ctx {
  * order, from slot 0 or, in an all-heads unit, from KV head g's slot g * rows. */
 static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 + c->slot; }
 
-/* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `part`. */
-static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+/* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `acc`. */
+static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t num_keys,
                                   int32_t key_pos0) {
   const workspace *w = c->w;
   const int32_t D = c->L->head_dim, first = tile_slot(c, row_lo);
-  const size_t idx = state_index(w, part, first, 0);
+  const size_t idx = state_index(w, acc, first, 0);
   const uattn_panel_job job = {
       .rows = row_hi - row_lo,
       .group = w->group,
@@ -373,11 +372,11 @@ static uattn_panel_job panel_job(const step_ctx *c, int part, int32_t row_lo, in
 }
 
 /* A kernel call over rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and the
- * panel now loaded, into `part`. */
-static void attend_panel(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t num_keys,
+ * panel now loaded, into `acc`. */
+static void attend_panel(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t num_keys,
                          int32_t key_pos0) {
-  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, num_keys, key_pos0);
-  const uattn_part kp = kernel_part(part);
+  const uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, num_keys, key_pos0);
+  const uattn_part kp = kernel_part(acc);
   c->w->calls[kp]++;
   c->w->kern->attend[kp](&job, c->w->panel);
 }
@@ -399,14 +398,14 @@ static void load_block(const step_ctx *c, int32_t block, int32_t count) {
 }
 
 /* Attends the tile's rows in [row_lo, row_hi) to the block now in the panels, each row seeing usage(row) of
- * its keys, into `part`. */
-static void attend_rows(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block_start,
+ * its keys, into `acc`. */
+static void attend_rows(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block_start,
                         int32_t (*usage)(const step_ctx *, int32_t row, int32_t block_start)) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   if (row_lo >= row_hi) return;
   for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[tile_slot(c, row)] = usage(c, row, block_start);
-  attend_panel(c, part, row_lo, row_hi, c->in->block_size, block_start);
+  attend_panel(c, acc, row_lo, row_hi, c->in->block_size, block_start);
 }
 
 /* Keys of a context block a row sees: decoder rows by their own context length (per-row usage);
@@ -434,7 +433,7 @@ PART_FN void causal_part(const step_ctx *c) {
       const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
       c->w->visible[tile_slot(c, row)] = hi < 0 ? 0 : (hi > n ? n : hi);
     }
-    attend_panel(c, PART_CAUSAL, c->row0, c->row0 + c->rows, n, c->num_computed + (k0 - c->qs));
+    attend_panel(c, ACC_CAUSAL, c->row0, c->row0 + c->rows, n, c->num_computed + (k0 - c->qs));
   }
 }
 
@@ -444,21 +443,21 @@ static void merge_chunk(const step_ctx *c) {
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < c->w->group; h++) {
       const int32_t x = c->slot + i;
-      uattn_state a = part_state(c->w, PART_SHARED, x, h, D), b = part_state(c->w, PART_CHUNK, x, h, D);
+      uattn_state a = acc_state(c->w, ACC_SHARED, x, h, D), b = acc_state(c->w, ACC_CHUNK, x, h, D);
       uattn_state_merge(&a, &b, D);
-      store_state(c->w, PART_SHARED, x, h, &a);
+      store_state(c->w, ACC_SHARED, x, h, &a);
       uattn_state_reset(&b, D);
-      store_state(c->w, PART_CHUNK, x, h, &b);
+      store_state(c->w, ACC_CHUNK, x, h, &b);
     }
 }
 
 PART_FN void shared_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t chunk = c->L->chunk_size;
-  const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
+  const int acc = chunk > 0 ? ACC_CHUNK : ACC_SHARED;
   int32_t current_chunk = -1;
-  const int32_t *order = c->plan->spans_by_req.data;
-  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+  const int32_t *order = c->sched->spans_by_req;
+  for (int32_t k = c->sched->span_req_begin[c->req]; k < c->sched->span_req_begin[c->req + 1]; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->token_end <= c->row0 || sp->token_begin >= c->row0 + c->rows) continue;
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
@@ -467,19 +466,19 @@ PART_FN void shared_part(const step_ctx *c) {
       current_chunk = sp->shared_index / chunk;
     }
     load_block(c, in->shared_blocks[sp->shared_index], in->block_size);
-    attend_rows(c, part, sp->token_begin, sp->token_end, sp->block_start, context_usage);
+    attend_rows(c, acc, sp->token_begin, sp->token_end, sp->block_start, context_usage);
   }
   if (current_chunk >= 0) merge_chunk(c);
 }
 
-/* The shared part of a group of decodes (requests [first, end), consecutive, all reading the cache only):
+/* The shared part of a prefix run (requests [first, end), consecutive, all reading the cache only):
  * their span lists merged by shared block, so each block is loaded once for every row of the tile that
  * reads it. A row that does not read the block sees none of it (visible 0). */
-PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
+PART_FN void shared_part_prefix_run(const step_ctx *c, int32_t first, int32_t end) {
   const uattn_plan_info *in = c->in;
-  const int32_t chunk = c->L->chunk_size, *order = c->plan->spans_by_req.data, *begin = c->plan->span_req_begin;
-  const int part = chunk > 0 ? PART_CHUNK : PART_SHARED;
-  int32_t cursor[UATTN_GROUP_MAX_ROWS]; /* each request's next span (a group has at most that many) */
+  const int32_t chunk = c->L->chunk_size, *order = c->sched->spans_by_req, *begin = c->sched->span_req_begin;
+  const int acc = chunk > 0 ? ACC_CHUNK : ACC_SHARED;
+  int32_t cursor[UATTN_PREFIX_RUN_MAX_ROWS]; /* each request's next span (a run has at most that many) */
   for (int32_t r = first; r < end; r++) cursor[r - first] = begin[r];
   int32_t current_chunk = -1;
   for (;;) {
@@ -510,7 +509,7 @@ PART_FN void shared_part_group(const step_ctx *c, int32_t first, int32_t end) {
       current_chunk = next / chunk;
     }
     load_block(c, in->shared_blocks[next], in->block_size);
-    attend_panel(c, part, lo, hi, in->block_size, block_start);
+    attend_panel(c, acc, lo, hi, in->block_size, block_start);
   }
   if (current_chunk >= 0) merge_chunk(c);
 }
@@ -521,29 +520,29 @@ static bool decodes_from_cache(const step_ctx *c) {
 }
 
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
- * the first n keys of a cache block, into `part`, for `heads` KV heads from the tile's (an all-heads unit's
+ * the first n keys of a cache block, into `acc`, for `heads` KV heads from the tile's (an all-heads unit's
  * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
-static void decode_from_cache(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
                               int32_t block_start, int32_t n, int32_t heads) {
   size_t stride;
   const size_t off = block_source(c, block, &stride);
-  const uattn_panel_job job = panel_job(c, part, row_lo, row_hi, n, block_start);
-  c->w->calls[kernel_part(part)] += heads;
-  c->w->decode_calls[kernel_part(part)] += heads;
+  const uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
+  c->w->calls[kernel_part(acc)] += heads;
+  c->w->decode_calls[kernel_part(acc)] += heads;
   c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off,
                      c->cache.v + off, stride, c->cache.head_dim, c->w->decode_scratch);
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
   c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
-  decode_from_cache(c, PART_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1);
+  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1);
 }
 
 PART_FN void unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const bool direct = decodes_from_cache(c);
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
-    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+    for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (direct) {
@@ -551,13 +550,13 @@ PART_FN void unique_part(const step_ctx *c) {
         continue;
       }
       load_block(c, u->block, in->block_size);
-      attend_rows(c, PART_UNIQUE, row, row + 1, u->block_start, context_usage);
+      attend_rows(c, ACC_UNIQUE, row, row + 1, u->block_start, context_usage);
     }
 }
 
-/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `part`: one
+/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `acc`: one
  * decode call for every head, which reads the block's rows in the cache's order. */
-static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t row_hi, int32_t block,
+static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
                             int32_t block_start) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
@@ -567,17 +566,17 @@ static void all_heads_block(const step_ctx *c, int part, int32_t row_lo, int32_t
     c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
-  if (keys > 0) decode_from_cache(c, part, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads);
+  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads);
 }
 
 /* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
 PART_FN void shared_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
-  const int32_t *order = c->plan->spans_by_req.data;
-  for (int32_t k = c->plan->span_req_begin[c->req]; k < c->plan->span_req_begin[c->req + 1]; k++) {
+  const int32_t *order = c->sched->spans_by_req;
+  for (int32_t k = c->sched->span_req_begin[c->req]; k < c->sched->span_req_begin[c->req + 1]; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
-    all_heads_block(c, PART_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index],
+    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index],
                     sp->block_start);
   }
 }
@@ -585,10 +584,10 @@ PART_FN void shared_part_all_heads(const step_ctx *c) {
 PART_FN void unique_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
-    for (int32_t k = c->plan->unique_row_begin[row]; k < c->plan->unique_row_begin[row + 1]; k++) {
+    for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      all_heads_block(c, PART_UNIQUE, row, row + 1, u->block, u->block_start);
+      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start);
     }
 }
 
@@ -605,7 +604,7 @@ PART_FN void cross_part(const step_ctx *c) {
   for (int32_t b = 0; b * bs < len; b++) {
     const int32_t block = x->block_table[(int64_t)c->req * x->block_table_stride + b];
     load_block(c, block, len - b * bs < bs ? len - b * bs : bs);
-    attend_rows(c, PART_SHARED, c->row0, c->row0 + c->rows, b * bs, cross_usage);
+    attend_rows(c, ACC_SHARED, c->row0, c->row0 + c->rows, b * bs, cross_usage);
   }
 }
 
@@ -618,8 +617,8 @@ PART_FN void merge_tile(const step_ctx *c) {
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t g = 0; g < c->w->group; g++) {
       const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
-      const uattn_state parts[3] = {part_state(c->w, PART_CAUSAL, x, g, D), part_state(c->w, PART_SHARED, x, g, D),
-                                    part_state(c->w, PART_UNIQUE, x, g, D)};
+      const uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
+                                    acc_state(c->w, ACC_UNIQUE, x, g, D)};
       const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
@@ -629,12 +628,12 @@ PART_FN void merge_tile(const step_ctx *c) {
 /* ---- the call ---------------------------------------------------------------------------------------- */
 
 /* One forward call, shared by its workers. Work units are (item, KV head, split) triples, handed out
- * largest item first (an item is a request, or a group of decodes on a common prefix: see planner.h); a
+ * largest item first (an item is a request, or a prefix run of decodes: plan/schedule.h); a
  * unit writes only its own rows and heads, or, for a split of a long decode, its own slot of partial
  * states, which a second pass merges in split order. Items and splits are the plan's, so the answer does
  * not depend on which worker runs a unit, or on how many workers there are. */
 typedef struct forward_job {
-  const uattn_plan *plan;
+  uattn_schedule sched;
   const uattn_layer *L;
   const uattn_tensors *t;
   uattn_runtime *rt;
@@ -659,25 +658,25 @@ static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
 static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
   const int32_t Hkv = job->L->num_kv_heads, n = job->num_nodes;
   const int32_t heads = Hkv / n + (node < Hkv % n); /* g = node, node + n, ... */
-  if (heads == 0 || j >= job->plan->split_begin[job->plan->num_items] * heads) return -1;
+  if (heads == 0 || j >= job->sched.split_begin[job->sched.num_items] * heads) return -1;
   return (j / heads) * Hkv + node + (j % heads) * n;
 }
 
-/* The partial state of (head, part) in a (row, split) slot. */
-static float *split_slot_at(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
+/* The partial state of (head, accumulator: 0 shared, 1 unique) in a (row, split) slot. */
+static float *split_slot_at(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int acc) {
   return job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
-         ((size_t)head * 2 + part) * split_state_floats(job->L->head_dim);
+         ((size_t)head * 2 + acc) * split_state_floats(job->L->head_dim);
 }
 
-static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part) {
-  float *x = split_slot_at(job, slot, kv_head, head, part);
+static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int acc) {
+  float *x = split_slot_at(job, slot, kv_head, head, acc);
   uattn_state s = {x[0], x[1], x + 2};
   return s;
 }
 
-static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int part,
+static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int acc,
                               const uattn_state *st) {
-  float *x = split_slot_at(job, slot, kv_head, head, part);
+  float *x = split_slot_at(job, slot, kv_head, head, acc);
   x[0] = st->m;
   x[1] = st->l;
 }
@@ -687,7 +686,7 @@ static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_h
 static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
-  const size_t slots = (size_t)job->plan->split_slot[job->plan->num_items] * job->L->num_kv_heads;
+  const size_t slots = (size_t)job->sched.split_slot[job->sched.num_items] * job->L->num_kv_heads;
   const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
   char *p = uattn_worker_scratch(job->rt, worker, bytes);
   if (!p) atomic_store(&job->out_of_memory, 1);
@@ -705,30 +704,30 @@ static void begin_tile(const forward_job *job, const step_ctx *c) {
       float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
       const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
-      /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels_unscaled_q) */
-      if (!uattn_kernels_unscaled_q(w->kern))
+      /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels.unscaled_q) */
+      if (!w->kern->unscaled_q)
         for (int32_t d = 0; d < D; d++) q[d] *= L->scale;
     }
-  for (int part = 0; part < NUM_PARTS; part++) reset_part(w, part, c->slot, c->rows, D);
+  for (int acc = 0; acc < NUM_ACCS; acc++) reset_acc(w, acc, c->slot, c->rows, D);
 }
 
 /* The tile's rows done: merged into out, or, in a split unit, its shared and unique states kept in the
  * split's slots for the merge pass. */
 static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int32_t split) {
-  const uattn_plan *plan = job->plan;
-  if (plan->split_begin[pos + 1] - plan->split_begin[pos] <= 1) {
+  const uattn_schedule *sched = &job->sched;
+  if (sched->split_begin[pos + 1] - sched->split_begin[pos] <= 1) {
     merge_tile(c);
     return;
   }
   const int32_t D = job->L->head_dim;
-  const int32_t slot = plan->split_slot[pos] + split * (c->qe - c->qs) + (c->row0 - c->qs); /* of row0 */
+  const int32_t slot = sched->split_slot[pos] + split * (c->qe - c->qs) + (c->row0 - c->qs); /* of row0 */
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < c->w->group; h++)
-      for (int part = 0; part < 2; part++) {
-        const uattn_state from = part_state(c->w, part == 0 ? PART_SHARED : PART_UNIQUE, c->slot + i, h, D);
-        uattn_state to = split_state(job, slot + i, c->kv_head, h, part);
+      for (int acc = 0; acc < 2; acc++) {
+        const uattn_state from = acc_state(c->w, acc == 0 ? ACC_SHARED : ACC_UNIQUE, c->slot + i, h, D);
+        uattn_state to = split_state(job, slot + i, c->kv_head, h, acc);
         memcpy(to.o, from.o, sizeof(float) * (size_t)D);
-        store_split_state(job, slot + i, c->kv_head, h, part, &from);
+        store_split_state(job, slot + i, c->kv_head, h, acc, &from);
       }
 }
 
@@ -736,29 +735,29 @@ static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int
  * split unit covers keys [split * split_keys, (split + 1) * split_keys) of its one request's context. */
 static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split,
                          int32_t first, int32_t end, int32_t row0, int32_t rows, int32_t slot) {
-  const uattn_plan *plan = job->plan;
-  const uattn_plan_info *in = &plan->info;
-  step_ctx c = {.plan = plan, .in = in, .L = job->L, .t = job->t, .cache = job->cache, .w = w, .kv_head = g,
+  const uattn_schedule *sched = &job->sched;
+  const uattn_plan_info *in = sched->info;
+  step_ctx c = {.sched = sched, .in = in, .L = job->L, .t = job->t, .cache = job->cache, .w = w, .kv_head = g,
                 .req = first, .row0 = row0, .rows = rows, .slot = slot, .qs = in->query_start_loc[first],
                 .qe = in->query_start_loc[end], .num_computed = in->token_positions[in->query_start_loc[first]],
                 .key_lo = 0, .key_hi = INT32_MAX};
-  if (plan->split_begin[pos + 1] - plan->split_begin[pos] > 1)
-    c.key_lo = split * plan->config.split_keys, c.key_hi = c.key_lo + plan->config.split_keys;
+  if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
+    c.key_lo = split * sched->split_keys, c.key_hi = c.key_lo + sched->split_keys;
   return c;
 }
 
 /* Rows of the item's requests [first, end) on KV head g, tile by tile. */
 static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
                      int32_t end) {
-  const uattn_plan_info *in = &job->plan->info;
+  const uattn_plan_info *in = job->sched.info;
   const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
   for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
     begin_tile(job, &c);
     if (job->L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
       cross_part(&c);
-    } else if (end - first > 1) { /* a group of decodes: no causal part */
-      shared_part_group(&c, first, end);
+    } else if (end - first > 1) { /* a prefix run: no causal part */
+      shared_part_prefix_run(&c, first, end);
       unique_part(&c);
     } else {
       causal_part(&c); /* split units are decodes: nothing to do here */
@@ -774,7 +773,7 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
  * head, which reads the block's rows in order (a row holds every head), where a unit of one head would
  * read 256 bytes of every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
 static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
-  const uattn_plan_info *in = &job->plan->info;
+  const uattn_plan_info *in = job->sched.info;
   const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
   for (int32_t g = 0; g < Hkv; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
@@ -792,18 +791,18 @@ static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t s
 /* Whether an item runs as one all-heads unit (run_all_heads): one request that reads only the cache
  * (a decode, a verification), of at most all_heads_max_rows rows. */
 static bool all_heads_item(const forward_job *job, int32_t pos) {
-  const uattn_plan_info *in = &job->plan->info;
+  const uattn_plan_info *in = job->sched.info;
   const uattn_layer *L = job->L;
-  const int32_t r = job->plan->item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
+  const int32_t r = job->sched.item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
   return L->attn_type == UATTN_ATTENTION_DECODER && all_heads_layout(L, job->shape.kern, in->block_size) &&
-         job->plan->item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
+         job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
          rows * L->num_kv_heads <= job->shape.slots;
 }
 
 /* Unit u: the item's position (by cost), the KV head and the split it stands for. */
 static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split) {
-  const int32_t *begin = job->plan->split_begin, x = u / job->L->num_kv_heads;
-  int32_t lo = 0, hi = job->plan->num_items; /* the last pos with begin[pos] <= x */
+  const int32_t *begin = job->sched.split_begin, x = u / job->L->num_kv_heads;
+  int32_t lo = 0, hi = job->sched.num_items; /* the last pos with begin[pos] <= x */
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
     if (begin[mid] <= x) lo = mid;
@@ -815,10 +814,10 @@ static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv
 }
 
 static void run_unit(forward_job *job, workspace *w, int32_t unit) {
-  const uattn_plan *plan = job->plan;
+  const uattn_schedule *sched = &job->sched;
   int32_t pos, g, split;
   unit_of(job, unit, &pos, &g, &split);
-  const int32_t first = plan->item_first[pos], end = first + plan->item_reqs[pos];
+  const int32_t first = sched->item_first[pos], end = first + sched->item_reqs[pos];
   if (all_heads_item(job, pos)) {
     if (g == 0) run_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
     return;
@@ -858,29 +857,29 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
 static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
   (void)worker, (void)num_workers;
   forward_job *job = ctx;
-  const uattn_plan *plan = job->plan;
-  const uattn_plan_info *in = &plan->info;
+  const uattn_schedule *sched = &job->sched;
+  const uattn_plan_info *in = sched->info;
   const uattn_layer *L = job->L;
   const int32_t D = L->head_dim, Hq = L->num_q_heads, G = job->shape.group;
   static const float zeros[4096];
   float row_out[4096];
   for (;;) {
     const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
-    if (unit >= plan->num_items * L->num_kv_heads) break;
+    if (unit >= sched->num_items * L->num_kv_heads) break;
     const int32_t pos = unit / L->num_kv_heads, g = unit % L->num_kv_heads;
-    const int32_t splits = plan->split_begin[pos + 1] - plan->split_begin[pos];
+    const int32_t splits = sched->split_begin[pos + 1] - sched->split_begin[pos];
     if (splits <= 1) continue;
-    const int32_t r = plan->item_first[pos], qs = in->query_start_loc[r], slot0 = plan->split_slot[pos];
+    const int32_t r = sched->item_first[pos], qs = in->query_start_loc[r], slot0 = sched->split_slot[pos];
     const int32_t rows = in->query_start_loc[r + 1] - qs;
     for (int32_t row = qs; row < in->query_start_loc[r + 1]; row++)
       for (int32_t h = 0; h < G; h++) {
         uattn_state parts[3];
         parts[0] = (uattn_state){-INFINITY, 0.0f, (float *)zeros}; /* a decode has no causal part */
-        for (int part = 0; part < 2; part++) {
-          parts[1 + part] = split_state(job, slot0 + (row - qs), g, h, part);
+        for (int acc = 0; acc < 2; acc++) {
+          parts[1 + acc] = split_state(job, slot0 + (row - qs), g, h, acc);
           for (int32_t sp = 1; sp < splits; sp++) {
-            const uattn_state b = split_state(job, slot0 + sp * rows + (row - qs), g, h, part);
-            uattn_state_merge(&parts[1 + part], &b, D);
+            const uattn_state b = split_state(job, slot0 + sp * rows + (row - qs), g, h, acc);
+            uattn_state_merge(&parts[1 + acc], &b, D);
           }
         }
         const int32_t head = g * G + h;
@@ -894,13 +893,14 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
 
 uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt) {
   uattn_clear_error();
-  UATTN_CHECK_PTR(plan, "plan");
+  uattn_schedule sched;
+  uattn_status st;
+  if ((st = uattn_plan_schedule(plan, &sched))) return st;
   UATTN_CHECK_PTR(L, "layer");
   UATTN_CHECK_PTR(t, "tensors");
-  uattn_status st;
   if ((st = validate_layer(L))) return st;
-  const uattn_plan_info *in = &plan->info;
-  if ((st = validate_tensors(in, &plan->config, L, t))) return st;
+  const uattn_plan_info *in = sched.info;
+  if ((st = validate_tensors(in, sched.config, L, t))) return st;
   /* the runtime's tuning file fills what the layer leaves to the defaults (its values were checked when
    * the file was loaded) */
   uattn_layer tuned = *L;
@@ -910,14 +910,15 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
     if (!tuned.chunk_size) tuned.chunk_size = tuning->chunk_size;
   }
   L = &tuned;
-  uattn_kernel_report report;
-  const uattn_kernels *kernels = uattn_describe_choose(L, t->block_size, &report);
+  const uattn_kernel_choice *choice = uattn_kernel_choice_for(L, t->block_size);
+  const uattn_kernels *kernels = choice->set;
+  uattn_kernel_report report = choice->report;
   if (in->num_tokens == 0) {
-    uattn_describe_keep(&report);
+    uattn_kernel_report_keep(&report);
     return UATTN_OK;
   }
 
-  forward_job job = {.plan = plan, .L = L, .t = t, .rt = rt,
+  forward_job job = {.sched = sched, .L = L, .t = t, .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim}};
   workspace_shape(&job.shape, in, L, kernels);
@@ -944,7 +945,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
   uattn_runtime_run(rt, attention_job, &job);
-  if (plan->split_slot[plan->num_items] > 0) {
+  if (sched.split_slot[sched.num_items] > 0) {
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);
   }
@@ -955,11 +956,9 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   }
   report.workspace_bytes = job.scratch_bytes;
   report.workers = job.max_workers;
-  uattn_describe_keep(&report);
+  uattn_kernel_report_keep(&report);
   return UATTN_OK;
 }
-
-const char *uattn_kernel_set(const char **why) { return uattn_kernels_select(why, NULL)->name; }
 
 uattn_status uattn_describe_kernels(const uattn_layer *layer, int32_t block_size, uattn_kernel_report *out) {
   uattn_clear_error();
@@ -969,6 +968,6 @@ uattn_status uattn_describe_kernels(const uattn_layer *layer, int32_t block_size
   if ((st = validate_layer(layer))) return st;
   if (block_size <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size = %d must be > 0", block_size);
-  uattn_describe_choose(layer, block_size, out);
+  *out = uattn_kernel_choice_for(layer, block_size)->report;
   return UATTN_OK;
 }

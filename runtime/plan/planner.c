@@ -512,10 +512,10 @@ static int32_t request_splits(const uattn_plan *p, int32_t r) {
              : 1;
 }
 
-/* The shared block a request's context starts on, or -1: the key decodes are grouped by. Groups only take
- * requests without causal rows. A group is not split: a common prefix read once for many rows beats
- * splitting each row's context for parallelism (the group's rows and KV heads are work enough). */
-static int32_t group_key(const uattn_plan *p, int32_t r) {
+/* The shared block a request's context starts on, or -1: the key of prefix runs (schedule.h). A run only
+ * takes requests without causal rows, and is not split: a common prefix read once for many rows beats
+ * splitting each row's context for parallelism (the run's rows and KV heads are work enough). */
+static int32_t prefix_run_key(const uattn_plan *p, int32_t r) {
   if (p->is_prompt[r] || p->span_req_begin[r] == p->span_req_begin[r + 1]) return -1;
   const uattn_shared_span *spans = p->shared_spans.data;
   return spans[((const int32_t *)p->spans_by_req.data)[p->span_req_begin[r]]].shared_index;
@@ -537,15 +537,15 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
     while (k < num_unique && unique[k].token < row) k++;
     p->unique_row_begin[row] = k;
   }
-  /* items: consecutive requests with the same group key and at most UATTN_GROUP_MAX_ROWS rows together;
+  /* items: consecutive requests with the same prefix run key and at most UATTN_PREFIX_RUN_MAX_ROWS rows together;
    * every other request alone */
   uattn_cost_key *keys = p->cost_keys;
   int32_t n = 0;
   for (int32_t r = 0; r < s->num_reqs;) {
-    const int32_t key = group_key(p, r);
+    const int32_t key = prefix_run_key(p, r);
     int32_t end = r + 1;
-    while (key >= 0 && end < s->num_reqs && group_key(p, end) == key &&
-           p->query_start_loc[end + 1] - p->query_start_loc[r] <= UATTN_GROUP_MAX_ROWS)
+    while (key >= 0 && end < s->num_reqs && prefix_run_key(p, end) == key &&
+           p->query_start_loc[end + 1] - p->query_start_loc[r] <= UATTN_PREFIX_RUN_MAX_ROWS)
       end++;
     keys[n] = (uattn_cost_key){0, r, end - r};
     for (; r < end; r++) keys[n].cost += request_cost(p, r);
@@ -694,5 +694,15 @@ uattn_status uattn_plan_get_stats(const uattn_plan *plan, uattn_plan_stats *stat
   *stats = plan->stats;
   stats->allocations = plan->alloc.count;
   stats->bytes_reserved = plan->alloc.bytes;
+  return UATTN_OK;
+}
+
+uattn_status uattn_plan_schedule(const uattn_plan *p, uattn_schedule *out) {
+  UATTN_CHECK_PTR(p, "plan");
+  *out = (uattn_schedule){.config = &p->config, .info = &p->info, .num_items = p->num_items,
+                          .item_first = p->item_first, .item_reqs = p->item_reqs, .split_begin = p->split_begin,
+                          .split_slot = p->split_slot, .split_keys = p->config.split_keys,
+                          .spans_by_req = p->spans_by_req.data, .span_req_begin = p->span_req_begin,
+                          .unique_row_begin = p->unique_row_begin};
   return UATTN_OK;
 }

@@ -3,6 +3,7 @@
 #define UATTN_PLANNER_H
 
 #include "common/internal.h"
+#include "plan/schedule.h"
 
 /* Per-block scratch, indexed by block id. A block's entry is valid for the current step only when its
  * stamp equals the plan's, so nothing is cleared between steps. */
@@ -32,9 +33,6 @@ typedef struct uattn_cost_key uattn_cost_key;
 
 /* Split-K applies to non-prompt requests of at most this many rows (decodes, verification). */
 #define UATTN_SPLIT_MAX_ROWS 16
-/* Rows a group of decodes may have: enough that a shared block's load serves many rows, few enough that a
- * 64-decode batch still makes several items a KV head for the threads to share. */
-#define UATTN_GROUP_MAX_ROWS 32
 
 struct uattn_plan {
   uattn_plan_config config;
@@ -60,7 +58,7 @@ struct uattn_plan {
   uattn_buf spans_by_req;
   int32_t *span_req_begin;   /* [max_num_seqs + 1] */
   int32_t *unique_row_begin; /* [max_num_batched_tokens + 1] */
-  /* A work item is a run of consecutive requests computed together: one request, or a group of decodes
+  /* A work item is a run of consecutive requests computed together: one request, or a prefix run of decodes
    * (and verifications) in a row that start on the same shared block, so that each shared block is loaded
    * once for the whole group, not once a request (Hydragen's batching of a common prefix). Items by cost:
    * item i holds requests [item_first[i], item_first[i] + item_reqs[i]). */

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,10 +23,13 @@
 #include <cpuid.h>
 #endif
 
+#include "common/json.h"
+#include "convert.h"
 #include "threads/runtime_impl.h"
 
 #define TUNING_FORMAT_NAME "uattn-tuning"
 #define TUNING_MAX_FILE_BYTES ((size_t)16 << 20)
+#define TUNING_MS_LIMIT 1e15 /* tuned_ms and default_ms are below it */
 #define TUNING_WORKLOAD_CHARS 240 /* of the workload, in the report */
 #define MISS_SLOTS 64             /* distinct buckets without an entry that the report can list */
 
@@ -61,17 +63,6 @@ struct uattn_tuning_state {
 };
 
 /* ---- small helpers ----------------------------------------------------------------------------------- */
-
-static const char *dtype_name(uattn_dtype d) {
-  switch (d) {
-    case UATTN_F32: return "f32";
-    case UATTN_BF16: return "bf16";
-    case UATTN_F16: return "f16";
-  }
-  return "?";
-}
-
-static bool valid_dtype(uattn_dtype d) { return d == UATTN_F32 || d == UATTN_BF16 || d == UATTN_F16; }
 
 /* Copies src into dst[cap], trimmed, runs of white space made one space. */
 static void copy_normalized(char *dst, size_t cap, const char *src) {
@@ -240,18 +231,19 @@ static uattn_status check_entries(const uattn_tuning_entry *entries, int32_t n, 
         return UATTN_ERR_OUT_OF_RANGE;
       }
     }
-    if (!valid_dtype(e->cache_dtype)) {
+    if (!uattn_dtype_valid(e->cache_dtype)) {
       snprintf(why, cap, "entries[%d].cache_dtype %d is not a uattn_dtype", i, (int)e->cache_dtype);
       return UATTN_ERR_OUT_OF_RANGE;
     }
-    if (!(e->tuned_ms >= 0 && e->tuned_ms < 1e15) || !(e->default_ms >= 0 && e->default_ms < 1e15)) {
+    if (!(e->tuned_ms >= 0 && e->tuned_ms < TUNING_MS_LIMIT) ||
+        !(e->default_ms >= 0 && e->default_ms < TUNING_MS_LIMIT)) {
       snprintf(why, cap, "entries[%d]: tuned_ms and default_ms must be finite and >= 0", i);
       return UATTN_ERR_OUT_OF_RANGE;
     }
     for (int32_t j = 0; j < i; j++)
       if (same_bucket(&entries[j], e->block_size, e->head_dim, e->cache_dtype)) {
         snprintf(why, cap, "entries[%d] and entries[%d] are both for block_size %d, head_dim %d, %s", j, i,
-                 e->block_size, e->head_dim, dtype_name(e->cache_dtype));
+                 e->block_size, e->head_dim, uattn_dtype_name(e->cache_dtype));
         return UATTN_ERR_INVALID_ARGUMENT;
       }
   }
@@ -260,153 +252,45 @@ static uattn_status check_entries(const uattn_tuning_entry *entries, int32_t n, 
 
 /* ---- reading a file ---------------------------------------------------------------------------------- */
 
-typedef struct reader {
-  char *why; /* the reason of a refusal */
-  size_t cap;
-} reader;
-
-static uattn_status refuse(reader *r, uattn_status st, const char *fmt, ...) UATTN_PRINTF(3, 4);
-static uattn_status refuse(reader *r, uattn_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->why, r->cap, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-static const char *json_kind(const cJSON *x) {
-  if (cJSON_IsNumber(x)) return "a number";
-  if (cJSON_IsString(x)) return "a string";
-  if (cJSON_IsBool(x)) return "a boolean";
-  if (cJSON_IsNull(x)) return "null";
-  if (cJSON_IsArray(x)) return "an array";
-  if (cJSON_IsObject(x)) return "an object";
-  return "nothing";
-}
-
-/* Every key of obj is one of known[] and appears once. where: "" or "cpu." or "entries[3].". */
-static uattn_status check_keys(reader *r, const cJSON *obj, const char *const *known, int n, const char *where) {
-  for (const cJSON *a = obj->child; a; a = a->next) {
-    for (const cJSON *b = obj->child; b != a; b = b->next)
-      if (!strcmp(a->string, b->string)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s appears twice", where, a->string);
-    int i = 0;
-    while (i < n && strcmp(a->string, known[i])) i++;
-    if (i == n) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "unknown key %s%s (a typo?)", where, a->string);
-  }
-  return UATTN_OK;
-}
-
-static uattn_status get_string(reader *r, const cJSON *obj, const char *key, const char *where, const char **out) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!x) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s is missing", where, key);
-  if (!cJSON_IsString(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s must be a string, not %s", where, key, json_kind(x));
-  *out = x->valuestring;
-  return UATTN_OK;
-}
-
-/* An integer in [lo, hi] into *out; absent: def when not required. */
-static uattn_status get_int(reader *r, const cJSON *obj, const char *key, const char *where, bool required,
-                            int64_t lo, int64_t hi, int32_t *out) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!x) {
-    if (required) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s is missing", where, key);
-    *out = 0;
-    return UATTN_OK;
-  }
-  if (!cJSON_IsNumber(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s must be an integer, not %s", where, key, json_kind(x));
-  const double v = x->valuedouble;
-  if (!isfinite(v) || v != floor(v)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s = %g is not an integer", where, key, v);
-  if (v < (double)lo || v > (double)hi)
-    return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%s%s = %.0f is out of range [%lld, %lld]", where, key, v, (long long)lo,
-                  (long long)hi);
-  *out = (int32_t)v;
-  return UATTN_OK;
-}
-
-static uattn_status get_dtype(reader *r, const cJSON *obj, const char *where, uattn_dtype *out) {
-  const char *s;
-  uattn_status st = get_string(r, obj, "cache_dtype", where, &s);
-  if (st != UATTN_OK) return st;
-  for (int d = UATTN_F32; d <= UATTN_F16; d++)
-    if (!strcmp(s, dtype_name((uattn_dtype)d))) {
-      *out = (uattn_dtype)d;
-      return UATTN_OK;
-    }
-  return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%scache_dtype \"%s\" is not one of f32, bf16, f16", where, s);
-}
-
-static uattn_status read_entry(reader *r, const cJSON *x, int index, uattn_tuning_entry *e) {
-  char where[48];
-  snprintf(where, sizeof where, "entries[%d].", index);
-  if (!cJSON_IsObject(x)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "entries[%d] must be an object, not %s", index, json_kind(x));
+static uattn_status read_entry(uattn_json_reader *r, const cJSON *x, int index, uattn_tuning_entry *e) {
+  char path[40], where[48]; /* where: path and a dot */
+  snprintf(path, sizeof path, "entries[%d]", index);
+  snprintf(where, sizeof where, "%s.", path);
+  if (uattn_json_expect(r, x, path, false, "an object") != UATTN_OK) return r->status;
   const char *known[NUM_INT_FIELDS + 3];
   for (int k = 0; k < NUM_INT_FIELDS; k++) known[k] = int_fields[k].key;
   known[NUM_INT_FIELDS] = "cache_dtype";
   known[NUM_INT_FIELDS + 1] = time_fields[0];
   known[NUM_INT_FIELDS + 2] = time_fields[1];
-  uattn_status st = check_keys(r, x, known, NUM_INT_FIELDS + 3, where);
+  uattn_status st = uattn_json_check_keys(r, x, where, known, NUM_INT_FIELDS + 3);
   if (st != UATTN_OK) return st;
   memset(e, 0, sizeof *e);
   for (int k = 0; k < NUM_INT_FIELDS && st == UATTN_OK; k++) {
     const int_field *f = &int_fields[k];
-    st = get_int(r, x, f->key, where, f->required, f->lo, f->hi, field_ptr(e, f));
+    st = uattn_json_int(r, x, where, f->key, f->required, 0, f->lo, f->hi, field_ptr(e, f));
   }
-  if (st == UATTN_OK) st = get_dtype(r, x, where, &e->cache_dtype);
-  for (int k = 0; k < 2 && st == UATTN_OK; k++) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, time_fields[k]);
-    if (!t) continue;
-    if (!cJSON_IsNumber(t) || !(t->valuedouble >= 0 && t->valuedouble < 1e15))
-      return refuse(r, UATTN_ERR_OUT_OF_RANGE, "%s%s must be a number >= 0", where, time_fields[k]);
-    *(k ? &e->default_ms : &e->tuned_ms) = t->valuedouble;
-  }
+  if (st == UATTN_OK) st = uattn_json_dtype(r, x, where, "cache_dtype", false, &e->cache_dtype);
+  for (int k = 0; k < 2 && st == UATTN_OK; k++)
+    if (cJSON_GetObjectItemCaseSensitive(x, time_fields[k]))
+      st = uattn_json_number(r, x, where, time_fields[k], 0, nextafter(TUNING_MS_LIMIT, 0),
+                             k ? &e->default_ms : &e->tuned_ms);
   return st;
 }
 
-/* The whole file as a NUL-terminated string (malloc), its length in *len. */
-static uattn_status read_text(reader *r, const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cannot open it: %s", strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "it is not a regular file");
-  }
-  if ((size_t)sb.st_size > TUNING_MAX_FILE_BYTES) {
-    fclose(f);
-    return refuse(r, UATTN_ERR_TOO_LARGE, "%lld bytes, over the limit of %zu", (long long)sb.st_size,
-                  TUNING_MAX_FILE_BYTES);
-  }
-  char *text = malloc((size_t)sb.st_size + 1);
-  if (!text) {
-    fclose(f);
-    return refuse(r, UATTN_ERR_NO_MEMORY, "out of memory reading it");
-  }
-  const size_t n = fread(text, 1, (size_t)sb.st_size, f);
-  const bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(text);
-    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cannot read it: %s", strerror(errno));
-  }
-  text[n] = '\0';
-  *out = text;
-  *len = n;
-  return UATTN_OK;
-}
-
 /* The checks that make a file stale on this machine. */
-static uattn_status check_host(reader *r, const cJSON *root, uattn_tuning_host *file_host) {
+static uattn_status check_host(uattn_json_reader *r, const cJSON *root, uattn_tuning_host *file_host) {
   uattn_tuning_host here;
   uattn_tuning_host_get(&here);
   const char *version, *vendor, *model, *kernels;
-  uattn_status st = get_string(r, root, "uattn_version", "", &version);
+  uattn_status st = uattn_json_string(r, root, "", "uattn_version", &version);
   if (st != UATTN_OK) return st;
   const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(root, "cpu");
-  if (!cJSON_IsObject(cpu)) return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "cpu must be an object, not %s", json_kind(cpu));
   static const char *const cpu_keys[] = {"vendor", "model", "kernel_set"};
-  if ((st = check_keys(r, cpu, cpu_keys, 3, "cpu.")) != UATTN_OK || (st = get_string(r, cpu, "vendor", "cpu.", &vendor)) != UATTN_OK ||
-      (st = get_string(r, cpu, "model", "cpu.", &model)) != UATTN_OK ||
-      (st = get_string(r, cpu, "kernel_set", "cpu.", &kernels)) != UATTN_OK)
+  if ((st = uattn_json_expect(r, cpu, "cpu", false, "an object")) != UATTN_OK ||
+      (st = uattn_json_check_keys(r, cpu, "cpu.", cpu_keys, 3)) != UATTN_OK ||
+      (st = uattn_json_string(r, cpu, "cpu.", "vendor", &vendor)) != UATTN_OK ||
+      (st = uattn_json_string(r, cpu, "cpu.", "model", &model)) != UATTN_OK ||
+      (st = uattn_json_string(r, cpu, "cpu.", "kernel_set", &kernels)) != UATTN_OK)
     return st;
   copy_normalized(file_host->uattn_version, sizeof file_host->uattn_version, version);
   copy_normalized(file_host->cpu_vendor, sizeof file_host->cpu_vendor, vendor);
@@ -414,42 +298,22 @@ static uattn_status check_host(reader *r, const cJSON *root, uattn_tuning_host *
   copy_normalized(file_host->kernel_set, sizeof file_host->kernel_set, kernels);
   const char *redo = "re-run uattn-sweep here to make a fresh one";
   if (strcmp(file_host->uattn_version, here.uattn_version))
-    return refuse(r, UATTN_ERR_INCONSISTENT, "stale: made by uattn %s, this is uattn %s; %s", file_host->uattn_version,
-                  here.uattn_version, redo);
+    return uattn_json_refuse(r, UATTN_ERR_INCONSISTENT, "stale: made by uattn %s, this is uattn %s; %s",
+                             file_host->uattn_version, here.uattn_version, redo);
   if (strcmp(file_host->cpu_vendor, here.cpu_vendor) || strcmp(file_host->cpu_model, here.cpu_model))
-    return refuse(r, UATTN_ERR_INCONSISTENT, "stale: made on another CPU (%s \"%s\"), this is %s \"%s\"; %s",
-                  file_host->cpu_vendor, file_host->cpu_model, here.cpu_vendor, here.cpu_model, redo);
+    return uattn_json_refuse(r, UATTN_ERR_INCONSISTENT, "stale: made on another CPU (%s \"%s\"), this is %s \"%s\"; %s",
+                             file_host->cpu_vendor, file_host->cpu_model, here.cpu_vendor, here.cpu_model, redo);
   if (strcmp(file_host->kernel_set, here.kernel_set))
-    return refuse(r, UATTN_ERR_INCONSISTENT,
-                  "stale: made for the %s kernel set, this process runs %s (UATTN_ISA may force one); %s",
-                  file_host->kernel_set, here.kernel_set, redo);
+    return uattn_json_refuse(r, UATTN_ERR_INCONSISTENT,
+                             "stale: made for the %s kernel set, this process runs %s (UATTN_ISA may force one); %s",
+                             file_host->kernel_set, here.kernel_set, redo);
   return UATTN_OK;
 }
 
 /* Parses and checks the file into a new table (s->alloc), *out. The reason of a refusal goes to r. */
-static uattn_status parse_file(reader *r, uattn_tuning_state *s, const char *path, tuning_table **out) {
-  char *text = NULL;
-  size_t len = 0;
-  uattn_status st = read_text(r, path, &text, &len);
-  if (st != UATTN_OK) return st;
-  const size_t nul = strlen(text);
-  if (nul != len) {
-    free(text);
-    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "not JSON: a NUL byte at offset %zu", nul);
-  }
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, true);
-  if (!root) {
-    int line = 1, col = 1;
-    if (end && end >= text && end <= text + len)
-      for (const char *p = text; p < end; p++) {
-        if (*p == '\n') line++, col = 1;
-        else col++;
-      }
-    free(text);
-    return refuse(r, UATTN_ERR_INVALID_ARGUMENT, "malformed JSON at line %d, column %d", line, col);
-  }
-  free(text);
+static uattn_status parse_file(uattn_json_reader *r, uattn_tuning_state *s, const char *path, tuning_table **out) {
+  cJSON *root = uattn_json_read_object(r, path, TUNING_MAX_FILE_BYTES);
+  if (!root) return r->status;
 
   tuning_table *t = NULL;
   uattn_tuning_host host;
@@ -458,26 +322,26 @@ static uattn_status parse_file(reader *r, uattn_tuning_state *s, const char *pat
   int32_t version = 0;
   static const char *const top_keys[] = {"format", "format_version", "uattn_version", "cpu", "date", "workload", "entries"};
   const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries"), *date = cJSON_GetObjectItemCaseSensitive(root, "date");
-  if (!cJSON_IsObject(root)) {
-    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, "the top level must be a JSON object, not %s", json_kind(root));
-  } else if ((st = get_string(r, root, "format", "", &format)) != UATTN_OK) {
+  uattn_status st;
+  if ((st = uattn_json_string(r, root, "", "format", &format)) != UATTN_OK) {
   } else if (strcmp(format, TUNING_FORMAT_NAME)) {
-    st = refuse(r, UATTN_ERR_UNSUPPORTED, "format \"%s\" is not \"" TUNING_FORMAT_NAME "\"", format);
-  } else if ((st = get_int(r, root, "format_version", "", true, 0, INT32_MAX, &version)) != UATTN_OK) {
+    st = uattn_json_refuse(r, UATTN_ERR_UNSUPPORTED, "format \"%s\" is not \"" TUNING_FORMAT_NAME "\"", format);
+  } else if ((st = uattn_json_int(r, root, "", "format_version", true, 0, 0, INT32_MAX, &version)) != UATTN_OK) {
   } else if (version != UATTN_TUNING_FORMAT_VERSION) {
-    st = refuse(r, UATTN_ERR_UNSUPPORTED, "format_version %d; this uattn reads version %d", version,
-                UATTN_TUNING_FORMAT_VERSION);
-  } else if ((st = check_keys(r, root, top_keys, 7, "")) != UATTN_OK || (st = check_host(r, root, &host)) != UATTN_OK) {
+    st = uattn_json_refuse(r, UATTN_ERR_UNSUPPORTED, "format_version %d; this uattn reads version %d", version,
+                           UATTN_TUNING_FORMAT_VERSION);
+  } else if ((st = uattn_json_check_keys(r, root, "", top_keys, 7)) != UATTN_OK ||
+             (st = check_host(r, root, &host)) != UATTN_OK) {
   } else if (date && !cJSON_IsString(date)) {
-    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, "date must be a string, not %s", json_kind(date));
-  } else if (!cJSON_IsArray(entries)) {
-    st = refuse(r, UATTN_ERR_INVALID_ARGUMENT, entries ? "entries must be an array, not %s" : "entries is missing%s",
-                entries ? json_kind(entries) : "");
+    st = uattn_json_refuse(r, UATTN_ERR_INVALID_ARGUMENT, "date must be a string, not %s", uattn_json_kind(date));
+  } else if (!uattn_json_required(r, root, "", "entries") ||
+             uattn_json_expect(r, entries, "entries", true, "an array") != UATTN_OK) {
+    st = r->status;
   } else {
     const int32_t n = cJSON_GetArraySize(entries);
     const size_t bytes = sizeof *t + (size_t)n * sizeof(tuning_slot);
     if (!(t = uattn_alloc_bytes(&s->alloc, bytes))) {
-      st = refuse(r, UATTN_ERR_NO_MEMORY, "out of memory for %d entries", n);
+      st = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory for %d entries", n);
     } else {
       memset(t, 0, bytes);
       t->bytes = bytes;
@@ -498,7 +362,7 @@ static uattn_status parse_file(reader *r, uattn_tuning_state *s, const char *pat
         i++;
       }
       uattn_tuning_entry *plain = st == UATTN_OK ? malloc(sizeof *plain * (size_t)(n ? n : 1)) : NULL;
-      if (st == UATTN_OK && !plain) st = refuse(r, UATTN_ERR_NO_MEMORY, "out of memory checking %d entries", n);
+      if (st == UATTN_OK && !plain) st = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory checking %d entries", n);
       if (plain) {
         for (int32_t k = 0; k < n; k++) plain[k] = t->slots[k].entry;
         st = check_entries(plain, n, r->why, r->cap);
@@ -545,7 +409,7 @@ static uattn_status load_locked(uattn_tuning_state *s, const char *path, bool fr
     return UATTN_OK;
   }
   char why[400];
-  reader r = {why, sizeof why};
+  uattn_json_reader r = {.phrasing = UATTN_JSON_LIBRARY, .why = why, .cap = sizeof why};
   tuning_table *t = NULL;
   const uattn_status st = parse_file(&r, s, path, &t);
   if (st == UATTN_OK) {
@@ -656,7 +520,7 @@ const uattn_tuning_entry *uattn_tuning_find(const uattn_runtime *rt, int32_t blo
 static uattn_status check_bucket(int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
   if (block_size <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size %d must be > 0", block_size);
   if (head_dim <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "head_dim %d must be > 0", head_dim);
-  if (!valid_dtype(dtype))
+  if (!uattn_dtype_valid(dtype))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "cache_dtype %d is not a uattn_dtype", (int)dtype);
   return UATTN_OK;
 }
@@ -709,7 +573,7 @@ static void build_report(uattn_tuning_state *s, strbuf *b) {
     for (int32_t i = 0; i < t->num_entries; i++) {
       const uattn_tuning_entry *e = &t->slots[i].entry;
       char bucket[64];
-      snprintf(bucket, sizeof bucket, "block %d, head_dim %d, %s", e->block_size, e->head_dim, dtype_name(e->cache_dtype));
+      snprintf(bucket, sizeof bucket, "block %d, head_dim %d, %s", e->block_size, e->head_dim, uattn_dtype_name(e->cache_dtype));
       sb_printf(b, "  %-30s", bucket);
       report_value(b, e->chunk_size);
       report_value(b, e->query_tile);
@@ -733,7 +597,7 @@ static void build_report(uattn_tuning_state *s, strbuf *b) {
     if (!header) sb_printf(b, "  buckets that ran on the defaults (no entry):\n");
     header = true;
     sb_printf(b, "    block %u, head_dim %u, %s: %lld use%s\n", (unsigned)(k >> 32), (unsigned)((k >> 8) & 0xFFFFFFu),
-              dtype_name((uattn_dtype)(k & 0x7Fu)), uses, uses == 1 ? "" : "s");
+              uattn_dtype_name((uattn_dtype)(k & 0x7Fu)), uses, uses == 1 ? "" : "s");
   }
 }
 
@@ -818,7 +682,7 @@ static cJSON *entry_json(const uattn_tuning_entry *e) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   bool ok = cJSON_AddNumberToObject(o, "block_size", e->block_size) && cJSON_AddNumberToObject(o, "head_dim", e->head_dim) &&
-            cJSON_AddStringToObject(o, "cache_dtype", dtype_name(e->cache_dtype));
+            cJSON_AddStringToObject(o, "cache_dtype", uattn_dtype_name(e->cache_dtype));
   for (int k = 2; k < NUM_INT_FIELDS && ok; k++)
     ok = cJSON_AddNumberToObject(o, int_fields[k].key, field_value(e, &int_fields[k])) != NULL;
   const double times[2] = {e->tuned_ms, e->default_ms};

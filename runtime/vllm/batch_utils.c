@@ -17,6 +17,21 @@ static uattn_status check_count(int32_t n, const char *what) {
   return UATTN_OK;
 }
 
+typedef struct named_count {
+  int32_t n;
+  const char *what;
+} named_count;
+
+/* check_count on each {n, "name"} in turn; the first that fails is returned from the calling function. */
+#define CHECK_COUNTS(...)                                                                                  \
+  do {                                                                                                     \
+    const named_count counts_[] = {__VA_ARGS__};                                                           \
+    for (size_t i_ = 0; i_ < sizeof counts_ / sizeof counts_[0]; i_++) {                                   \
+      uattn_status st_ = check_count(counts_[i_].n, counts_[i_].what);                                     \
+      if (st_ != UATTN_OK) return st_;                                                                     \
+    }                                                                                                      \
+  } while (0)
+
 /* qsl has num_reqs + 1 entries, never decreases and (zero_start) starts at 0; the seeds index
  * query_start_loc[first] as a token count, which is only right from a zero start. */
 static uattn_status check_qsl(const int32_t *qsl, int32_t num_reqs, bool zero_start) {
@@ -67,19 +82,28 @@ static uattn_batch_split all_decodes(int32_t num_reqs, int32_t num_tokens) {
   return s;
 }
 
+/* The checks both splits make, out first; seq_lens only for the split that reads it. */
+static uattn_status check_split_args(int32_t num_reqs, const int32_t *qsl, bool with_seq_lens,
+                                     const int32_t *seq_lens, int32_t num_tokens, int32_t decode_threshold,
+                                     const uattn_batch_split *out) {
+  UATTN_CHECK_PTR(out, "out");
+  uattn_status st;
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"});
+  if ((st = check_qsl(qsl, num_reqs, true)) != UATTN_OK) return st;
+  if (with_seq_lens && (st = check_seq_lens(seq_lens, qsl, num_reqs)) != UATTN_OK) return st;
+  if (num_tokens < qsl[num_reqs])
+    return uattn_fail(UATTN_ERR_INCONSISTENT, "num_tokens = %d is less than query_start_loc[num_reqs] = %d",
+                      num_tokens, qsl[num_reqs]);
+  return UATTN_OK;
+}
+
 uattn_status uattn_split_decodes_and_prefills(int32_t num_reqs, const int32_t *query_start_loc,
                                               int32_t num_tokens, int32_t decode_threshold,
                                               bool require_uniform, uattn_batch_split *out) {
   uattn_clear_error();
-  UATTN_CHECK_PTR(out, "out");
-  uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(decode_threshold, "decode_threshold")) != UATTN_OK) return st;
-  if ((st = check_qsl(query_start_loc, num_reqs, true)) != UATTN_OK) return st;
+  uattn_status st = check_split_args(num_reqs, query_start_loc, false, NULL, num_tokens, decode_threshold, out);
+  if (st != UATTN_OK) return st;
   const int32_t *qsl = query_start_loc;
-  if (num_tokens < qsl[num_reqs])
-    return uattn_fail(UATTN_ERR_INCONSISTENT, "num_tokens = %d is less than query_start_loc[num_reqs] = %d",
-                      num_tokens, qsl[num_reqs]);
 
   /* The seed indexes query_lens[0] past this point, so an empty batch stops here. */
   if (num_reqs == 0) {
@@ -147,16 +171,9 @@ uattn_status uattn_split_decodes_prefills_and_extends(int32_t num_reqs, const in
                                                       const int32_t *seq_lens, int32_t num_tokens,
                                                       int32_t decode_threshold, uattn_batch_split *out) {
   uattn_clear_error();
-  UATTN_CHECK_PTR(out, "out");
-  uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(decode_threshold, "decode_threshold")) != UATTN_OK) return st;
-  if ((st = check_qsl(query_start_loc, num_reqs, true)) != UATTN_OK) return st;
-  if ((st = check_seq_lens(seq_lens, query_start_loc, num_reqs)) != UATTN_OK) return st;
+  uattn_status st = check_split_args(num_reqs, query_start_loc, true, seq_lens, num_tokens, decode_threshold, out);
+  if (st != UATTN_OK) return st;
   const int32_t *qsl = query_start_loc;
-  if (num_tokens < qsl[num_reqs])
-    return uattn_fail(UATTN_ERR_INCONSISTENT, "num_tokens = %d is less than query_start_loc[num_reqs] = %d",
-                      num_tokens, qsl[num_reqs]);
 
   if (max_query_len(qsl, num_reqs) <= decode_threshold) {
     *out = all_decodes(num_reqs, num_tokens);
@@ -244,10 +261,7 @@ uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs,
                                                                int32_t *order) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_swaps, "num_swaps");
-  uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(decode_threshold, "decode_threshold")) != UATTN_OK) return st;
-  if ((st = check_count(swaps_capacity, "swaps_capacity")) != UATTN_OK) return st;
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"}, {swaps_capacity, "swaps_capacity"});
   if (swaps_capacity > 0) UATTN_CHECK_PTR(swaps, "swaps (with swaps_capacity > 0)");
   UATTN_CHECK_ALIGNED(order, "order");
   if (num_reqs > 0) {
@@ -472,10 +486,8 @@ uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int32_t query_
                                                   int32_t sliding_window, int32_t *start_idx) {
   uattn_clear_error();
   UATTN_CHECK_PTR(start_idx, "start_idx");
-  uattn_status st;
-  if ((st = check_count(query_len_, "query_len")) != UATTN_OK) return st;
-  if ((st = check_count(context_len, "context_len")) != UATTN_OK) return st;
-  if ((st = check_count(sliding_window, "sliding_window (0 for none)")) != UATTN_OK) return st;
+  CHECK_COUNTS({query_len_, "query_len"}, {context_len, "context_len"},
+               {sliding_window, "sliding_window (0 for none)"});
   /* The seed measures the window from the query's length, not its end position: with chunked prefill
    * (context_len > 0) that keeps more slots than the window needs. Kept as is. */
   *start_idx = (is_prompt && sliding_window > 0) ? uattn_max_i32(0, query_len_ - sliding_window) : 0;
@@ -489,10 +501,7 @@ uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, in
   uattn_clear_error();
   UATTN_CHECK_PTR(num_slots, "num_slots");
   uattn_status st;
-  if ((st = check_count(seq_len, "seq_len")) != UATTN_OK) return st;
-  if ((st = check_count(context_len, "context_len")) != UATTN_OK) return st;
-  if ((st = check_count(start_idx, "start_idx")) != UATTN_OK) return st;
-  if ((st = check_count(capacity, "capacity")) != UATTN_OK) return st;
+  CHECK_COUNTS({seq_len, "seq_len"}, {context_len, "context_len"}, {start_idx, "start_idx"}, {capacity, "capacity"});
   if (block_size <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size must be > 0, got %d", block_size);
   if (context_len > seq_len)
@@ -552,11 +561,8 @@ uattn_status uattn_split_prefill_chunks(const int32_t *seq_lens, int32_t num_req
                                         int32_t *num_chunks) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_chunks, "num_chunks");
-  uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(workspace_size, "workspace_size")) != UATTN_OK) return st;
-  if ((st = check_count(request_offset, "request_offset")) != UATTN_OK) return st;
-  if ((st = check_count(capacity, "capacity")) != UATTN_OK) return st;
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {workspace_size, "workspace_size"}, {request_offset, "request_offset"},
+               {capacity, "capacity"});
   if (capacity > 0) UATTN_CHECK_PTR(chunks, "chunks (with capacity > 0)");
   if (num_reqs > 0) UATTN_CHECK_PTR(seq_lens, "seq_lens");
   if ((int64_t)request_offset + num_reqs > INT32_MAX)
@@ -593,9 +599,7 @@ uattn_status uattn_compute_dcp_local_seq_lens(const int32_t *seq_lens, int32_t n
                                               int32_t dcp_rank, int32_t interleave, int32_t *out,
                                               int32_t capacity) {
   uattn_clear_error();
-  uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(capacity, "capacity")) != UATTN_OK) return st;
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {capacity, "capacity"});
   if (dcp_size < 1) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "dcp_size must be >= 1, got %d", dcp_size);
   if (interleave < 1)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "interleave must be >= 1, got %d", interleave);
@@ -647,8 +651,7 @@ uattn_status uattn_make_kv_sharing_fast_prefill_metadata(int32_t num_reqs, const
   UATTN_CHECK_PTR(info, "info");
   UATTN_CHECK_PTR(query_start_loc_out, "query_start_loc_out");
   uattn_status st;
-  if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
-  if ((st = check_count(num_logits, "num_logits")) != UATTN_OK) return st;
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {num_logits, "num_logits"});
   if ((st = check_qsl(query_start_loc, num_reqs, true)) != UATTN_OK) return st;
   const int32_t *qsl = query_start_loc;
   const int32_t max_q = max_query_len(qsl, num_reqs);
@@ -750,11 +753,9 @@ uattn_status uattn_count_query_kv_tokens(uattn_attention_type type, int32_t num_
                                          uattn_query_kv_tokens *out) {
   uattn_clear_error();
   UATTN_CHECK_PTR(out, "out");
-  uattn_status st;
   if (!valid_attention_type(type))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "unknown attention type %d", (int)type);
-  if ((st = check_count(num_prefill_tokens, "num_prefill_tokens")) != UATTN_OK) return st;
-  if ((st = check_count(num_decode_tokens, "num_decode_tokens")) != UATTN_OK) return st;
+  CHECK_COUNTS({num_prefill_tokens, "num_prefill_tokens"}, {num_decode_tokens, "num_decode_tokens"});
   if (num_encoder_tokens < -1)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_encoder_tokens must be >= 0, or -1 for unset; got %d",
                       num_encoder_tokens);

@@ -91,6 +91,15 @@ Test(attention, chunked_and_whole_shared_agree, .timeout = 300) {
   }
 }
 
+/* One forward of the run on a new runtime of `threads` workers, returned in *rt for the caller to destroy
+ * once done with the tensors. */
+static uattn_tensors forward_on_threads(const attention_run *run, int32_t threads, uattn_runtime **rt) {
+  uattn_runtime_config cfg = uattn_runtime_config_default();
+  cfg.num_threads = threads;
+  cr_assert_eq(uattn_runtime_create(&cfg, rt), UATTN_OK, "%s", uattn_last_error());
+  return attention_run_forward(run, *rt);
+}
+
 /* The work is split into units that each write their own rows, so the answer must not depend on how many
  * threads run them: bitwise, outputs, lse and caches. */
 Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
@@ -105,11 +114,8 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
     attention_run_build(&run, &cases[i]);
     uattn_tensors ref = attention_run_forward(&run, NULL);
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
-      uattn_runtime_config cfg = uattn_runtime_config_default();
-      cfg.num_threads = threads[k];
       uattn_runtime *rt;
-      cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
-      uattn_tensors t = attention_run_forward(&run, rt);
+      uattn_tensors t = forward_on_threads(&run, threads[k], &rt);
       cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
                    threads[k]);
       cr_assert_eq(memcmp(t.lse, ref.lse, sizeof(float) * (size_t)run.info.num_tokens * cases[i].num_q_heads), 0,
@@ -140,11 +146,8 @@ Test(attention, split_k_decodes, .timeout = 300) {
     /* and the split answer is the same on any number of threads */
     uattn_tensors ref = attention_run_forward(&run, NULL);
     for (int32_t threads = 2; threads <= 3; threads++) {
-      uattn_runtime_config cfg = uattn_runtime_config_default();
-      cfg.num_threads = threads;
       uattn_runtime *rt;
-      cr_assert_eq(uattn_runtime_create(&cfg, &rt), UATTN_OK, "%s", uattn_last_error());
-      uattn_tensors t = attention_run_forward(&run, rt);
+      uattn_tensors t = forward_on_threads(&run, threads, &rt);
       cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
                    threads);
       attention_tensors_free(&t);

@@ -1,4 +1,4 @@
-/* libFuzzer target: the step runner's reading (perf/run/uattn_run.c: STEP.json, then the .npy tensors it names,
+/* libFuzzer target: the step runner's reading (perf/run/step.c: STEP.json, then the .npy tensors it names,
  * through perf/common/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
  * other tensors a step may name (q.npy, k.npy, v.npy, kc.npy, vc.npy, heads.npy) are valid files written
  * once at start-up, so a step that names them gets past the reading of its tensors to the shape checks.
@@ -9,8 +9,7 @@
 #include <unistd.h>
 
 #include "common/npy.h"
-
-int uattn_run_read_step(const char *json_path, const char **why);
+#include "run/step.h"
 
 static volatile uint8_t data_sum; /* keeps the reads of an array's data */
 static char dir[] = "/tmp/uattn-fuzz-run-XXXXXX";
@@ -81,8 +80,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
 
-  const char *why = NULL;
-  if (uattn_run_read_step(json_path, &why) != 0 && !why[0]) {
+  step s;
+  char why[2048];
+  const int rc = step_read(&s, json_path, why, sizeof why);
+  step_free(&s);
+  if (rc != 0 && !why[0]) {
     fprintf(stderr, "fuzz_step_runner: the step was refused without a reason\n");
     abort();
   }

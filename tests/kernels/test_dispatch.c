@@ -1,7 +1,8 @@
-/* Dispatch from a layer's kernel bucket to its kernels: generated buckets are found and serve every part,
- * shapes outside the generated list fall back to the generic kernels and say why, UATTN_ISA forces a generic
- * set, uattn_last_forward_report says what served a call, and a step served by a bucket matches the dense
- * oracle and the generic kernels' result, whatever the thread count. Tolerances: attention_case.c. */
+/* Dispatch from a layer's kernel bucket to its kernels, through the public API: generated buckets are found and
+ * serve every part (each bucket of the registry: test_kernels.c's buckets suite), shapes outside the generated
+ * list fall back to the generic kernels and say why, UATTN_ISA forces a generic set, uattn_last_forward_report
+ * says what served a call, and a step served by a bucket matches the dense oracle and the generic kernels'
+ * result, whatever the thread count. Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/attention_case.h"
+#include "kernels.h"
 
 /* The first generated bucket this CPU runs (of chunk size 0 unless chunked), or skips the test. */
 static uattn_kernel_bucket runnable_bucket(bool chunked) {
@@ -55,12 +57,16 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   /* the unique part's decode rows go straight from the cache (the decode kernel) where the bucket allows */
   const bool decode = b.head_dim % 8 == 0 && b.block_size <= 256;
   const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
+  /* a bucket of an ISA that shares another's (gen/manifest.json: avx512 shares avx2's) has its own decode kernel
+   * and the other ISA's attend for the rest */
+  const char *shares = NULL;
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, b.isa)) shares = uattn_isa_registry[i].shares;
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
-    /* an avx512 bucket has its own decode kernel and its avx2 twin's attend for the rest */
-    const bool own = strcmp(b.isa, "avx512") || (p == UATTN_PART_UNIQUE && decode);
+    const bool own = !shares || (p == UATTN_PART_UNIQUE && decode);
     char want[64];
     snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", dtype_tag(b.dtype), parts[p], b.block_size, b.head_dim,
-             b.chunk_size, own ? b.isa : "avx2");
+             b.chunk_size, own ? b.isa : shares);
     cr_assert_str_eq(r.part_kernel[p], want);
   }
   cr_assert(strstr(r.reason, "generated bucket"), "%s", r.reason);

@@ -1,8 +1,9 @@
 /* The kernel sets against each other: the avx2 set's load and attend against the portable set on thousands
- * of random panel jobs (every shape, rule and dtype the forward can hand them), every part of every generated
- * bucket in the registry on jobs of its shape, the avx2 loads bit for bit, its vector exp and tanh against
- * libm, and the selection. The avx2 cases skip themselves on a CPU without
- * AVX2, FMA and F16C. Tolerance of attend: max |out - ref| <= 1e-5 * max |ref| over a job (out = o / l),
+ * of random panel jobs (every shape, rule and dtype the forward can hand them), every part (decode included) of
+ * every generated bucket in the registry on jobs of its shape, each bucket the dispatch's choice for its shape,
+ * the avx2 loads bit for bit, its vector exp and tanh against libm, the ISA ladder (gen/manifest.json) and the
+ * selection. The avx2 cases skip themselves on a CPU without AVX2, FMA and F16C, a bucket's on a CPU without
+ * its ISA, saying so. Tolerance of attend: max |out - ref| <= 1e-5 * max |ref| over a job (out = o / l),
  * the fp32 rounding of a different summation order with FMA; exact_job and the test say where the fp32
  * conditioning of a job needs more (outputs cancelling to far less than their terms, scores of size 300).
  * Every timed test has the same timeout: two tests with different ones running side by side (--jobs 2) make
@@ -188,7 +189,7 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .rows = c->rows,
       .group = c->group,
       .head_dim = c->D,
-      .q = uattn_kernels_unscaled_q(set) ? c->qu : c->q,
+      .q = set->unscaled_q ? c->qu : c->q,
       .query_pos = c->query_pos,
       .visible = c->visible,
       .num_keys = c->num_keys,
@@ -347,8 +348,8 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
   double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0, sum_set = 0, sum_portable = 0;
   /* A bf16 set's P in bf16 (its default): each weight p rounded, by up to 2^-9 p, moves o / l by up to 2^-9
    * of sum_j p_j |v_j| / l, which the error scale (exact_job) is at least. Its scores carry no bf16
-   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernels_unscaled_q), keys bf16. */
-  const double p_tol = uattn_kernels_unscaled_q(set) && !lim->probs_fp32 ? 0x1p-9 : 0.0;
+   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernels.unscaled_q), keys bf16. */
+  const double p_tol = set->unscaled_q && !lim->probs_fp32 ? 0x1p-9 : 0.0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;
@@ -786,7 +787,7 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
                            .block_size = b->block_size,
                            .dtype = b->dtype,
                            .decode = decode,
-                           .bf16 = uattn_kernels_unscaled_q(&b->set)};
+                           .bf16 = b->set.unscaled_q};
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
    * shape, and for every build that lists it */
@@ -796,6 +797,48 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
                            1000u + 7u * shape + (uint64_t)param->part);
   if (decode && b->set.decode)
     check_decode_heads(&b->set, b->part_names[param->part], &lim, 40 / SPARSE + 4, 5000u + shape);
+}
+
+static int32_t bucket_indices[MAX_BUCKET_PARAMS];
+
+ParameterizedTestParameters(buckets, dispatch_to_themselves) {
+  size_t n = 0;
+  for (; n < uattn_bucket_registry_size && n < MAX_BUCKET_PARAMS; n++) bucket_indices[n] = (int32_t)n;
+  return cr_make_param_array(int32_t, bucket_indices, n);
+}
+
+static bool same_shape(const uattn_bucket_kernels *a, const uattn_bucket_kernels *b) {
+  return a->dtype == b->dtype && a->block_size == b->block_size && a->head_dim == b->head_dim &&
+         a->chunk_size == b->chunk_size;
+}
+
+/* Every generated bucket is what the dispatch gives for its shape on a CPU that runs its ISA, for queries of
+ * some dtype (the bf16 level takes bf16 queries only and leaves the others to the level below), unless a
+ * better ISA's bucket of the same shape runs here too (the registry is best ISA first): then that one serves,
+ * and the test says so. Queries of every dtype get a bucket of the shape this CPU runs, never a generic set. */
+ParameterizedTest(int32_t *index, buckets, dispatch_to_themselves) {
+  unsetenv("UATTN_ISA");
+  const uattn_bucket_kernels *b = uattn_bucket_registry[*index];
+  if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
+  char label[96];
+  snprintf(label, sizeof label, "%s b%d d%d c%d (%s)", uattn_dtype_name(b->dtype), b->block_size, b->head_dim,
+           b->chunk_size, b->isa);
+  const uattn_bucket_kernels *better = NULL; /* the best bucket of the shape this CPU runs, where not b */
+  for (int32_t i = 0; i < *index && !better; i++)
+    if (same_shape(uattn_bucket_registry[i], b) && uattn_bucket_registry[i]->runs_here()) better = uattn_bucket_registry[i];
+  bool itself = false;
+  for (int q = UATTN_F32; q <= UATTN_F16; q++) {
+    const uattn_bucket_kernels *got;
+    char why[256];
+    const uattn_kernels *set = uattn_kernels_dispatch(b->block_size, b->head_dim, b->dtype, (uattn_dtype)q,
+                                                      b->chunk_size, &got, why, sizeof why);
+    cr_assert(got, "%s, %s queries: %s", label, uattn_dtype_name((uattn_dtype)q), why);
+    cr_assert_eq(set, &got->set, "%s: the set returned is not the bucket's", label);
+    cr_assert(same_shape(got, b) && got->runs_here(), "%s: served by %s's bucket of another shape", label, got->isa);
+    itself |= got == b;
+  }
+  cr_assert(itself || better, "%s: no query dtype dispatches to it", label);
+  if (!itself) cr_log_info("%s: served by its %s bucket, a better ISA this CPU runs", label, better->isa);
 }
 
 /* ---- vector math ------------------------------------------------------------------------------------- */
@@ -1012,6 +1055,48 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
   const char *path = getenv("UATTN_ISA_REPORT");
   FILE *f = path && *path ? fopen(path, "w") : NULL;
   if (f) isa_report(f), fclose(f);
+}
+
+/* The ISA ladder the generator writes from gen/manifest.json: best first, each rung a generic set under its own
+ * name with its probe, the portable set last and without one; the default is the first rung this CPU runs,
+ * and UATTN_ISA picks any rung it runs by name. Every bucket belongs to a rung and has its probe, and a rung
+ * that shares another's bucket functions names another rung. */
+Test(kernels, the_isa_ladder_is_the_manifests) {
+  cr_assert_geq(uattn_isa_registry_size, 1);
+  const uattn_isa *last = &uattn_isa_registry[uattn_isa_registry_size - 1];
+  cr_assert(last->set == &uattn_kernels_portable && !last->runs_here, "the portable set is the last rung");
+  unsetenv("UATTN_ISA");
+  const uattn_kernels *best = NULL;
+  for (size_t i = 0; i < uattn_isa_registry_size; i++) {
+    const uattn_isa *isa = &uattn_isa_registry[i];
+    cr_assert_str_eq(isa->name, isa->set->name);
+    cr_assert(isa->runs_here || isa == last, "%s has no probe", isa->name);
+    for (size_t j = 0; j < i; j++) cr_assert_str_neq(isa->name, uattn_isa_registry[j].name);
+    const bool runs = !isa->runs_here || isa->runs_here();
+    if (!best && runs) best = isa->set;
+    size_t other = 0;
+    while (isa->shares && other < uattn_isa_registry_size && strcmp(uattn_isa_registry[other].name, isa->shares))
+      other++;
+    cr_assert(!isa->shares || (other < uattn_isa_registry_size && other != i), "%s shares %s, not another rung",
+              isa->name, isa->shares);
+  }
+  const char *why;
+  cr_assert_eq(uattn_kernels_select(&why, NULL), best);
+  for (size_t i = 0; i < uattn_isa_registry_size; i++) {
+    const uattn_isa *isa = &uattn_isa_registry[i];
+    setenv("UATTN_ISA", isa->name, 1);
+    const bool runs = !isa->runs_here || isa->runs_here();
+    cr_assert_eq(uattn_kernels_select(&why, NULL), runs ? isa->set : best, "UATTN_ISA=%s: %s", isa->name, why);
+  }
+  unsetenv("UATTN_ISA");
+  for (size_t b = 0; b < uattn_bucket_registry_size; b++) {
+    const uattn_bucket_kernels *e = uattn_bucket_registry[b];
+    size_t i = 0;
+    while (i < uattn_isa_registry_size && strcmp(uattn_isa_registry[i].name, e->isa)) i++;
+    cr_assert_lt(i, uattn_isa_registry_size, "a bucket of %s, which is not a rung", e->isa);
+    cr_assert(e->runs_here == uattn_isa_registry[i].runs_here, "a %s bucket with another probe", e->isa);
+    cr_assert_str_eq(e->set.name, e->isa);
+  }
 }
 
 /* The best set the CPU runs is the default; UATTN_ISA picks another by name (each test is its own process). */

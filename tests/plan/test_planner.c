@@ -261,7 +261,7 @@ static const char *check_items(const uattn_plan *p, const uattn_plan_info *in, i
     if (n == 1) continue;
     ++*groups;
     if (p->split_begin[i + 1] - p->split_begin[i] != 1) return "a group is split";
-    if (in->query_start_loc[first + n] - in->query_start_loc[first] > UATTN_GROUP_MAX_ROWS) return "a group too large";
+    if (in->query_start_loc[first + n] - in->query_start_loc[first] > UATTN_PREFIX_RUN_MAX_ROWS) return "a prefix run too large";
     int32_t key = -1;
     for (int32_t r = first; r < first + n; r++) {
       if (in->is_prompt[r]) return "a prompt in a group";

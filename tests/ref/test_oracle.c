@@ -1000,29 +1000,24 @@ static void compare_with_plain(const env *e, int case_no) {
   free(lse);
 }
 
-Test(plain, random_steps_small) {
-  test_rng rng = {2024};
+/* num_cases random steps of requests up to max_len long, drawn from seed, each against the plain loops. */
+static void random_steps_against_plain(uint64_t seed, int num_cases, int32_t max_len) {
+  test_rng rng = {seed};
   float sinks[16], slopes[16];
-  for (int c = 0; c < 150; c++) {
+  for (int c = 0; c < num_cases; c++) {
     env e;
-    random_env(&e, &rng, 20, sinks, slopes);
+    random_env(&e, &rng, max_len, sinks, slopes);
     env_run(&e);
     compare_with_plain(&e, c);
     env_free(&e);
   }
 }
 
+Test(plain, random_steps_small) { random_steps_against_plain(2024, 150, 20); }
+
 Test(plain, random_steps_past_tiles_and_key_blocks) {
   /* long enough that rows span several 16-item tiles, 32-key blocks and 1024-item units */
-  test_rng rng = {77};
-  float sinks[16], slopes[16];
-  for (int c = 0; c < 6; c++) {
-    env e;
-    random_env(&e, &rng, 300, sinks, slopes);
-    env_run(&e);
-    compare_with_plain(&e, c);
-    env_free(&e);
-  }
+  random_steps_against_plain(77, 6, 300);
 }
 
 Test(plain, row_samples_and_thread_counts_change_no_bit) {

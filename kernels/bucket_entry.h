@@ -1,0 +1,76 @@
+/* What every ISA's generated bucket has in the same form: its functions' declarations, the load and the decode
+ * kernel as its bodies with the bucket's numbers constant, and its registry entry. Included once by an ISA's
+ * bucket.h (kernels/<isa>/bucket.h), which is included once by a source gen/generate.py writes, after
+ *   BUCKET_DTYPE, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, BUCKET_CHUNK_SIZE   the bucket (generate.py);
+ *   BUCKET_DECODE, BUCKET_ENTRY                                          its decode kernel's and entry's names;
+ *   BUCKET_LOAD, BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE             the entry's load and attend functions:
+ *       the bucket's own (generate.py names them), or those of the bucket of the ISA it shares (bucket.h);
+ *   BUCKET_ISA, BUCKET_RUNS_HERE    the generic set it specializes (its name, a string) and that set's probe;
+ *   BUCKET_TARGET                   the target attribute of the functions defined here;
+ *   BUCKET_PANEL_FLOATS             the panel size of its layout (the generic set's);
+ *   BUCKET_UNSCALED_Q               uattn_kernels.unscaled_q of the set;
+ *   BUCKET_LOAD_BODY (optional)     the load body: BUCKET_LOAD is defined here with it (else it is another
+ *                                   bucket's);
+ *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
+ *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one.
+ * The ISA's bucket.h defines the attend functions (their bodies differ in what each part gets). */
+#include "kernels.h"
+
+#define BUCKET_STR_(x) #x
+#define BUCKET_STR(x) BUCKET_STR_(x)
+
+/* External names (hidden by the build's visibility preset), so a profiler sees them. */
+void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                 int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys);
+void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys);
+void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys);
+
+#if defined(BUCKET_LOAD_BODY)
+BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                               int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
+  (void)head_dim; /* BUCKET_HEAD_DIM: the dispatch matched it */
+  if (dtype == BUCKET_DTYPE && count == BUCKET_BLOCK_SIZE) /* a whole cache block, the common call */
+    BUCKET_LOAD_BODY(BUCKET_DTYPE, k_src, v_src, stride, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, panel_keys, keys, values);
+  else /* this step's keys (the causal part, in the layer's dtype) or a partial block */
+    BUCKET_LOAD_BODY(dtype, k_src, v_src, stride, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
+}
+#endif
+
+/* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
+ * uattn_decode_fits); the dtype constant too in the common call. */
+#if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
+void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                   const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
+
+BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                                 const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                 float *scratch) {
+  if (dtype == BUCKET_DTYPE)
+    BUCKET_DECODE_BODY(job, heads, head_vectors, BUCKET_DTYPE, k_src, v_src, stride, head_stride, scratch,
+                       BUCKET_HEAD_DIM);
+  else
+    BUCKET_DECODE_BODY(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, BUCKET_HEAD_DIM);
+}
+#define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
+#else
+#undef BUCKET_DECODE
+#define BUCKET_DECODE NULL
+#define BUCKET_UNIQUE_KERNEL BUCKET_UNIQUE
+#endif
+
+const uattn_bucket_kernels BUCKET_ENTRY = {
+    .block_size = BUCKET_BLOCK_SIZE,
+    .head_dim = BUCKET_HEAD_DIM,
+    .dtype = BUCKET_DTYPE,
+    .chunk_size = BUCKET_CHUNK_SIZE,
+    .isa = BUCKET_ISA,
+    .runs_here = BUCKET_RUNS_HERE,
+    .part_names = {BUCKET_STR(BUCKET_CAUSAL), BUCKET_STR(BUCKET_SHARED), BUCKET_STR(BUCKET_UNIQUE_KERNEL)},
+    .set = {.name = BUCKET_ISA,
+            .load = BUCKET_LOAD,
+            .attend = {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE},
+            .panel_floats = BUCKET_PANEL_FLOATS,
+            .decode = BUCKET_DECODE,
+            .unscaled_q = BUCKET_UNSCALED_Q},
+};

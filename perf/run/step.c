@@ -1,0 +1,305 @@
+/* uattn-run's reading of a step (step.h): STEP.json through the library's strict JSON reader, in the tool's
+ * phrasing (every problem one "key: what" line), then the tensors it names, checked against the config. */
+#include "run/step.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/json.h"
+#include "convert.h"
+
+/* A refusal that is not about one JSON value (a shape, a request's blocks); -1 to unwind. */
+static int fail(uattn_json_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(uattn_json_reader *r, const char *fmt, ...) {
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  uattn_json_refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s", line);
+  return -1;
+}
+
+/* Typos in optional keys would otherwise be silently ignored; they do not stop a replay. */
+static void warn_unknown_key(const char *path) {
+  fprintf(stderr, "uattn-run: warning: ignoring unknown key %s\n", path);
+}
+
+static npy_dtype npy_of(uattn_dtype d) { return d == UATTN_F32 ? NPY_F4 : d == UATTN_BF16 ? NPY_U2 : NPY_F2; }
+
+/* ---- the config ---------------------------------------------------------------------------------------- */
+
+static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
+  static const char *const known[] = {"block_size", "num_blocks", "num_q_heads", "num_kv_heads", "head_dim",
+                                      "dtype", "cache_dtype", "kv_layout", "scale", "soft_cap", "sliding_window",
+                                      "attn_type", "causal_width", "chunk_size", "threads", "requests", "tensors"};
+  if (uattn_json_check_keys(r, o, "", known, sizeof known / sizeof *known) ||
+      uattn_json_int(r, o, "", "block_size", true, 0, 1, INT32_MAX, &s->block_size) ||
+      uattn_json_int(r, o, "", "num_blocks", true, 0, 1, INT32_MAX, &s->num_blocks) ||
+      uattn_json_int(r, o, "", "num_q_heads", true, 0, 1, INT32_MAX, &s->hq) ||
+      uattn_json_int(r, o, "", "num_kv_heads", true, 0, 1, INT32_MAX, &s->hkv) ||
+      uattn_json_int(r, o, "", "head_dim", true, 0, 1, INT32_MAX, &s->head_dim) ||
+      uattn_json_dtype(r, o, "", "dtype", true, &s->dtype) ||
+      uattn_json_dtype(r, o, "", "cache_dtype", true, &s->cache_dtype))
+    return -1;
+  static const char *const layouts[] = {"NHD", "HND"};
+  static const int layout_values[] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND};
+  static const char *const types[] = {"decoder", "encoder"};
+  /* "encoder" in a step dump is an encoder-only model's bidirectional self-attention over its own
+   * requests (the encoder of an encoder-decoder model would need cross-attention inputs we do not take) */
+  static const int type_values[] = {UATTN_ATTENTION_DECODER, UATTN_ATTENTION_ENCODER_ONLY};
+  int layout, type;
+  if (uattn_json_choice(r, o, "", "kv_layout", layouts, layout_values, 2, "NHD, HND", &layout) ||
+      uattn_json_choice(r, o, "", "attn_type", types, type_values, 2, "decoder, encoder", &type))
+    return -1;
+  s->layout = (uattn_kv_layout)layout;
+  s->attn_type = (uattn_attention_type)type;
+  if (s->hq % s->hkv != 0) return fail(r, "num_q_heads: %d is not a multiple of num_kv_heads (%d)", s->hq, s->hkv);
+  double scale, soft_cap;
+  if (uattn_json_number(r, o, "", "scale", -3.4e38, 3.4e38, &scale) ||
+      uattn_json_number(r, o, "", "soft_cap", 0.0, 3.4e38, &soft_cap) ||
+      uattn_json_int(r, o, "", "sliding_window", true, 0, 0, INT32_MAX, &s->sliding_window) ||
+      uattn_json_int(r, o, "", "causal_width", false, 0, 0, INT32_MAX, &s->causal_width) ||
+      uattn_json_int(r, o, "", "chunk_size", false, 0, 0, INT32_MAX, &s->chunk_size) ||
+      uattn_json_int(r, o, "", "threads", false, 0, 1, INT32_MAX, &s->threads))
+    return -1;
+  s->scale = (float)scale;
+  s->soft_cap = (float)soft_cap;
+  return 0;
+}
+
+/* ---- the requests -------------------------------------------------------------------------------------- */
+
+/* The scheduled tokens of a request after the planner's spec-decode rule (uattn.h, uattn_step), so the
+ * tensor shapes and the plan's limits can be derived before planning. */
+static int32_t effective_scheduled(int32_t reported, const int32_t *drafts, int32_t n) {
+  if (n == 0) return reported;
+  int32_t real = 0;
+  for (int32_t i = 0; i < n; i++) real += drafts[i] != -1;
+  return real + 1;
+}
+
+static int read_requests(uattn_json_reader *r, const cJSON *root, step *s) {
+  static const char *const known[] = {"num_computed", "num_scheduled", "num_prompt", "block_table", "draft_tokens"};
+  const cJSON *reqs = uattn_json_required(r, root, "", "requests");
+  if (!reqs || uattn_json_expect(r, reqs, "requests", true, "an array of objects")) return -1;
+  const int n = cJSON_GetArraySize(reqs);
+  if (n == 0) return fail(r, "requests: the step has no requests");
+  s->num_reqs = n;
+  s->num_computed = calloc((size_t)n, sizeof(int32_t));
+  s->num_scheduled = calloc((size_t)n, sizeof(int32_t));
+  s->num_prompt = calloc((size_t)n, sizeof(int32_t));
+  s->draft_offsets = calloc((size_t)n + 1, sizeof(int32_t));
+  int32_t **rows = calloc((size_t)n, sizeof *rows), **drafts = calloc((size_t)n, sizeof *drafts);
+  int32_t *row_len = calloc((size_t)n, sizeof(int32_t)), *draft_len = calloc((size_t)n, sizeof(int32_t));
+  int rc = -1;
+  if (!s->num_computed || !s->num_scheduled || !s->num_prompt || !s->draft_offsets || !rows || !drafts ||
+      !row_len || !draft_len) {
+    fail(r, "requests: out of memory");
+    goto done;
+  }
+
+  int64_t total = 0, longest = 0;
+  int32_t stride = 1, total_drafts = 0;
+  const cJSON *q;
+  int i = 0;
+  cJSON_ArrayForEach(q, reqs) {
+    char where[64], name[128];
+    snprintf(where, sizeof where, "requests[%d].", i);
+    snprintf(name, sizeof name, "requests[%d]", i);
+    if (uattn_json_expect(r, q, name, false, "an object") || uattn_json_check_keys(r, q, where, known, 5) ||
+        uattn_json_int(r, q, where, "num_computed", true, 0, 0, INT32_MAX, &s->num_computed[i]) ||
+        uattn_json_int(r, q, where, "num_scheduled", true, 0, 0, INT32_MAX, &s->num_scheduled[i]) ||
+        uattn_json_int(r, q, where, "num_prompt", true, 0, 1, INT32_MAX, &s->num_prompt[i]))
+      goto done;
+    const cJSON *bt = uattn_json_required(r, q, where, "block_table");
+    snprintf(name, sizeof name, "%sblock_table", where);
+    /* -1 pads a row; everything the step reads is checked against num_blocks below */
+    if (!bt || uattn_json_int_list(r, bt, name, -1, INT32_MAX, &rows[i], &row_len[i])) goto done;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(q, "draft_tokens");
+    snprintf(name, sizeof name, "%sdraft_tokens", where);
+    if (dt && uattn_json_int_list(r, dt, name, -1, INT32_MAX, &drafts[i], &draft_len[i])) goto done;
+    const int32_t ns = effective_scheduled(s->num_scheduled[i], drafts[i], draft_len[i]);
+    if (ns < 1) {
+      fail(r, "%snum_scheduled: a request schedules at least 1 token (got %d)", where, ns);
+      goto done;
+    }
+    const int64_t seq_len = (int64_t)s->num_computed[i] + ns;
+    if (seq_len > INT32_MAX) {
+      fail(r, "%snum_computed: num_computed + scheduled tokens (%d + %d) overflows int32", where, s->num_computed[i],
+           ns);
+      goto done;
+    }
+    const int64_t needed = (seq_len + s->block_size - 1) / s->block_size;
+    if (row_len[i] < needed) {
+      fail(r,
+           "%sblock_table: %d entries cover %lld positions; the request needs %lld (num_computed %d + %d "
+           "scheduled, block_size %d)",
+           where, row_len[i], (long long)row_len[i] * s->block_size, (long long)seq_len, s->num_computed[i], ns,
+           s->block_size);
+      goto done;
+    }
+    for (int64_t o = 0; o < needed; o++)
+      if (rows[i][o] < 0 || rows[i][o] >= s->num_blocks) {
+        fail(r, "%sblock_table[%lld]: %d is not a block id in [0, num_blocks = %d)", where, (long long)o, rows[i][o],
+             s->num_blocks);
+        goto done;
+      }
+    total += ns;
+    if (seq_len > longest) longest = seq_len;
+    if (row_len[i] > stride) stride = row_len[i];
+    if ((int64_t)total_drafts + draft_len[i] > INT32_MAX) {
+      fail(r, "%sdraft_tokens: too many drafts", where);
+      goto done;
+    }
+    total_drafts += draft_len[i];
+    s->draft_offsets[i + 1] = total_drafts;
+    i++;
+  }
+  if (total > INT32_MAX) {
+    fail(r, "requests: %lld scheduled tokens overflow int32", (long long)total);
+    goto done;
+  }
+  s->num_tokens = (int32_t)total;
+  const int64_t bs = s->block_size;
+  const int64_t mml = (longest + bs - 1) / bs * bs;
+  s->max_model_len = (int32_t)(mml > INT32_MAX ? INT32_MAX / bs * bs : mml);
+
+  /* one [R, stride] table, rows padded with -1 */
+  s->stride = stride;
+  s->table = malloc(sizeof(int32_t) * (size_t)n * (size_t)stride);
+  if (total_drafts) s->drafts = malloc(sizeof(int32_t) * (size_t)total_drafts);
+  if (!s->table || (total_drafts && !s->drafts)) {
+    fail(r, "requests: out of memory");
+    goto done;
+  }
+  for (int k = 0; k < n; k++) {
+    for (int32_t c = 0; c < stride; c++) s->table[(size_t)k * stride + c] = c < row_len[k] ? rows[k][c] : -1;
+    if (draft_len[k]) memcpy(s->drafts + s->draft_offsets[k], drafts[k], sizeof(int32_t) * (size_t)draft_len[k]);
+  }
+  if (!total_drafts) { /* no spec-decode request: the plan's plain path */
+    free(s->draft_offsets);
+    s->draft_offsets = NULL;
+  }
+  rc = 0;
+done:
+  for (int k = 0; k < n; k++) {
+    if (rows) free(rows[k]);
+    if (drafts) free(drafts[k]);
+  }
+  free(rows);
+  free(drafts);
+  free(row_len);
+  free(draft_len);
+  return rc;
+}
+
+/* ---- the tensors --------------------------------------------------------------------------------------- */
+
+/* path relative to the directory of the JSON file, unless absolute */
+static char *resolve(const char *json_path, const char *rel) {
+  const char *slash = strrchr(json_path, '/');
+  const size_t dir = (rel[0] == '/' || !slash) ? 0 : (size_t)(slash - json_path) + 1;
+  char *p = malloc(dir + strlen(rel) + 1);
+  if (!p) return NULL;
+  memcpy(p, json_path, dir);
+  strcpy(p + dir, rel);
+  return p;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t len = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < ndim && len < cap; d++)
+    len += (size_t)snprintf(buf + len, cap - len, d ? ", %lld" : "%lld", (long long)shape[d]);
+  if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+static int check_tensor(uattn_json_reader *r, const step_tensor *t, npy_dtype want, const char *dtype_key,
+                        const char *dtype_val, int ndim, const int64_t *shape, const char *dims) {
+  if (t->a.dtype != want) {
+    if (dtype_key)
+      return fail(r, "tensors.%s: %s: dtype %s does not match %s \"%s\" (%s)", t->key, t->path,
+                  npy_dtype_descr(t->a.dtype), dtype_key, dtype_val, npy_dtype_descr(want));
+    return fail(r, "tensors.%s: %s: dtype %s, expected %s (float32)", t->key, t->path, npy_dtype_descr(t->a.dtype),
+                npy_dtype_descr(want));
+  }
+  bool same = t->a.ndim == ndim;
+  for (int d = 0; same && d < ndim; d++) same = t->a.shape[d] == shape[d];
+  if (!same) {
+    char got[256], exp[256];
+    format_shape(got, sizeof got, t->a.ndim, t->a.shape);
+    format_shape(exp, sizeof exp, ndim, shape);
+    return fail(r, "tensors.%s: shape %s does not match %s (%s)", t->key, got, exp, dims);
+  }
+  return 0;
+}
+
+static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *json_path, step *s) {
+  static const char *const keys[STEP_TENSORS] = {"q", "k", "v", "key_cache", "value_cache", "sinks", "alibi_slopes"};
+  const cJSON *ts = uattn_json_required(r, root, "", "tensors");
+  if (!ts || uattn_json_expect(r, ts, "tensors", false, "an object of file names") ||
+      uattn_json_check_keys(r, ts, "tensors.", keys, STEP_TENSORS))
+    return -1;
+  for (int i = 0; i < STEP_TENSORS; i++) {
+    step_tensor *t = &s->t[i];
+    t->key = keys[i];
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(ts, t->key);
+    if (!x && i >= STEP_SINKS) continue; /* optional */
+    if (!x) return fail(r, "tensors.%s: missing required key", t->key);
+    if (!cJSON_IsString(x) || !x->valuestring[0])
+      return fail(r, "tensors.%s: must be a file name, got %s", t->key, uattn_json_kind(x));
+    if (!(t->path = resolve(json_path, x->valuestring))) return fail(r, "tensors.%s: out of memory", t->key);
+    char err[512];
+    if (npy_read(t->path, &t->a, err, sizeof err)) return fail(r, "tensors.%s: %s: %s", t->key, t->path, err);
+  }
+
+  const int64_t T = s->num_tokens, hq = s->hq, hkv = s->hkv, d = s->head_dim, nb = s->num_blocks,
+                bs = s->block_size;
+  const char *dt = uattn_dtype_name(s->dtype), *cdt = uattn_dtype_name(s->cache_dtype);
+  const npy_dtype io = npy_of(s->dtype), cache = npy_of(s->cache_dtype);
+  const int64_t q_shape[] = {T, hq, d}, kv_shape[] = {T, hkv, d}, heads[] = {hq};
+  const int64_t nhd[] = {nb * bs, hkv, d}, hnd[] = {nb, hkv, bs, d};
+  const bool is_nhd = s->layout == UATTN_LAYOUT_NHD;
+  const int64_t *c_shape = is_nhd ? nhd : hnd;
+  const int c_ndim = is_nhd ? 3 : 4;
+  const char *c_dims = is_nhd ? "num_blocks * block_size, num_kv_heads, head_dim"
+                              : "num_blocks, num_kv_heads, block_size, head_dim";
+  if (check_tensor(r, &s->t[STEP_Q], io, "dtype", dt, 3, q_shape, "T, num_q_heads, head_dim") ||
+      check_tensor(r, &s->t[STEP_K], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
+      check_tensor(r, &s->t[STEP_V], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
+      check_tensor(r, &s->t[STEP_KEY_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape, c_dims) ||
+      check_tensor(r, &s->t[STEP_VALUE_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape, c_dims))
+    return -1;
+  for (int i = STEP_SINKS; i <= STEP_ALIBI; i++)
+    if (s->t[i].path && check_tensor(r, &s->t[i], NPY_F4, NULL, NULL, 1, heads, "num_q_heads")) return -1;
+  return 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------------------------ */
+
+int step_read(step *s, const char *json_path, char *why, size_t cap) {
+  memset(s, 0, sizeof *s);
+  why[0] = '\0';
+  uattn_json_reader r = {.phrasing = UATTN_JSON_TOOL, .why = why, .cap = cap, .unknown_key = warn_unknown_key};
+  cJSON *root = uattn_json_read_object(&r, json_path, 0);
+  const int rc = !root || read_config(&r, root, s) || read_requests(&r, root, s) || load_tensors(&r, root, json_path, s);
+  cJSON_Delete(root);
+  return rc ? -1 : 0;
+}
+
+void step_free(step *s) {
+  free(s->num_computed);
+  free(s->num_scheduled);
+  free(s->num_prompt);
+  free(s->table);
+  free(s->drafts);
+  free(s->draft_offsets);
+  for (int i = 0; i < STEP_TENSORS; i++) {
+    free(s->t[i].path);
+    npy_free(&s->t[i].a);
+  }
+  memset(s, 0, sizeof *s);
+}
