@@ -70,6 +70,11 @@ test-tsan: build-tsan
 python: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) --target uattn_python -j $(JOBS)
 
+# The C sources as .clang-format says (make test checks it: ctest format_check).
+.PHONY: format
+format: deps
+	bash tests/tools/format.sh --fix
+
 bench: build
 	./$(BUILD)/perf/uattn-plan-bench
 
