@@ -103,8 +103,8 @@ typedef struct uattn_bucketing {
 /* A range built the seed's way from (min, max, round_up): 0 is included and min becomes 1 when min is 0;
  * ten points min*(max/min)^(i/9), each rounded up to round_up (the last one is max), deduplicated, sorted.
  * Writes up to cap values to out and their count to *count. */
-UATTN_API uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t *out,
-                                          int32_t cap, int32_t *count);
+UATTN_API uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t *out, int32_t cap,
+                                          int32_t *count);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The unified-batch planner (the seed's create_unified_batch)                                      */
@@ -133,9 +133,8 @@ typedef struct uattn_plan_config {
 } uattn_plan_config;
 
 /* A config with the given cache geometry and limits and defaults for the rest (no bucketing). */
-UATTN_API uattn_plan_config uattn_plan_config_default(int32_t block_size, int32_t num_blocks,
-                                                      int32_t max_num_seqs, int32_t max_num_batched_tokens,
-                                                      int32_t max_model_len);
+UATTN_API uattn_plan_config uattn_plan_config_default(int32_t block_size, int32_t num_blocks, int32_t max_num_seqs,
+                                                      int32_t max_num_batched_tokens, int32_t max_model_len);
 
 /* One step's scheduler state. Request r owns block_table[r * block_table_stride + i], i < stride. */
 typedef struct uattn_step {
@@ -172,9 +171,9 @@ UATTN_API uattn_status uattn_plan_step(uattn_plan *plan, const uattn_step *step)
 typedef struct uattn_shared_span {
   int32_t shared_index; /* index into shared_blocks */
   int32_t req;
-  int32_t block_start;  /* position of the block's first key in the request */
-  int32_t token_begin;  /* first query row of the run */
-  int32_t token_end;    /* one past the last query row */
+  int32_t block_start; /* position of the block's first key in the request */
+  int32_t token_begin; /* first query row of the run */
+  int32_t token_end;   /* one past the last query row */
 } uattn_shared_span;
 
 /* A context block read by exactly one query token. */
@@ -194,10 +193,10 @@ typedef struct uattn_plan_info {
   bool contains_prompts;
 
   /* per request */
-  const int32_t *num_scheduled;   /* [num_reqs] after the spec-decode rule */
-  const int32_t *query_start_loc; /* [num_reqs + 1] */
-  const int32_t *seq_lens;        /* [num_reqs] num_computed + num_scheduled */
-  const bool *is_prompt;          /* [num_reqs] seq_len <= num_prompt */
+  const int32_t *num_scheduled;     /* [num_reqs] after the spec-decode rule */
+  const int32_t *query_start_loc;   /* [num_reqs + 1] */
+  const int32_t *seq_lens;          /* [num_reqs] num_computed + num_scheduled */
+  const bool *is_prompt;            /* [num_reqs] seq_len <= num_prompt */
   const int32_t *num_output_tokens; /* [num_reqs] sampled positions of each request */
 
   /* per query row */
@@ -229,8 +228,8 @@ typedef struct uattn_plan_info {
   const uattn_unique_block *unique_blocks; /* sorted by (token, block_start) */
 
   /* bucketing */
-  uattn_bucket exact;  /* the batch's own shape */
-  uattn_bucket padded; /* the shape after bucketing and data-parallel padding */
+  uattn_bucket exact;   /* the batch's own shape */
+  uattn_bucket padded;  /* the shape after bucketing and data-parallel padding */
   bool bucket_fallback; /* no bucket fitted: padded to the exact shape */
 } uattn_plan_info;
 
@@ -249,8 +248,8 @@ UATTN_API uattn_status uattn_plan_get_stats(const uattn_plan *plan, uattn_plan_s
 /* The seed's bucket list for this plan's config (UATTN_BUCKETING_SEED), sorted. Writes the list and its
  * length to *count (buckets NULL and cap 0: only the length); causal[i], when given, says whether bucket i
  * is for batches with prompts. The logits of each bucket are max_num_seqs. */
-UATTN_API uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, bool *causal,
-                                          int32_t cap, int32_t *count);
+UATTN_API uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, bool *causal, int32_t cap,
+                                          int32_t *count);
 
 /* Seed-format tensors, padded to the plan's padded bucket with the seed's pad values (-1 for ids and
  * block mappings, -inf for biases; 0.0 means visible). Built on request by uattn_plan_materialize. */
@@ -263,11 +262,11 @@ typedef enum uattn_seed_tensor {
 } uattn_seed_tensor;
 
 typedef struct uattn_seed_tensors {
-  uattn_bucket shape;          /* the padded bucket: tq, ts, tu, tl */
-  const float *causal_bias;    /* [tq, tq] */
-  const float *shared_bias;    /* [tq, ts, bs] */
-  const int32_t *shared_usage; /* [tq, ts] */
-  const float *unique_bias;    /* [tu, bs] */
+  uattn_bucket shape;                  /* the padded bucket: tq, ts, tu, tl */
+  const float *causal_bias;            /* [tq, tq] */
+  const float *shared_bias;            /* [tq, ts, bs] */
+  const int32_t *shared_usage;         /* [tq, ts] */
+  const float *unique_bias;            /* [tu, bs] */
   const int32_t *unique_block_mapping; /* [tu] the query row reading block id i, -1 if none */
   const int64_t *slot_mapping;         /* [tq] */
   const int32_t *token_ids;            /* [tq] (-1 padding; all -1 when the step gave no ids) */
@@ -323,7 +322,7 @@ typedef struct uattn_runtime_config {
    * taskset, cgroups), else creation fails with UATTN_ERR_OUT_OF_RANGE. NULL or "" = $UATTN_CPUSET, else
    * the whole binding. Read during creation only. */
   const char *cpuset;
-  bool pin;        /* bind each worker 1.. to its own core (default true) */
+  bool pin; /* bind each worker 1.. to its own core (default true) */
   /* Also bind the thread that calls uattn_runtime_create to worker 0's PU (caller_pu) for the runtime's
    * life; uattn_runtime_destroy, called from that same thread, gives it back its previous binding. Default
    * false: the engine's thread is left as it is. Note that while a process's only thread is pinned, the
@@ -433,17 +432,17 @@ typedef enum uattn_attention_type {
 /* One attention layer. Query head h reads KV head h / (num_q_heads / num_kv_heads). */
 typedef struct uattn_layer {
   int32_t num_q_heads, num_kv_heads, head_dim;
-  float scale;            /* score = scale * <q, k> */
-  float soft_cap;         /* > 0: score = soft_cap * tanh(score / soft_cap) */
-  int32_t sliding_window; /* > 0: a query at p sees keys j > p - sliding_window */
+  float scale;             /* score = scale * <q, k> */
+  float soft_cap;          /* > 0: score = soft_cap * tanh(score / soft_cap) */
+  int32_t sliding_window;  /* > 0: a query at p sees keys j > p - sliding_window */
   uattn_dtype dtype;       /* of q, k, v and out */
   uattn_dtype cache_dtype; /* of the key and value caches */
   uattn_kv_layout kv_layout;
   uattn_attention_type attn_type;
-  const float *sinks;          /* optional [num_q_heads]: a logit that enters each head's denominator only */
-  const float *alibi_slopes;   /* optional [num_q_heads]: score += slope * (key position - query position) */
-  int32_t causal_width;        /* query rows per causal slice (the seed's 512); 0 = 512 */
-  int32_t chunk_size;          /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
+  const float *sinks;        /* optional [num_q_heads]: a logit that enters each head's denominator only */
+  const float *alibi_slopes; /* optional [num_q_heads]: score += slope * (key position - query position) */
+  int32_t causal_width;      /* query rows per causal slice (the seed's 512); 0 = 512 */
+  int32_t chunk_size;        /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
    * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU
    * flash attention do: the default (false); the output moves by up to 2^-9 of the weighted |v| (measured
@@ -462,8 +461,8 @@ UATTN_API uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_he
  * sequence, stored in the caches passed as key_cache/value_cache, through cross_block_table (its own
  * block size is the plan's). This step's k and v are not written. */
 typedef struct uattn_cross {
-  const int32_t *encoder_lens;      /* [num_reqs] */
-  const int32_t *block_table;       /* [num_reqs, block_table_stride] */
+  const int32_t *encoder_lens; /* [num_reqs] */
+  const int32_t *block_table;  /* [num_reqs, block_table_stride] */
   int32_t block_table_stride;
 } uattn_cross;
 
@@ -480,7 +479,7 @@ typedef struct uattn_tensors {
   int32_t num_blocks; /* blocks in each cache; every slot the plan writes or reads must be inside */
   int32_t block_size; /* the caches' block size: must be the plan's */
   void *out;
-  float *lse;         /* optional [T, Hq]: natural-log sum of exp of each row's scores (sinks included) */
+  float *lse;               /* optional [T, Hq]: natural-log sum of exp of each row's scores (sinks included) */
   const uattn_cross *cross; /* encoder-decoder only */
 } uattn_tensors;
 
@@ -512,7 +511,7 @@ typedef enum uattn_part {
  * specialized for one cache dtype, block size, head dim and shared-part chunk size. */
 typedef struct uattn_kernel_bucket {
   int32_t block_size, head_dim;
-  uattn_dtype dtype; /* of the cache */
+  uattn_dtype dtype;  /* of the cache */
   int32_t chunk_size; /* the layer's chunk_size it serves (0 = whole shared part) */
   const char *isa;    /* "avx2", "avx512" (its decode kernel; the other parts are the avx2 bucket's) */
   bool runs_here;     /* this CPU has the ISA */
@@ -563,8 +562,8 @@ UATTN_API uattn_status uattn_merge_states(int32_t num_parts, const float *const 
  * l = sum_j e^(s_j - m). Merges num_parts of them per (row, head) the seed's way, with fmin (a floor for
  * the max) and feps (a floor for the sum) guards: a row whose parts are all empty gets zeros. */
 UATTN_API uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
-                                            const float *const *sums, int32_t rows, int32_t heads,
-                                            int32_t head_dim, float *out);
+                                            const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim,
+                                            float *out);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* vLLM attention-backend batch utilities                                                           */
@@ -615,11 +614,9 @@ UATTN_API uattn_status uattn_split_decodes_and_prefills(int32_t num_reqs, const 
  * decode_threshold query tokens and no context (seq_lens[r] == its query length); the ones before it are
  * extends. seq_lens: [num_reqs], each >= the request's query length. A short (<= decode_threshold) prompt
  * after the first extend counts as an extend, as in the seed. */
-UATTN_API uattn_status uattn_split_decodes_prefills_and_extends(int32_t num_reqs,
-                                                                const int32_t *query_start_loc,
+UATTN_API uattn_status uattn_split_decodes_prefills_and_extends(int32_t num_reqs, const int32_t *query_start_loc,
                                                                 const int32_t *seq_lens, int32_t num_tokens,
-                                                                int32_t decode_threshold,
-                                                                uattn_batch_split *out);
+                                                                int32_t decode_threshold, uattn_batch_split *out);
 
 /* Exchange the requests at positions a and b. */
 typedef struct uattn_swap {
@@ -635,18 +632,18 @@ typedef struct uattn_swap {
  * num_reqs always suffices. *num_swaps == 0 is the seed's "False" (batch unchanged). The order within a
  * region is not kept. order, optional ([num_reqs]), receives the original position of the request that
  * ends at each position. */
-UATTN_API uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(
-    int32_t num_reqs, const int32_t *num_scheduled, const int32_t *num_computed, int32_t decode_threshold,
-    uattn_swap *swaps, int32_t swaps_capacity, int32_t *num_swaps, int32_t *order);
+UATTN_API uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs, const int32_t *num_scheduled,
+                                                                         const int32_t *num_computed,
+                                                                         int32_t decode_threshold, uattn_swap *swaps,
+                                                                         int32_t swaps_capacity, int32_t *num_swaps,
+                                                                         int32_t *order);
 
 /* How many virtual batches uattn_make_local_attention_virtual_batches makes, and the block-table
  * columns of each (attn_chunk_size / block_size). attn_chunk_size and block_size > 0, attn_chunk_size a
  * multiple of block_size; seq_lens [num_reqs], each >= the request's query length. */
-UATTN_API uattn_status uattn_count_local_attention_virtual_batches(int32_t attn_chunk_size,
-                                                                   int32_t block_size, int32_t num_reqs,
-                                                                   const int32_t *query_start_loc,
-                                                                   const int32_t *seq_lens,
-                                                                   int32_t *num_batches,
+UATTN_API uattn_status uattn_count_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
+                                                                   int32_t num_reqs, const int32_t *query_start_loc,
+                                                                   const int32_t *seq_lens, int32_t *num_batches,
                                                                    int32_t *pages_per_batch);
 
 /* The outputs of uattn_make_local_attention_virtual_batches. The caller sets capacity and the arrays;
@@ -675,19 +672,15 @@ typedef struct uattn_local_batches {
  * columns (numpy's negative indexing; column 0 where the row is shorter than a chunk, where the seed
  * raises). */
 UATTN_API uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
-                                                                  int32_t num_reqs,
-                                                                  const int32_t *query_start_loc,
-                                                                  const int32_t *seq_lens,
-                                                                  const int32_t *block_table,
-                                                                  int32_t block_table_stride,
-                                                                  uattn_local_batches *out);
+                                                                  int32_t num_reqs, const int32_t *query_start_loc,
+                                                                  const int32_t *seq_lens, const int32_t *block_table,
+                                                                  int32_t block_table_stride, uattn_local_batches *out);
 
 /* The v0 seed's compute_slot_mapping_start_idx: the first token of a prompt whose K/V is written when a
  * sliding window is in use, max(0, query_len - sliding_window), else 0. sliding_window 0 means none.
  * context_len is checked but unused, as in the seed. */
-UATTN_API uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int32_t query_len,
-                                                            int32_t context_len, int32_t sliding_window,
-                                                            int32_t *start_idx);
+UATTN_API uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int32_t query_len, int32_t context_len,
+                                                            int32_t sliding_window, int32_t *start_idx);
 
 /* The v0 seed's compute_slot_mapping for one sequence: the cache slot of each of its tokens at positions
  * [context_len, seq_len), UATTN_PAD_SLOT_ID for positions before start_idx; in a profile run (no block
@@ -695,9 +688,8 @@ UATTN_API uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int3
  * slot = block_table[p / block_size] * block_size + p % block_size; block_table (block_table_len entries,
  * ids >= 0) may be NULL in a profile run. context_len <= seq_len, start_idx <= seq_len. */
 UATTN_API uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, int32_t context_len,
-                                                  int32_t start_idx, int32_t block_size,
-                                                  const int32_t *block_table, int32_t block_table_len,
-                                                  int64_t *slot_mapping, int32_t capacity,
+                                                  int32_t start_idx, int32_t block_size, const int32_t *block_table,
+                                                  int32_t block_table_len, int64_t *slot_mapping, int32_t capacity,
                                                   int32_t *num_slots);
 
 /* Requests [start, end). */
@@ -709,18 +701,16 @@ typedef struct uattn_req_range {
 /* The seed's split_prefill_chunks: cuts requests into consecutive chunks, greedily, each as long as its
  * seq_lens sum stays <= workspace_size; every seq_len must be <= workspace_size. Bounds are shifted by
  * request_offset (>= 0). There are at most num_reqs chunks. */
-UATTN_API uattn_status uattn_split_prefill_chunks(const int32_t *seq_lens, int32_t num_reqs,
-                                                  int32_t workspace_size, int32_t request_offset,
-                                                  uattn_req_range *chunks, int32_t capacity,
+UATTN_API uattn_status uattn_split_prefill_chunks(const int32_t *seq_lens, int32_t num_reqs, int32_t workspace_size,
+                                                  int32_t request_offset, uattn_req_range *chunks, int32_t capacity,
                                                   int32_t *num_chunks);
 
 /* The seed's get_dcp_local_seq_lens: how many of each sequence's keys the KV cache of a decode-context-
  * parallel rank holds, keys being dealt to the dcp_size ranks in runs of interleave (>= 1). With dcp_rank
  * in [0, dcp_size): out[r] for that rank (num_reqs values). With dcp_rank == -1 (the seed's None): every
  * rank, out[r * dcp_size + rank] (num_reqs * dcp_size values). */
-UATTN_API uattn_status uattn_compute_dcp_local_seq_lens(const int32_t *seq_lens, int32_t num_reqs,
-                                                        int32_t dcp_size, int32_t dcp_rank,
-                                                        int32_t interleave, int32_t *out,
+UATTN_API uattn_status uattn_compute_dcp_local_seq_lens(const int32_t *seq_lens, int32_t num_reqs, int32_t dcp_size,
+                                                        int32_t dcp_rank, int32_t interleave, int32_t *out,
                                                         int32_t capacity);
 
 /* Scalars of the fast-prefill metadata (the rest passes through unchanged). */
@@ -735,10 +725,8 @@ typedef struct uattn_fast_prefill_info {
  * in the later layers; query_start_loc_out ([num_reqs + 1]) counts those rows per request (seq_lens,
  * block table and slot mapping stay as they are). When the longest query is exactly 1 token the input
  * is returned as is (copied) and logits_indices may be NULL. */
-UATTN_API uattn_status uattn_make_kv_sharing_fast_prefill_metadata(int32_t num_reqs,
-                                                                   const int32_t *query_start_loc,
-                                                                   const int32_t *logits_indices,
-                                                                   int32_t num_logits,
+UATTN_API uattn_status uattn_make_kv_sharing_fast_prefill_metadata(int32_t num_reqs, const int32_t *query_start_loc,
+                                                                   const int32_t *logits_indices, int32_t num_logits,
                                                                    int32_t *query_start_loc_out,
                                                                    uattn_fast_prefill_info *info);
 
@@ -758,8 +746,7 @@ UATTN_API uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_s
  * buffers). programs_per_req ([num_reqs], optional) receives the seed's "nums". */
 UATTN_API uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc, int32_t num_reqs,
                                                             int32_t block_m, int32_t *programs_per_req,
-                                                            int32_t *batch_ptr,
-                                                            int32_t *token_chunk_offset_ptr,
+                                                            int32_t *batch_ptr, int32_t *token_chunk_offset_ptr,
                                                             int32_t capacity, int32_t *num_programs);
 
 /* vLLM's AttentionType. */
@@ -804,9 +791,8 @@ typedef struct uattn_seq_len_block_table {
  * is_prompt), block_tables; encoder-decoder -> encoder seq lens and max, cross block tables; encoder ->
  * encoder seq lens and max, no block table; encoder-only -> UATTN_ERR_UNSUPPORTED (the seed raises). The
  * fields chosen must be set (pointers non-NULL, lengths >= 0). */
-UATTN_API uattn_status uattn_select_seq_len_block_table(const uattn_attention_metadata *metadata,
-                                                        bool is_prompt, uattn_attention_type type,
-                                                        uattn_seq_len_block_table *out);
+UATTN_API uattn_status uattn_select_seq_len_block_table(const uattn_attention_metadata *metadata, bool is_prompt,
+                                                        uattn_attention_type type, uattn_seq_len_block_table *out);
 /* END batch utilities */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -897,8 +883,8 @@ UATTN_API uattn_status uattn_tuning_host_get(uattn_tuning_host *out);
  * valid as the loader checks, no bucket twice). workload_json: JSON text describing the workload, stored
  * as parsed (NULL = {}); date: any text, NULL = now in UTC ("YYYY-MM-DDTHH:MM:SSZ"). The file is written
  * next to path and renamed over it, so a reader never sees half a file. */
-UATTN_API uattn_status uattn_tuning_write(const char *path, const uattn_tuning_entry *entries,
-                                          int32_t num_entries, const char *workload_json, const char *date);
+UATTN_API uattn_status uattn_tuning_write(const char *path, const uattn_tuning_entry *entries, int32_t num_entries,
+                                          const char *workload_json, const char *date);
 
 /* Loads a tuning file into rt, replacing the one it had (see above for what is refused: then rt keeps
  * what it had). path NULL drops the tuning: back to the defaults. Safe while other threads run forward
@@ -921,14 +907,12 @@ UATTN_API uattn_status uattn_runtime_tuning_info(const uattn_runtime *rt, uattn_
  * every entry with how many forward calls it served, and the buckets that ran on the defaults for want of
  * an entry. Writes at most cap bytes to buf, NUL included, and the report's length (without the NUL) to
  * *length; buf NULL and cap 0 give the length only. A cap too small is UATTN_ERR_CAPACITY, nothing written. */
-UATTN_API uattn_status uattn_runtime_tuning_report(const uattn_runtime *rt, char *buf, size_t cap,
-                                                   size_t *length);
+UATTN_API uattn_status uattn_runtime_tuning_report(const uattn_runtime *rt, char *buf, size_t cap, size_t *length);
 
 /* The entry rt holds for a bucket: *found (optional) says whether there is one; without one, *out is the
  * bucket with every tunable 0 (the defaults). Does not count as a use. */
 UATTN_API uattn_status uattn_runtime_tuning_lookup(const uattn_runtime *rt, int32_t block_size, int32_t head_dim,
-                                                   uattn_dtype cache_dtype, uattn_tuning_entry *out,
-                                                   bool *found);
+                                                   uattn_dtype cache_dtype, uattn_tuning_entry *out, bool *found);
 
 /* Fills the split-K fields of a plan config from the bucket (config->block_size, head_dim, cache_dtype):
  * split_min_keys and split_keys are each replaced when they are 0 or still hold the values of

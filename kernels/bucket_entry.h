@@ -29,7 +29,7 @@ void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys);
 #if defined(BUCKET_LOAD_BODY)
 BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
                                int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
-  (void)head_dim; /* BUCKET_HEAD_DIM: the dispatch matched it */
+  (void)head_dim;                                          /* BUCKET_HEAD_DIM: the dispatch matched it */
   if (dtype == BUCKET_DTYPE && count == BUCKET_BLOCK_SIZE) /* a whole cache block, the common call */
     BUCKET_LOAD_BODY(BUCKET_DTYPE, k_src, v_src, stride, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, panel_keys, keys, values);
   else /* this step's keys (the causal part, in the layer's dtype) or a partial block */
@@ -40,8 +40,8 @@ BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void 
 /* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
  * uattn_decode_fits); the dtype constant too in the common call. */
 #if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
-void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
-                   const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
+void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
+                   const void *v_src, size_t stride, size_t head_stride, float *scratch);
 
 BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,

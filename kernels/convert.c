@@ -42,9 +42,9 @@ uint16_t uattn_f32_to_f16(float f) {
   memcpy(&u, &f, sizeof u);
   const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u; /* NaN */
+  if (abs > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
   if (abs >= 0x477ff000u) return sign | 0x7c00u; /* rounds to inf (>= 65520) */
-  if (abs >= 0x38800000u) {                     /* normal in f16 */
+  if (abs >= 0x38800000u) {                      /* normal in f16 */
     uint32_t v = abs - (112u << 23);
     v += 0xfffu + ((v >> 13) & 1u);
     return sign | (uint16_t)(v >> 13);

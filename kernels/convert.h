@@ -21,7 +21,7 @@ static inline uint16_t uattn_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                          /* round to nearest even */
+  u += 0x7fffu + ((u >> 16) & 1u);                                           /* round to nearest even */
   return (uint16_t)(u >> 16);
 }
 

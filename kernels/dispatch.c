@@ -54,8 +54,8 @@ static void list_values(int dim, int32_t bs, int32_t hd, uattn_dtype dt, char *o
 }
 
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
-                                            uattn_dtype dtype, int32_t chunk_size,
-                                            const uattn_bucket_kernels **bucket, char *why, size_t why_size) {
+                                            uattn_dtype dtype, int32_t chunk_size, const uattn_bucket_kernels **bucket,
+                                            char *why, size_t why_size) {
   const char *generic_why;
   bool forced;
   const uattn_kernels *generic = uattn_kernels_select(&generic_why, &forced);
@@ -77,8 +77,11 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
   int depth = 0, isa_missing = 0;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
     const uattn_bucket_kernels *e = uattn_bucket_registry[i];
-    const int d = e->dtype != cache_dtype ? 0 : e->block_size != block_size ? 1 : e->head_dim != head_dim ? 2
-                : e->chunk_size != chunk_size ? 3 : 4;
+    const int d = e->dtype != cache_dtype       ? 0
+                  : e->block_size != block_size ? 1
+                  : e->head_dim != head_dim     ? 2
+                  : e->chunk_size != chunk_size ? 3
+                                                : 4;
     if (d == 4 && !bf16_level && !strcmp(e->isa, "avx512bf16")) continue; /* see above */
     if (d == 4 && e->runs_here()) {
       *bucket = e;

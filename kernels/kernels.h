@@ -14,10 +14,10 @@
  * differ only in how many keys they see. */
 typedef struct uattn_panel_job {
   int32_t rows, group, head_dim;
-  const float *q;           /* [rows][group][head_dim], multiplied by the scale unless the set takes
+  const float *q;             /* [rows][group][head_dim], multiplied by the scale unless the set takes
                              * unscaled queries (uattn_kernels.unscaled_q) */
-  const int32_t *query_pos; /* [rows] positions of the rows */
-  const int32_t *visible;   /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
+  const int32_t *query_pos;   /* [rows] positions of the rows */
+  const int32_t *visible;     /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
   int32_t num_keys, key_pos0; /* key i of the panel is at position key_pos0 + i */
   const float *keys, *values; /* [num_keys][head_dim] */
   float soft_cap;             /* > 0: cap * tanh(s / cap) */
@@ -35,8 +35,8 @@ typedef struct uattn_kernels {
   const char *name; /* e.g. "portable", "avx2" */
   /* Widens count keys and values (rows k_src + i * stride and v_src + i * stride, elements of dtype, each
    * head_dim long) into the panels, in this set's layout for a panel of panel_keys keys. */
-  void (*load)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
-               int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+  void (*load)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count, int32_t head_dim,
+               int32_t panel_keys, float *keys, float *values);
   /* uattn_panel_job semantics, with job->keys/values as load produced them (num_keys <= panel_keys), one
    * entry per part of the attention (uattn_part): a generic set has the same function thrice, a bucket its
    * own specialized and separately named ones, so a profile says which part and which bucket ran. The
@@ -52,8 +52,8 @@ typedef struct uattn_kernels {
    * is the one a call for that head alone gives, bit for bit. scratch: uattn_decode_scratch_floats floats,
    * 32-byte aligned. Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <= UATTN_DECODE_MAX_KEYS
    * and a head dim that is a multiple of 8. */
-  void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
-                 const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
+  void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
+                 const void *v_src, size_t stride, size_t head_stride, float *scratch);
   /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by
    * job->scale itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets
    * (avx512bf16, its twin and buckets) do: they round the query to bf16, and rounding the model's own bf16
@@ -86,8 +86,8 @@ typedef struct uattn_bucket_kernels {
   int32_t block_size, head_dim;
   uattn_dtype dtype; /* of the cache */
   int32_t chunk_size;
-  const char *isa;         /* the generic set it specializes ("avx2", "avx512") */
-  int (*runs_here)(void);  /* whether this CPU runs it */
+  const char *isa;                         /* the generic set it specializes ("avx2", "avx512") */
+  int (*runs_here)(void);                  /* whether this CPU runs it */
   const char *part_names[UATTN_NUM_PARTS]; /* its attend functions' names, e.g. uattn_bf16_unique_b128_d128_c0__avx2 */
   uattn_kernels set;
 } uattn_bucket_kernels;
@@ -98,10 +98,10 @@ extern const size_t uattn_bucket_registry_size;
 
 /* One rung of the ISA ladder (gen/manifest.json): a generic set and the probe that says whether this CPU runs it. */
 typedef struct uattn_isa {
-  const char *name;          /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
-  const uattn_kernels *set;  /* its generic kernels */
-  int (*runs_here)(void);    /* NULL: runs everywhere (the portable set, the last rung) */
-  const char *shares;        /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
+  const char *name;         /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
+  const uattn_kernels *set; /* its generic kernels */
+  int (*runs_here)(void);   /* NULL: runs everywhere (the portable set, the last rung) */
+  const char *shares;       /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
 } uattn_isa;
 
 /* The ladder the generator writes (build/gen/registry.c), best first, the portable set last. */
@@ -114,7 +114,7 @@ extern const size_t uattn_isa_registry_size;
  * avx512bf16 serves bf16 queries on bf16 caches, and other layers go to the avx512 level below it. *bucket
  * is the bucket used (NULL for a generic set); why (>= 160 bytes) says which and why in words. */
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
-                                            uattn_dtype dtype, int32_t chunk_size,
-                                            const uattn_bucket_kernels **bucket, char *why, size_t why_size);
+                                            uattn_dtype dtype, int32_t chunk_size, const uattn_bucket_kernels **bucket,
+                                            char *why, size_t why_size);
 
 #endif

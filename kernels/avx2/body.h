@@ -211,8 +211,8 @@ enum { STAGE_BYTES = 4096 }; /* the staging buffer: 8 rows of up to 512 bytes (D
  *    NHD 15.9 -> 14.9 us; 10% slower when the block is already in cache.
  * The portable set: NHD 22-25 us, HND 5-5.5 us (plain row copies stream best there; the transposes cost
  * that 20%). Keys and values go a group at a time: two streams in flight. */
-AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
-                                int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
+AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
+                                int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
   const size_t esz = uattn_dtype_size(dtype), step = stride * esz; /* bytes from one key to the next */
   const size_t row_bytes = (size_t)head_dim * esz;
   const int32_t P = key_stride(panel_keys), Dv = value_stride(head_dim);
@@ -579,24 +579,24 @@ AVX2_INLINE int32_t keys_seen(const uattn_panel_job *job, int32_t rows) {
  * go (8 heads are 4 + 4, not 6 + 2: a block of 2 reloads every key for a quarter of the FMAs):
  * BLOCK(NB, D, ctx, x0, c0, c1) for vectors [x0, x0 + NB) and keys [c0, c1), NB a constant (one instance
  * per block size, each with its tiles in registers). */
-#define ATTEND_BLOCKS(n, kmax, BLOCK, D, ctx)                                                                 \
-  do {                                                                                                        \
-    const int32_t n_ = (n), blocks_ = (n_ + QB - 1) / QB, small_ = n_ / blocks_, big_ = n_ % blocks_;         \
-    for (int32_t c0_ = 0; c0_ < (kmax); c0_ += KC) {                                                          \
-      const int32_t c1_ = (kmax) - c0_ < KC ? (kmax) : c0_ + KC;                                              \
-      for (int32_t b_ = 0, x0_ = 0; b_ < blocks_; b_++) {                                                     \
-        const int32_t nb_ = small_ + (b_ < big_);                                                             \
-        switch (nb_) {                                                                                        \
-        case 1: BLOCK(1, D, ctx, x0_, c0_, c1_); break;                                                       \
-        case 2: BLOCK(2, D, ctx, x0_, c0_, c1_); break;                                                       \
-        case 3: BLOCK(3, D, ctx, x0_, c0_, c1_); break;                                                       \
-        case 4: BLOCK(4, D, ctx, x0_, c0_, c1_); break;                                                       \
-        case 5: BLOCK(5, D, ctx, x0_, c0_, c1_); break;                                                       \
-        default: BLOCK(QB, D, ctx, x0_, c0_, c1_); break;                                                     \
-        }                                                                                                     \
-        x0_ += nb_;                                                                                           \
-      }                                                                                                       \
-    }                                                                                                         \
+#define ATTEND_BLOCKS(n, kmax, BLOCK, D, ctx)                                                                          \
+  do {                                                                                                                 \
+    const int32_t n_ = (n), blocks_ = (n_ + QB - 1) / QB, small_ = n_ / blocks_, big_ = n_ % blocks_;                  \
+    for (int32_t c0_ = 0; c0_ < (kmax); c0_ += KC) {                                                                   \
+      const int32_t c1_ = (kmax)-c0_ < KC ? (kmax) : c0_ + KC;                                                         \
+      for (int32_t b_ = 0, x0_ = 0; b_ < blocks_; b_++) {                                                              \
+        const int32_t nb_ = small_ + (b_ < big_);                                                                      \
+        switch (nb_) {                                                                                                 \
+        case 1: BLOCK(1, D, ctx, x0_, c0_, c1_); break;                                                                \
+        case 2: BLOCK(2, D, ctx, x0_, c0_, c1_); break;                                                                \
+        case 3: BLOCK(3, D, ctx, x0_, c0_, c1_); break;                                                                \
+        case 4: BLOCK(4, D, ctx, x0_, c0_, c1_); break;                                                                \
+        case 5: BLOCK(5, D, ctx, x0_, c0_, c1_); break;                                                                \
+        default: BLOCK(QB, D, ctx, x0_, c0_, c1_); break;                                                              \
+        }                                                                                                              \
+        x0_ += nb_;                                                                                                    \
+      }                                                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 /* The job's vectors against its panel. D is the job's head dim and ROWS its rows (0: job->rows), constants
@@ -604,8 +604,7 @@ AVX2_INLINE int32_t keys_seen(const uattn_panel_job *job, int32_t rows) {
 AVX2_INLINE void avx2_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D, const int32_t ROWS) {
   const int32_t rows = ROWS ? ROWS : job->rows, kmax = keys_seen(job, rows);
   if (kmax <= 0) return;
-  const attend_ctx c = {job, align64c(job->keys), align64c(job->values), key_stride(panel_keys),
-                        value_stride(D)};
+  const attend_ctx c = {job, align64c(job->keys), align64c(job->values), key_stride(panel_keys), value_stride(D)};
   ATTEND_BLOCKS(rows * job->group, kmax, attend_block, D, &c);
 }
 

@@ -27,8 +27,8 @@
 #include "avx2/body.h"
 
 enum {
-  DECODE_AHEAD = 8, /* rows ahead of the two being scored that are asked for */
-  PV_TILE = 8,      /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
+  DECODE_AHEAD = 8,        /* rows ahead of the two being scored that are asked for */
+  PV_TILE = 8,             /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
   DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
 };
 
@@ -78,14 +78,14 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
 
 /* FN(NB, ...) with NB the constant 1, 2, 3 or 4 that n (a block's vectors) is: one instance of a step per
  * block size, each with its accumulators in registers. */
-#define DECODE_BY_NB(n, FN, ...)        \
-  do {                                  \
-    switch (n) {                        \
-    case 1: FN(1, __VA_ARGS__); break;  \
-    case 2: FN(2, __VA_ARGS__); break;  \
-    case 3: FN(3, __VA_ARGS__); break;  \
-    default: FN(4, __VA_ARGS__); break; \
-    }                                   \
+#define DECODE_BY_NB(n, FN, ...)                                                                                       \
+  do {                                                                                                                 \
+    switch (n) {                                                                                                       \
+    case 1: FN(1, __VA_ARGS__); break;                                                                                 \
+    case 2: FN(2, __VA_ARGS__); break;                                                                                 \
+    case 3: FN(3, __VA_ARGS__); break;                                                                                 \
+    default: FN(4, __VA_ARGS__); break;                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 /* ---- one call's shape ---------------------------------------------------------------------------------- */
@@ -95,11 +95,11 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
  * heads' data lie. */
 typedef struct decode_shape {
   int32_t heads, n, blocks, nb[4], x0[4], lo[4], hi[4];
-  int32_t LO, HI, j0, W; /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
+  int32_t LO, HI, j0, W;        /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
   size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
   size_t share;                 /* bytes of span each head asks for (whole lines) */
   size_t hv, hq; /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
-  bool eo;                      /* bf16 widened into even/odd halves */
+  bool eo;       /* bf16 widened into even/odd halves */
 } decode_shape;
 
 /* Head g's view of the job (decode in kernels.h: head g's vectors, states and slopes follow head g - 1's). */
@@ -311,8 +311,8 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
       int32_t lo, hi;
       float alpha[4];
       block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
-      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0,
-                    s->j0 + s->W, alpha);
+      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0, s->j0 + s->W,
+                    alpha);
       for (int i = 0; i < s->nb[b]; i++) {
         float *o = h.o + (size_t)(s->x0[b] + i) * D;
         const __m256 a = _mm256_set1_ps(alpha[i]);
@@ -355,16 +355,16 @@ AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_
 /* The P V walk of every decode kernel: PV_TILE rows at a time, every head in turn (the next tile asked for a
  * head's share at a time), every block with keys in the tile: STEP(NB, ..., &p), p the block's pv_step and NB
  * its vectors, a constant. */
-#define DECODE_PV_TILES(job, s, v, S, D, STEP, ...)                                                            \
-  do {                                                                                                         \
-    for (int32_t jt_ = (s)->LO; jt_ < (s)->HI; jt_ += PV_TILE)                                                 \
-      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                            \
-        prefetch_next_tile(s, v, jt_, g_);                                                                     \
-        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                         \
-          pv_step p_;                                                                                          \
-          if (pv_step_of(job, s, v, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_); \
-        }                                                                                                      \
-      }                                                                                                        \
+#define DECODE_PV_TILES(job, s, v, S, D, STEP, ...)                                                                    \
+  do {                                                                                                                 \
+    for (int32_t jt_ = (s)->LO; jt_ < (s)->HI; jt_ += PV_TILE)                                                         \
+      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
+        prefetch_next_tile(s, v, jt_, g_);                                                                             \
+        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
+          pv_step p_;                                                                                                  \
+          if (pv_step_of(job, s, v, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_);        \
+        }                                                                                                              \
+      }                                                                                                                \
   } while (0)
 
 /* One block's P V step p: keys [p->lo, p->hi) of NB vectors of one head into its outputs (P at p->S). */

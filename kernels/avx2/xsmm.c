@@ -52,9 +52,9 @@
 #endif
 
 enum {
-  XV = 32,       /* query vectors per block */
-  XK = 128,      /* keys per chunk */
-  XLD = XK + 16, /* floats per score row: an odd number of 64-byte lines (see avx2/body.h's layout) */
+  XV = 32,          /* query vectors per block */
+  XK = 128,         /* keys per chunk */
+  XLD = XK + 16,    /* floats per score row: an odd number of 64-byte lines (see avx2/body.h's layout) */
   QPAD_MAX_D = 256, /* head dims up to this have the block's queries copied to a padded stride */
 };
 
@@ -281,7 +281,7 @@ AVX2_TARGET static void xsmm_block(const attend_ctx *c, int32_t x0, int nb, cons
   vec_rule rule[XV];
   int32_t klo, khi;
   block_rules(job, x0, nb, c0, c1, rule, &klo, &khi);
-  if (klo >= khi) return; /* a fully masked tile */
+  if (klo >= khi) return;                            /* a fully masked tile */
   const int32_t j0 = klo & ~15, j1 = (khi + 7) & ~7; /* as the fused tile: the key panel is zero past count */
   _Alignas(64) float S[XV * XLD], T[XV * XLD];
   block_scores(c->kt + j0, c->P, q, ldq, D, nb, j1 - j0, S, T);

@@ -64,7 +64,8 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
     }
   }
   __m256 f[4 * WIDE_KEYS];
-  for (int x = 0; x < 4 * WIDE_KEYS; x++) f[x] = x / WIDE_KEYS < NB ? v16_fold(a[x / WIDE_KEYS][x % WIDE_KEYS]) : _mm256_setzero_ps();
+  for (int x = 0; x < 4 * WIDE_KEYS; x++)
+    f[x] = x / WIDE_KEYS < NB ? v16_fold(a[x / WIDE_KEYS][x % WIDE_KEYS]) : _mm256_setzero_ps();
   _mm256_store_ps(out, hsum8x8(f));
   if (NB > 2) _mm256_store_ps(out + 8, hsum8x8(f + 8));
 }
@@ -75,26 +76,26 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
  * STEP(NB, ..., qb, r, out) with NB the block's vectors (a constant), qb its query vectors (head g's block
  * at q + g qstep + x0 qlen elements), r the WIDE_KEYS rows and out 4 WIDE_KEYS floats, vector i's scores at
  * out + WIDE_KEYS i. */
-#define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                     \
-  do {                                                                                                         \
-    begin_scores(s, k, S);                                                                                     \
-    for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                \
-      const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                               \
-      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                            \
-        prefetch_ahead(s, k, v, j_ + DECODE_AHEAD, j_ + DECODE_AHEAD + WIDE_KEYS, g_);                         \
-        const char *r_[WIDE_KEYS];                                                                             \
-        for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                 \
-          r_[x_] = (k) + (size_t)(j_ + (x_ < keys_ ? x_ : keys_ - 1)) * (s)->step + (size_t)g_ * (s)->head_step; \
-        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                         \
-          _Alignas(32) float p_[4 * WIDE_KEYS];                                                                \
-          DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, (q) + (size_t)g_ * (qstep) + (size_t)(s)->x0[b_] * (qlen), \
-                       r_, p_);                                                                                \
-          float *Sb_ = (S) + ((size_t)g_ * (s)->n + (s)->x0[b_]) * (s)->W + (j_ - (s)->j0);                    \
-          for (int i_ = 0; i_ < (s)->nb[b_]; i_++)                                                             \
-            memcpy(Sb_ + (size_t)i_ * (s)->W, p_ + WIDE_KEYS * i_, sizeof(float) * (size_t)keys_);              \
-        }                                                                                                      \
-      }                                                                                                        \
-    }                                                                                                          \
+#define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                             \
+  do {                                                                                                                 \
+    begin_scores(s, k, S);                                                                                             \
+    for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                        \
+      const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                                       \
+      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
+        prefetch_ahead(s, k, v, j_ + DECODE_AHEAD, j_ + DECODE_AHEAD + WIDE_KEYS, g_);                                 \
+        const char *r_[WIDE_KEYS];                                                                                     \
+        for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                         \
+          r_[x_] = (k) + (size_t)(j_ + (x_ < keys_ ? x_ : keys_ - 1)) * (s)->step + (size_t)g_ * (s)->head_step;       \
+        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
+          _Alignas(32) float p_[4 * WIDE_KEYS];                                                                        \
+          DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, (q) + (size_t)g_ * (qstep) + (size_t)(s)->x0[b_] * (qlen), r_,  \
+                       p_);                                                                                            \
+          float *Sb_ = (S) + ((size_t)g_ * (s)->n + (s)->x0[b_]) * (s)->W + (j_ - (s)->j0);                            \
+          for (int i_ = 0; i_ < (s)->nb[b_]; i_++)                                                                     \
+            memcpy(Sb_ + (size_t)i_ * (s)->W, p_ + WIDE_KEYS * i_, sizeof(float) * (size_t)keys_);                     \
+        }                                                                                                              \
+      }                                                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 /* The scores of every head and block (WIDE_SCORES; q: head g's vectors at q + g * qstep). */
@@ -106,7 +107,8 @@ V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t,
 /* U (<= 4; even with EO) 16-float parts of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at
  * S + i * ld + j - j0, o_i at o + i * D, in the kernel's order), value j's row at v + j * step bytes. */
 V16_INLINE void wide_pv_step(const int NB, const int U, const bool EO, uattn_dtype t, const float *S, int32_t ld,
-                             int32_t j0, int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+                             int32_t j0, int32_t lo, int32_t hi, const char *v, size_t step, float *o,
+                             const int32_t D) {
   const size_t esz = uattn_dtype_size(t);
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
@@ -146,8 +148,8 @@ V16_INLINE void wide_pv_block(const int NB, const bool EO, const decode_shape *s
 }
 
 /* P V of every head and block (DECODE_PV_TILES, decode_pv's walk). */
-V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t,
-                        const char *v, const float *S, const int32_t D) {
+V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
+                        const float *S, const int32_t D) {
   DECODE_PV_TILES(job, s, v, S, D, wide_pv_block, EO, s, t, D);
 }
 

@@ -199,9 +199,9 @@ typedef struct bf16_ctx {
   const uattn_panel_job *job;
   const uint32_t *kp, *vp;
   int32_t P, Dv;
-  float (*S)[KC];           /* [QB][KC] scores, then P */
-  uint32_t (*pp)[KC / 2];   /* [QB][KC / 2] P in bf16 pairs */
-  uint32_t *qp;             /* [QB * BF16_Q_PAIRS] a slice of the queries' pairs */
+  float (*S)[KC];         /* [QB][KC] scores, then P */
+  uint32_t (*pp)[KC / 2]; /* [QB][KC / 2] P in bf16 pairs */
+  uint32_t *qp;           /* [QB * BF16_Q_PAIRS] a slice of the queries' pairs */
 } bf16_ctx;
 
 /* Query vectors [x0, x0 + NB) of the job against keys [c0, c1) of the panel. */
@@ -258,8 +258,14 @@ BF16_INLINE void bf16_attend_body(const uattn_panel_job *job, int32_t panel_keys
   _Alignas(64) float S[QB][KC];
   _Alignas(64) uint32_t pp[QB][KC / 2];
   _Alignas(64) uint32_t qp[QB * BF16_Q_PAIRS];
-  const bf16_ctx c = {job, (const uint32_t *)align64c(job->keys), (const uint32_t *)align64c(job->values),
-                      key_stride(panel_keys), value_stride(D), S, pp, qp};
+  const bf16_ctx c = {job,
+                      (const uint32_t *)align64c(job->keys),
+                      (const uint32_t *)align64c(job->values),
+                      key_stride(panel_keys),
+                      value_stride(D),
+                      S,
+                      pp,
+                      qp};
   ATTEND_BLOCKS(job->rows * job->group, kmax, bf16_attend_block, D, &c);
 }
 
@@ -301,8 +307,8 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
 }
 
 /* The scores of every head and block (avx512/decode.h's WIDE_SCORES; q: head g's pairs at q + g * n * Dh). */
-BF16_INLINE void bf16_wide_scores(const decode_shape *s, uattn_dtype t, const uint32_t *q, float scale,
-                                  const char *k, const char *v, float *S, const int32_t D) {
+BF16_INLINE void bf16_wide_scores(const decode_shape *s, uattn_dtype t, const uint32_t *q, float scale, const char *k,
+                                  const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   WIDE_SCORES(s, k, v, S, q, (size_t)s->n * Dh, Dh, bf16_wide_scores_step, t, Dh, scale);
 }
@@ -330,8 +336,8 @@ static inline void unpack32_order(float *a, int32_t n, bool to_unpack) {
  * from lo rounded down to even, a key outside [lo, hi) read from a row of zeros (its P may be another
  * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
  * pp[i * ld + (j - j0) / 2] (ld: the S rows' floats); o_i at o + i * D in the unpack order. */
-BF16_INLINE void bf16_pairs_pv_step(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0,
-                                    int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+BF16_INLINE void bf16_pairs_pv_step(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
+                                    int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
   static const uint16_t zeros[64] __attribute__((aligned(64)));
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
@@ -368,8 +374,7 @@ BF16_INLINE void bf16_pairs_pv_block(const int NB, const decode_shape *s, const 
  * row of W floats into its first W / 2 words). */
 BF16_INLINE void bf16_pairs_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S,
                                const int32_t D) {
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++)
-    pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
   DECODE_PV_TILES(job, s, v, S, D, bf16_pairs_pv_block, s, D);
 }
 
@@ -385,8 +390,7 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   uint32_t *q = (uint32_t *)scratch;
   float *S = scratch + (size_t)heads * n * D;
   for (int32_t g = 0; g < heads; g++)
-    for (int32_t x = 0; x < n; x++)
-      pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
+    for (int32_t x = 0; x < n; x++) pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
   bf16_wide_scores(&s, t, q, job->scale, k_src, v_src, S, D);
   decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
   if (!job->probs_fp32 && t == UATTN_BF16 && D % 32 == 0) {

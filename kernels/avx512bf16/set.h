@@ -5,8 +5,7 @@
 #include "avx512bf16/body.h"
 
 BF16_TARGET static void BF16_FN(load)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
-                                      int32_t count, int32_t head_dim, int32_t panel_keys, float *keys,
-                                      float *values) {
+                                      int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values) {
   bf16_load_body(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
 }
 

@@ -23,7 +23,7 @@
 #if defined(AVX512_VEC_ZMM)
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-#define BF16_INLINE \
+#define BF16_INLINE                                                                                                    \
   static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
 typedef __m512i v16i;

@@ -17,8 +17,8 @@ float uattn_dot(const float *a, const float *b, int32_t n) {
 }
 
 void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
-                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule,
-                        float *scores, uattn_state *st) {
+                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule, float *scores,
+                        uattn_state *st) {
   if (rule->window > 0) { /* keys at positions <= query_pos - window are outside */
     const int32_t first = query_pos - rule->window + 1 - key_pos0;
     if (first > lo) lo = first;
@@ -50,8 +50,8 @@ void uattn_attend_panel_rows(const uattn_panel_job *j) {
       const size_t x = (size_t)r * j->group + h;
       uattn_state st = {j->m[x], j->l[x], j->o + x * D};
       const uattn_score_rule rule = {j->soft_cap, j->alibi ? j->alibi[h] : 0.0f, j->window};
-      uattn_attend_panel(j->q + x * D, j->keys, j->values, D, 0, hi, j->key_pos0, j->query_pos[r], &rule,
-                         j->scores, &st);
+      uattn_attend_panel(j->q + x * D, j->keys, j->values, D, 0, hi, j->key_pos0, j->query_pos[r], &rule, j->scores,
+                         &st);
       j->m[x] = st.m;
       j->l[x] = st.l;
     }
@@ -66,8 +66,7 @@ static void portable_load(uattn_dtype dtype, const void *k_src, const void *v_sr
   const size_t esz = uattn_dtype_size(dtype);
   for (int32_t i = 0; i < count; i++) {
     uattn_widen(dtype, (const char *)k_src + (size_t)i * stride * esz, keys + (size_t)i * head_dim, (size_t)head_dim);
-    uattn_widen(dtype, (const char *)v_src + (size_t)i * stride * esz, values + (size_t)i * head_dim,
-                (size_t)head_dim);
+    uattn_widen(dtype, (const char *)v_src + (size_t)i * stride * esz, values + (size_t)i * head_dim, (size_t)head_dim);
   }
 }
 
@@ -76,9 +75,7 @@ static void portable_attend(const uattn_panel_job *job, int32_t panel_keys) {
   uattn_attend_panel_rows(job);
 }
 
-static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) {
-  return (size_t)panel_keys * head_dim;
-}
+static size_t portable_panel_floats(int32_t panel_keys, int32_t head_dim) { return (size_t)panel_keys * head_dim; }
 
 const uattn_kernels uattn_kernels_portable = {.name = "portable",
                                               .load = portable_load,

@@ -16,8 +16,8 @@ typedef struct uattn_score_rule {
  * position key_pos0 + i, adding them to the state with an online-softmax update. Keys outside the rule's
  * window are skipped. scores is scratch of at least hi - lo floats. */
 void uattn_attend_panel(const float *q, const float *keys, const float *values, int32_t head_dim, int32_t lo,
-                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule,
-                        float *scores, uattn_state *st);
+                        int32_t hi, int32_t key_pos0, int32_t query_pos, const uattn_score_rule *rule, float *scores,
+                        uattn_state *st);
 
 /* uattn_panel_job semantics (kernels.h), one (row, head) at a time with uattn_attend_panel. */
 void uattn_attend_panel_rows(const uattn_panel_job *job);

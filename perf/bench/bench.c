@@ -68,7 +68,8 @@ static int parse_presets(const char *s, options *o) {
   while (*s) {
     const size_t len = strcspn(s, ",");
     int p = 0;
-    while (p < bench_num_presets && (strlen(bench_presets[p].name) != len || strncmp(bench_presets[p].name, s, len))) p++;
+    while (p < bench_num_presets && (strlen(bench_presets[p].name) != len || strncmp(bench_presets[p].name, s, len)))
+      p++;
     if (p == bench_num_presets) return bad_usage("unknown preset '%.*s' (--list shows them)", (int)len, s);
     o->preset[p] = true;
     s += len + (s[len] == ',');
@@ -79,8 +80,9 @@ static int parse_presets(const char *s, options *o) {
 static void print_list(void) {
   printf("scenarios (--scenario matches a part of a case's name):\n");
   for (int i = 0; i < bench_num_cases; i++)
-    printf("  %-16s %-24s %s\n", i && !strcmp(bench_cases[i].scenario, bench_cases[i - 1].scenario) ? "" :
-           bench_cases[i].scenario, bench_cases[i].name, bench_cases[i].what);
+    printf("  %-16s %-24s %s\n",
+           i && !strcmp(bench_cases[i].scenario, bench_cases[i - 1].scenario) ? "" : bench_cases[i].scenario,
+           bench_cases[i].name, bench_cases[i].what);
   printf("presets (--preset NAME[,NAME..] or all; default %s):\n", bench_presets[0].name);
   for (int p = 0; p < bench_num_presets; p++) printf("  %-16s %s\n", bench_presets[p].name, bench_presets[p].what);
 }
@@ -91,16 +93,20 @@ static int parse_args(int argc, char **argv, options *o) {
   const char *presets = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    static const char *const with_value[] = {"--runs", "--threads", "--block-size", "--dtype", "--preset",
-                                             "--scenario", "--case", "--plot", "--layout"};
+    static const char *const with_value[] = {"--runs",     "--threads", "--block-size", "--dtype", "--preset",
+                                             "--scenario", "--case",    "--plot",       "--layout"};
     int takes_value = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) takes_value |= !strcmp(a, with_value[k]);
     if (takes_value && !v) return bad_usage("%s needs a value", a);
-    if (!strcmp(a, "--json")) o->json = 1;
-    else if (!strcmp(a, "--list")) return print_list(), 0;
+    if (!strcmp(a, "--json"))
+      o->json = 1;
+    else if (!strcmp(a, "--list"))
+      return print_list(), 0;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf("usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
-             "                   [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list]\n");
+      printf(
+          "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
+          "                   [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] "
+          "[--list]\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -115,24 +121,29 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--layout")) {
       if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
       o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
-    } else if (!strcmp(a, "--preset")) presets = v;
-    else if (!strcmp(a, "--scenario") || !strcmp(a, "--case")) o->scenario = v;
+    } else if (!strcmp(a, "--preset"))
+      presets = v;
+    else if (!strcmp(a, "--scenario") || !strcmp(a, "--case"))
+      o->scenario = v;
     else if (!strcmp(a, "--plot")) {
       if (!*v || strpbrk(v, "'\"\n\\")) return bad_usage("--plot wants a file name without quotes, not '%s'", v);
       o->plot = v;
-    } else return bad_usage("unknown option '%s' (--help lists them)", a);
+    } else
+      return bad_usage("unknown option '%s' (--help lists them)", a);
     i += takes_value;
   }
   if (presets) {
     const int rc = parse_presets(presets, o);
     if (rc) return rc;
-  } else o->preset[0] = true;
+  } else
+    o->preset[0] = true;
   int matched = 0;
   for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
   if (o->plot && !bench_plot_available()) {
-    fprintf(stderr, "uattn-bench: --plot needs gnuplot, which is not on PATH "
-                    "(Debian: apt-get install gnuplot-nox, or make deps)\n");
+    fprintf(stderr,
+            "uattn-bench: --plot needs gnuplot, which is not on PATH "
+            "(Debian: apt-get install gnuplot-nox, or make deps)\n");
     return 1;
   }
   return -1;
@@ -146,9 +157,12 @@ static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     const uint32_t sign = (uint32_t)(z >> 63), exponent = (uint32_t)((z >> 60) & 3) + 1; /* 2^-4 .. 2^-1 */
     const uint32_t f32 = sign << 31 | (127 - exponent) << 23 | (uint32_t)(z & 0x7fffff);
-    if (dt == UATTN_F32) ((uint32_t *)x)[i] = f32;
-    else if (dt == UATTN_BF16) ((uint16_t *)x)[i] = (uint16_t)(f32 >> 16);
-    else ((uint16_t *)x)[i] = (uint16_t)(sign << 15 | (15 - exponent) << 10 | (uint32_t)(z & 0x3ff));
+    if (dt == UATTN_F32)
+      ((uint32_t *)x)[i] = f32;
+    else if (dt == UATTN_BF16)
+      ((uint16_t *)x)[i] = (uint16_t)(f32 >> 16);
+    else
+      ((uint16_t *)x)[i] = (uint16_t)(sign << 15 | (15 - exponent) << 10 | (uint32_t)(z & 0x3ff));
   }
 }
 
@@ -191,8 +205,8 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
     fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
     return -1;
   }
-  uattn_plan_config pc = uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens,
-                                                   s.max_model_len);
+  uattn_plan_config pc =
+      uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens, s.max_model_len);
   uattn_plan *plan = NULL;
   const size_t elem = uattn_dtype_size(o->dtype), bs = (size_t)o->block_size, D = (size_t)p->head_dim;
   const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
@@ -215,12 +229,20 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
   L.soft_cap = p->soft_cap;
   L.kv_layout = o->layout;
-  const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = kc, .value_cache = vc,
-                           .num_blocks = s.num_blocks, .block_size = o->block_size, .out = out};
+  const uattn_tensors t = {.q = q,
+                           .k = k,
+                           .v = v,
+                           .key_cache = kc,
+                           .value_cache = vc,
+                           .num_blocks = s.num_blocks,
+                           .block_size = o->block_size,
+                           .out = out};
   res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
   res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
-  if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels)) snprintf(err, sizeof err, "%s", uattn_last_error());
-  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0) rc = 0;
+  if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels))
+    snprintf(err, sizeof err, "%s", uattn_last_error());
+  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0)
+    rc = 0;
   res->preset = p;
   res->c = c;
   snprintf(res->what, sizeof res->what, "%s", s.what);
@@ -251,8 +273,10 @@ static bool shows_bf16_dot(const options *o, const bench_limits *lim) {
 static rates rates_of(const options *o, const case_result *r, const bench_limits *lim) {
   const double bytes = r->work.cache_bytes + r->work.io_bytes;
   rates x = {.memory = bytes / lim->read_gbs_all >= r->work.flops / lim->fma_gflops_all,
-             .gbs_1 = bytes / r->ms_1 * 1e-6, .gbs_all = bytes / r->ms_all * 1e-6,
-             .gflops_1 = r->work.flops / r->ms_1 * 1e-6, .gflops_all = r->work.flops / r->ms_all * 1e-6};
+             .gbs_1 = bytes / r->ms_1 * 1e-6,
+             .gbs_all = bytes / r->ms_all * 1e-6,
+             .gflops_1 = r->work.flops / r->ms_1 * 1e-6,
+             .gflops_all = r->work.flops / r->ms_all * 1e-6};
   x.frac_1 = x.memory ? x.gbs_1 / lim->read_gbs_1 : x.gflops_1 / lim->fma_gflops_1;
   x.frac_all = x.memory ? x.gbs_all / lim->read_gbs_all : x.gflops_all / lim->fma_gflops_all;
   const bool bf16 = shows_bf16_dot(o, lim) && !x.memory;
@@ -264,16 +288,20 @@ static rates rates_of(const options *o, const case_result *r, const bench_limits
 static void load_average(char *buf, size_t size) {
   FILE *f = fopen("/proc/loadavg", "r");
   double a = 0, b = 0, c = 0;
-  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
-  else snprintf(buf, size, "unknown");
+  if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+    snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
+  else
+    snprintf(buf, size, "unknown");
   if (f) fclose(f);
 }
 
-static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo,
-                        const case_result *res, int n, const char *load0, const char *load1) {
-  printf("uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
-         "cold-cache runs\n", uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores,
-         uattn_dtype_name(o->dtype), o->block_size, layout_names[o->layout], o->runs);
+static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo, const case_result *res,
+                        int n, const char *load0, const char *load1) {
+  printf(
+      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
+      "cold-cache runs\n",
+      uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, uattn_dtype_name(o->dtype),
+      o->block_size, layout_names[o->layout], o->runs);
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
@@ -298,16 +326,20 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
     printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%%", r->c->name, r->work.tokens,
            x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
            100 * x.frac_all);
-    if (dot && x.bf16_1 >= 0) printf(" %6.0f%% %6.0f%%", 100 * x.bf16_1, 100 * x.bf16_all);
-    else if (dot) printf(" %7s %7s", "-", "-");
+    if (dot && x.bf16_1 >= 0)
+      printf(" %6.0f%% %6.0f%%", 100 * x.bf16_1, 100 * x.bf16_all);
+    else if (dot)
+      printf(" %7s %7s", "-", "-");
     printf(" %6.2fx %8s\n", r->ms_1 / r->ms_all, r->kernels.bucket_hit ? "bucket" : "generic");
   }
-  printf("\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
-         "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
-         "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+  printf(
+      "\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
+      "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
+      "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
   if (dot)
-    printf("'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
-           "(its limit for bf16 work; 'of lim' is against the fp32 FMA peak).\n");
+    printf(
+        "'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
+        "(its limit for bf16 work; 'of lim' is against the fp32 FMA peak).\n");
   for (int i = 0; i < n; i++) /* a layer's kernels depend on its preset only: once per preset */
     if (!res[i].kernels.bucket_hit && (i == 0 || res[i - 1].preset != res[i].preset))
       printf("%s, generic kernels: %s\n", res[i].preset->name, res[i].kernels.reason);
@@ -320,51 +352,57 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
 
 /* v in JSON: the number (fmt) when it is known, else null. */
 static const char *json_number(char *buf, size_t size, const char *fmt, double v, bool known) {
-  if (known) snprintf(buf, size, fmt, v);
-  else snprintf(buf, size, "null");
+  if (known)
+    snprintf(buf, size, fmt, v);
+  else
+    snprintf(buf, size, "null");
   return buf;
 }
 
 static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
                        const char *load1) {
   char b1[32], b2[32];
-  printf("{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
-         "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": %.2f, "
-         "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, \"bf16_dot_gflops_1\": %s, "
-         "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
-         uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype), o->block_size, layout_names[o->layout], load0,
-         load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
-         lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
-         json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
+  printf(
+      "{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
+      "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": "
+      "%.2f, "
+      "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
+      "\"bf16_dot_gflops_1\": %s, "
+      "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
+      uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype), o->block_size,
+      layout_names[o->layout], load0, load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
+      lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+      json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
     const rates x = rates_of(o, r, lim);
-    printf("%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
-           "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
-           "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
-           "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
-           "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
-           "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
-           i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
-           r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
-           x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
-           json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
-           r->kernels.bucket_hit ? "true" : "false",
-           r->kernels.part_kernel[0], r->kernels.part_kernel[1], r->kernels.part_kernel[2], r->kernels.reason);
+    printf(
+        "%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
+        "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
+        "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
+        "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
+        "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
+        "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
+        i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
+        r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
+        x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
+        json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
+        r->kernels.bucket_hit ? "true" : "false", r->kernels.part_kernel[0], r->kernels.part_kernel[1],
+        r->kernels.part_kernel[2], r->kernels.reason);
   }
   printf("]}\n");
 }
 
 static int plot(const options *o, const bench_limits *lim, const case_result *res, int n) {
   bench_bar *bars = calloc((size_t)n, sizeof *bars);
-  char (*labels)[96] = calloc((size_t)n, sizeof *labels);
+  char(*labels)[96] = calloc((size_t)n, sizeof *labels);
   int rc = -1;
   if (bars && labels) {
     for (int i = 0; i < n; i++) {
       const rates x = rates_of(o, &res[i], lim);
       const bool one_preset = res[0].preset == res[n - 1].preset; /* then the title names it */
-      snprintf(labels[i], sizeof labels[i], "%s%s%s (%s)", one_preset ? "" : res[i].preset->name,
-               one_preset ? "" : " ", res[i].c->name, x.memory ? "mem" : "fma");
+      snprintf(labels[i], sizeof labels[i], "%s%s%s (%s)", one_preset ? "" : res[i].preset->name, one_preset ? "" : " ",
+               res[i].c->name, x.memory ? "mem" : "fma");
       bars[i] = (bench_bar){labels[i], x.frac_1, x.frac_all, x.bf16_1, x.bf16_all};
     }
     char title[384];
@@ -373,10 +411,12 @@ static int plot(const options *o, const bench_limits *lim, const case_result *re
              uattn_version(), res[0].preset == res[n - 1].preset ? ", " : "",
              res[0].preset == res[n - 1].preset ? res[0].preset->name : "", lim->threads, uattn_dtype_name(o->dtype),
              o->block_size,
-             shows_bf16_dot(o, lim)     ? "\\nlight bars: the compute-bound cases against the bf16 dot peak"
-             : o->dtype == UATTN_BF16 ? "\\nbf16 dot peak: n/a (no AVX512-BF16)" : "");
+             shows_bf16_dot(o, lim)   ? "\\nlight bars: the compute-bound cases against the bf16 dot peak"
+             : o->dtype == UATTN_BF16 ? "\\nbf16 dot peak: n/a (no AVX512-BF16)"
+                                      : "");
     rc = bench_plot(o->plot, title, bars, n);
-  } else fprintf(stderr, "uattn-bench: out of memory\n");
+  } else
+    fprintf(stderr, "uattn-bench: out of memory\n");
   free(bars), free(labels);
   return rc;
 }
@@ -412,7 +452,8 @@ int main(int argc, char **argv) {
 
   int todo = 0, n = 0;
   for (int p = 0; p < bench_num_presets; p++)
-    for (int c = 0; c < bench_num_cases; c++) todo += o.preset[p] && (!o.scenario || strstr(bench_cases[c].name, o.scenario));
+    for (int c = 0; c < bench_num_cases; c++)
+      todo += o.preset[p] && (!o.scenario || strstr(bench_cases[c].name, o.scenario));
   for (int p = 0; p < bench_num_presets; p++)
     for (int c = 0; c < bench_num_cases; c++) {
       if (!o.preset[p] || (o.scenario && !strstr(bench_cases[c].name, o.scenario))) continue;
@@ -423,8 +464,10 @@ int main(int argc, char **argv) {
   progress("");
   load_average(load1, sizeof load1);
 
-  if (o.json) print_json(&o, &lim, res, n, load0, load1);
-  else print_table(&o, &lim, &topo, res, n, load0, load1);
+  if (o.json)
+    print_json(&o, &lim, res, n, load0, load1);
+  else
+    print_table(&o, &lim, &topo, res, n, load0, load1);
   const int rc = o.plot && plot(&o, &lim, res, n) ? 1 : 0;
   bench_flush_free(&env.flush);
   free(res);

@@ -10,8 +10,8 @@
 #define BENCH_LIMITS_MAX_THREADS 256
 
 typedef struct bench_limits {
-  int threads;                        /* what "all" means */
-  double read_gbs_1, read_gbs_all;    /* GB/s of a streaming read of 256 MiB */
+  int threads;                         /* what "all" means */
+  double read_gbs_1, read_gbs_all;     /* GB/s of a streaming read of 256 MiB */
   double fma_gflops_1, fma_gflops_all; /* fp32 FMA, 2 flops per lane */
   /* bf16 pair products into fp32 (vdpbf16ps zmm: 32 products and 32 adds, 64 flops): what bounds bf16
    * work on such a CPU. Both 0 where bf16_dot is 0. */

@@ -53,15 +53,19 @@ int bench_plot(const char *png, const char *title, const bench_bar *bars, int n)
   for (int i = 0; i < n; i++) {
     fprintf(gp, "\"%s\" %.4f %.4f", bars[i].label, bars[i].frac_1, bars[i].frac_all);
     /* NaN: gnuplot leaves the bar out */
-    if (dot && bars[i].dot_1 >= 0) fprintf(gp, " %.4f %.4f", bars[i].dot_1, bars[i].dot_all);
-    else if (dot) fprintf(gp, " NaN NaN");
+    if (dot && bars[i].dot_1 >= 0)
+      fprintf(gp, " %.4f %.4f", bars[i].dot_1, bars[i].dot_all);
+    else if (dot)
+      fprintf(gp, " NaN NaN");
     fprintf(gp, "\n");
   }
-  fprintf(gp, "EOD\nplot $bars using 2:xtic(1) title '1 thread' lc rgb '#4477aa', "
-              "'' using 3 title 'all threads' lc rgb '#ee6677'");
+  fprintf(gp,
+          "EOD\nplot $bars using 2:xtic(1) title '1 thread' lc rgb '#4477aa', "
+          "'' using 3 title 'all threads' lc rgb '#ee6677'");
   if (dot)
-    fprintf(gp, ", '' using 4 title '1 thread, of the bf16 dot peak' lc rgb '#99bbdd', "
-                "'' using 5 title 'all threads, of the bf16 dot peak' lc rgb '#f4b6c2'");
+    fprintf(gp,
+            ", '' using 4 title '1 thread, of the bf16 dot peak' lc rgb '#99bbdd', "
+            "'' using 5 title 'all threads, of the bf16 dot peak' lc rgb '#f4b6c2'");
   fprintf(gp, "\n");
   const int status = pclose(gp);
   signal(SIGPIPE, old);

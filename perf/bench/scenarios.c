@@ -6,45 +6,80 @@
 
 const bench_preset bench_presets[] = {
     {"llama3-8b", "Llama-3-8B: 32 query heads, 8 KV heads, head dim 128", 32, 8, 128, 0},
-    {"llama3-70b-tp8", "Llama-3-70B, one rank of tensor parallel 8: 8 query heads, 1 KV head, head dim 128", 8, 1,
-     128, 0},
+    {"llama3-70b-tp8", "Llama-3-70B, one rank of tensor parallel 8: 8 query heads, 1 KV head, head dim 128", 8, 1, 128,
+     0},
     {"qwen2-7b", "Qwen2-7B: 28 query heads, 4 KV heads, head dim 128", 28, 4, 128, 0},
     {"falcon-7b", "Falcon-7B, multi-query: 71 query heads, 1 KV head, head dim 64", 71, 1, 64, 0},
-    {"gemma2-9b", "Gemma-2-9B, a global layer: 16 query heads, 8 KV heads, head dim 256, soft cap 50", 16, 8, 256,
-     50},
+    {"gemma2-9b", "Gemma-2-9B, a global layer: 16 query heads, 8 KV heads, head dim 256, soft cap 50", 16, 8, 256, 50},
 };
 const int bench_num_presets = (int)(sizeof bench_presets / sizeof *bench_presets);
 
-#define DECODES(n, lo, hi) {n, lo, hi, 1, false}
-#define VERIFY(n, ctx, rows) {n, ctx, ctx, rows, false}
-#define PROMPT(ctx, rows) {1, ctx, ctx, rows, true}
+#define DECODES(n, lo, hi)                                                                                             \
+  { n, lo, hi, 1, false }
+#define VERIFY(n, ctx, rows)                                                                                           \
+  { n, ctx, ctx, rows, false }
+#define PROMPT(ctx, rows)                                                                                              \
+  { 1, ctx, ctx, rows, true }
 
 const bench_case bench_cases[] = {
-    {"decode-heavy", "decode-heavy 64+1", "64 decodes over 256-3840 cached keys and a 128-token prompt chunk after 1024",
-     0, {DECODES(64, 256, 3840), PROMPT(1024, 128)}, false},
+    {"decode-heavy",
+     "decode-heavy 64+1",
+     "64 decodes over 256-3840 cached keys and a 128-token prompt chunk after 1024",
+     0,
+     {DECODES(64, 256, 3840), PROMPT(1024, 128)},
+     false},
     {"prefill", "prefill 2048", "one 2048-token prompt, nothing cached", 0, {PROMPT(0, 2048)}, false},
-    {"chunked-prefill", "chunked-prefill 512/8k", "a 512-token prompt chunk over 8192 cached keys", 0,
-     {PROMPT(8192, 512)}, false},
-    {"mixed", "mixed trace step", "a continuous-batching step: prompt chunks, decodes, verifications", 0, {{0}},
-     true},
-    {"shared-prefix", "shared-prefix 64x4k", "64 decodes sharing a 4096-key prefix, 64 keys of their own each",
-     4096, {DECODES(64, 4096 + 64, 4096 + 64)}, false},
-    {"spec-decode", "spec-decode 32x2", "32 requests verify 1 draft (2 rows each) over 2048 cached keys", 0,
-     {VERIFY(32, 2048, 2)}, false},
-    {"spec-decode", "spec-decode 16x4", "16 requests verify 3 drafts (4 rows each) over 2048 cached keys", 0,
-     {VERIFY(16, 2048, 4)}, false},
-    {"spec-decode", "spec-decode 16x8", "16 requests verify 7 drafts (8 rows each) over 2048 cached keys", 0,
-     {VERIFY(16, 2048, 8)}, false},
-    {"spec-decode", "spec-decode 8x16", "8 requests verify 15 drafts (16 rows each) over 2048 cached keys", 0,
-     {VERIFY(8, 2048, 16)}, false},
-    {"spec-decode", "spec-decode 4x32", "4 requests verify 31 drafts (32 rows each) over 2048 cached keys", 0,
-     {VERIFY(4, 2048, 32)}, false},
-    {"spec-decode", "spec-decode 4x63", "4 requests verify 62 drafts (63 rows each) over 2048 cached keys", 0,
-     {VERIFY(4, 2048, 63)}, false},
-    {"decode-long", "decode-long 1x32k", "one decode over 32768 cached keys", 0, {DECODES(1, 32768, 32768)},
+    {"chunked-prefill",
+     "chunked-prefill 512/8k",
+     "a 512-token prompt chunk over 8192 cached keys",
+     0,
+     {PROMPT(8192, 512)},
      false},
-    {"decode-long", "decode-long 32x4k", "32 decodes over 4096 cached keys each", 0, {DECODES(32, 4096, 4096)},
+    {"mixed", "mixed trace step", "a continuous-batching step: prompt chunks, decodes, verifications", 0, {{0}}, true},
+    {"shared-prefix",
+     "shared-prefix 64x4k",
+     "64 decodes sharing a 4096-key prefix, 64 keys of their own each",
+     4096,
+     {DECODES(64, 4096 + 64, 4096 + 64)},
      false},
+    {"spec-decode",
+     "spec-decode 32x2",
+     "32 requests verify 1 draft (2 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(32, 2048, 2)},
+     false},
+    {"spec-decode",
+     "spec-decode 16x4",
+     "16 requests verify 3 drafts (4 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(16, 2048, 4)},
+     false},
+    {"spec-decode",
+     "spec-decode 16x8",
+     "16 requests verify 7 drafts (8 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(16, 2048, 8)},
+     false},
+    {"spec-decode",
+     "spec-decode 8x16",
+     "8 requests verify 15 drafts (16 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(8, 2048, 16)},
+     false},
+    {"spec-decode",
+     "spec-decode 4x32",
+     "4 requests verify 31 drafts (32 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(4, 2048, 32)},
+     false},
+    {"spec-decode",
+     "spec-decode 4x63",
+     "4 requests verify 62 drafts (63 rows each) over 2048 cached keys",
+     0,
+     {VERIFY(4, 2048, 63)},
+     false},
+    {"decode-long", "decode-long 1x32k", "one decode over 32768 cached keys", 0, {DECODES(1, 32768, 32768)}, false},
+    {"decode-long", "decode-long 32x4k", "32 decodes over 4096 cached keys each", 0, {DECODES(32, 4096, 4096)}, false},
 };
 const int bench_num_cases = (int)(sizeof bench_cases / sizeof *bench_cases);
 
@@ -81,15 +116,20 @@ static int build_groups(const bench_case *c, int32_t bs, bench_step *out) {
       ns[r] = gr->queries;
       np[r] = gr->prompt ? nc[r] + ns[r] : 1;
       const int32_t need = blocks_for(nc[r] + ns[r], bs);
-      for (int32_t b = 0; b < stride; b++) table[(size_t)r * stride + b] = b >= need ? -1 : b < prefix_blocks ? b : next++;
+      for (int32_t b = 0; b < stride; b++)
+        table[(size_t)r * stride + b] = b >= need ? -1 : b < prefix_blocks ? b : next++;
     }
   }
   out->arrays = a;
   out->num_blocks = next;
   out->max_model_len = max_len;
   out->max_tokens = tokens;
-  out->step = (uattn_step){.num_reqs = reqs, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                           .block_table = table, .block_table_stride = stride};
+  out->step = (uattn_step){.num_reqs = reqs,
+                           .num_computed = nc,
+                           .num_scheduled = ns,
+                           .num_prompt = np,
+                           .block_table = table,
+                           .block_table_stride = stride};
   snprintf(out->what, sizeof out->what, "%s", c->what);
   return 0;
 }

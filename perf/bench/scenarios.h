@@ -49,7 +49,7 @@ typedef struct bench_step {
   int32_t num_blocks; /* blocks the cache needs */
   int32_t max_model_len;
   int32_t max_tokens;
-  char what[200]; /* the case's description, with the trace step's mix */
+  char what[200];  /* the case's description, with the trace step's mix */
   int32_t *arrays; /* owned */
   trace *tr;       /* owned; holds the step's arrays for a trace case */
 } bench_step;

@@ -26,9 +26,7 @@ static const struct {
 } npy_types[] = {{"<f4", 4}, {"<u2", 2}, {"<f2", 2}, {"<i4", 4}, {"<i8", 8}};
 #define NPY_NUM_TYPES (sizeof npy_types / sizeof *npy_types)
 
-const char *npy_dtype_descr(npy_dtype dtype) {
-  return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].descr : "?";
-}
+const char *npy_dtype_descr(npy_dtype dtype) { return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].descr : "?"; }
 
 size_t npy_dtype_size(npy_dtype dtype) { return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].size : 0; }
 
@@ -53,8 +51,7 @@ typedef struct cursor {
 } cursor;
 
 static void skip_ws(cursor *c) {
-  while (c->i < c->n && (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r'))
-    c->i++;
+  while (c->i < c->n && (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r')) c->i++;
 }
 
 static bool peek_is(cursor *c, char ch) {
@@ -68,8 +65,7 @@ static int expect(cursor *c, char ch, const char *after) {
     return 0;
   }
   if (c->i >= c->n) return set_err(c->err, c->errlen, "header: ends where '%c' was expected %s", ch, after);
-  return set_err(c->err, c->errlen, "header: expected '%c' %s at byte %zu, found '%c'", ch, after, c->i,
-                 c->s[c->i]);
+  return set_err(c->err, c->errlen, "header: expected '%c' %s at byte %zu, found '%c'", ch, after, c->i, c->s[c->i]);
 }
 
 /* A quoted string (either quote). The header holds only identifiers and type codes, so an escape means
@@ -109,9 +105,12 @@ static bool take_word(cursor *c, const char *word) {
 }
 
 static int parse_bool(cursor *c, bool *out) {
-  if (take_word(c, "True")) *out = true;
-  else if (take_word(c, "False")) *out = false;
-  else return set_err(c->err, c->errlen, "header: 'fortran_order' must be True or False (byte %zu)", c->i);
+  if (take_word(c, "True"))
+    *out = true;
+  else if (take_word(c, "False"))
+    *out = false;
+  else
+    return set_err(c->err, c->errlen, "header: 'fortran_order' must be True or False (byte %zu)", c->i);
   return 0;
 }
 
@@ -183,14 +182,17 @@ static int parse_header(const char *text, size_t len, header *h, char *err, size
       if (parse_shape(&c, &h->ndim, h->shape)) return -1;
     } else {
       /* NumPy refuses extra keys too: such a file was not written by np.save */
-      return set_err(err, errlen, "header: unexpected key '%s' (a .npy header has 'descr', 'fortran_order' "
-                                  "and 'shape')",
+      return set_err(err, errlen,
+                     "header: unexpected key '%s' (a .npy header has 'descr', 'fortran_order' "
+                     "and 'shape')",
                      key);
     }
     if (*seen) return set_err(err, errlen, "header: key '%s' appears twice", key);
     *seen = true;
-    if (peek_is(&c, ',')) c.i++;
-    else if (!peek_is(&c, '}')) return expect(&c, '}', "after a value");
+    if (peek_is(&c, ','))
+      c.i++;
+    else if (!peek_is(&c, '}'))
+      return expect(&c, '}', "after a value");
   }
   c.i++;
   skip_ws(&c);
@@ -208,8 +210,9 @@ static int dtype_from_descr(const char *descr, npy_dtype *out, char *err, size_t
       return 0;
     }
   if (descr[0] == '>')
-    return set_err(err, errlen, "big-endian data ('%s') is not supported: save it little-endian, e.g. "
-                                "a.astype(a.dtype.newbyteorder('<'))",
+    return set_err(err, errlen,
+                   "big-endian data ('%s') is not supported: save it little-endian, e.g. "
+                   "a.astype(a.dtype.newbyteorder('<'))",
                    descr);
   return set_err(err, errlen, "dtype '%s' is not supported (supported: <f4, <u2, <f2, <i4, <i8)", descr);
 }
@@ -223,7 +226,8 @@ static int shape_size(int ndim, const int64_t *shape, size_t itemsize, size_t *c
     if (shape[d] < 0) return set_err(err, errlen, "dimension %d is negative (%lld)", d, (long long)shape[d]);
     if (shape[d] == 0) zero = true;
   }
-  if (zero) n = 0;
+  if (zero)
+    n = 0;
   else
     for (int d = 0; d < ndim; d++) {
       if ((uint64_t)shape[d] > SIZE_MAX / n) return set_err(err, errlen, "the shape's element count overflows");

@@ -19,10 +19,10 @@ typedef enum npy_dtype {
 
 typedef struct npy_array {
   npy_dtype dtype;
-  int ndim;                     /* 0 for a scalar */
+  int ndim; /* 0 for a scalar */
   int64_t shape[NPY_MAX_DIMS];
-  size_t count;                 /* elements: the product of shape (1 for a scalar) */
-  void *data;                   /* count elements, dense, C order; never NULL after a successful read */
+  size_t count; /* elements: the product of shape (1 for a scalar) */
+  void *data;   /* count elements, dense, C order; never NULL after a successful read */
 } npy_array;
 
 /* "<f4" and so on. */

@@ -10,13 +10,13 @@ typedef struct request {
 struct trace {
   trace_config c;
   uint64_t rng;
-  int32_t stride;         /* block-table entries per request */
-  int32_t shared_blocks;  /* system-prompt blocks, ids [0, shared_blocks) */
+  int32_t stride;        /* block-table entries per request */
+  int32_t shared_blocks; /* system-prompt blocks, ids [0, shared_blocks) */
   int32_t *free_blocks, num_free;
   int32_t num_reqs, waiting;
   request *reqs;
-  int32_t *block_table;   /* [max_num_seqs, stride], rows follow reqs */
-  int32_t *token_ids;     /* [max_num_seqs, max_model_len] */
+  int32_t *block_table; /* [max_num_seqs, stride], rows follow reqs */
+  int32_t *token_ids;   /* [max_num_seqs, max_model_len] */
   /* the step handed out: the scheduled requests' rows, gathered */
   int32_t *num_computed, *num_scheduled, *num_prompt, *draft_tokens, *draft_offsets;
   int32_t *step_table, *step_ids;
@@ -83,8 +83,9 @@ trace *trace_create(const trace_config *c) {
   t->step_ids = malloc(sizeof(int32_t) * nr * (size_t)c->max_model_len);
   t->last_slot = malloc(sizeof(int32_t) * nr);
   t->last_tokens = malloc(sizeof(int32_t) * nr);
-  if (!t->step_table || !t->step_ids || !t->last_slot || !t->last_tokens || !t->free_blocks || !t->reqs || !t->block_table || !t->token_ids || !t->num_computed || !t->num_scheduled ||
-      !t->num_prompt || !t->draft_tokens || !t->draft_offsets || t->shared_blocks >= c->num_blocks) {
+  if (!t->step_table || !t->step_ids || !t->last_slot || !t->last_tokens || !t->free_blocks || !t->reqs ||
+      !t->block_table || !t->token_ids || !t->num_computed || !t->num_scheduled || !t->num_prompt || !t->draft_tokens ||
+      !t->draft_offsets || t->shared_blocks >= c->num_blocks) {
     trace_destroy(t);
     return NULL;
   }

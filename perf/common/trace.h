@@ -15,7 +15,7 @@ typedef struct trace_config {
   int32_t max_num_seqs;
   int32_t max_num_batched_tokens;
   int32_t max_model_len;
-  int32_t system_prompt_len; /* shared by every request, cached from the start */
+  int32_t system_prompt_len;      /* shared by every request, cached from the start */
   int32_t prompt_min, prompt_max; /* user part of the prompt */
   int32_t output_min, output_max;
   double spec_decode_share; /* requests that verify drafts */
@@ -30,10 +30,10 @@ trace_config trace_config_default(int32_t block_size, int32_t num_blocks, int32_
 
 /* What one step holds, by kind of request. */
 typedef struct trace_step_mix {
-  int32_t prefills, prefill_tokens;   /* prompt chunks */
-  int32_t decodes;                    /* one-token decodes */
-  int32_t spec_decodes, spec_tokens;  /* verification of drafts */
-  int32_t finished;                   /* requests that finished with the previous step and left */
+  int32_t prefills, prefill_tokens;  /* prompt chunks */
+  int32_t decodes;                   /* one-token decodes */
+  int32_t spec_decodes, spec_tokens; /* verification of drafts */
+  int32_t finished;                  /* requests that finished with the previous step and left */
 } trace_step_mix;
 
 typedef struct trace trace;

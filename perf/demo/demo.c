@@ -60,7 +60,12 @@ static double check_sample(const uattn_step *step, const uattn_plan_info *in, co
                            const uattn_tensors *t, int32_t samples) {
   int32_t effective[1024], rows[64];
   for (int32_t r = 0; r < in->num_reqs; r++) effective[r] = in->num_scheduled[r];
-  const oracle_step os = {in->num_reqs, BLOCK, step->num_computed, effective, step->num_prompt, step->block_table,
+  const oracle_step os = {in->num_reqs,
+                          BLOCK,
+                          step->num_computed,
+                          effective,
+                          step->num_prompt,
+                          step->block_table,
                           step->block_table_stride};
   if (samples > in->num_tokens) samples = in->num_tokens;
   for (int32_t i = 0; i < samples; i++) rows[i] = (int32_t)(unit() * in->num_tokens);
@@ -133,11 +138,13 @@ int main(int argc, char **argv) {
   const char *kernels = uattn_kernel_set(&why);
   printf("  runtime: %d threads on %d cores (L2 %zu KiB, L3 %zu MiB); kernels: %s (%s)\n", topo.num_workers,
          topo.usable.cores, topo.l2_bytes >> 10, topo.l3_bytes >> 20, kernels, why);
-  printf("  trace: up to %d sequences and %d tokens a step, a %d-token system prompt shared by every request,\n"
-         "         chunked prefills, decodes, and spec-decode verification of up to %d drafts\n\n",
-         max_seqs, budget, tc.system_prompt_len, tc.num_spec_tokens);
+  printf(
+      "  trace: up to %d sequences and %d tokens a step, a %d-token system prompt shared by every request,\n"
+      "         chunked prefills, decodes, and spec-decode verification of up to %d drafts\n\n",
+      max_seqs, budget, tc.system_prompt_len, tc.num_spec_tokens);
 
-  phase phases[3] = {{"prefill-heavy steps", 0, 0, 0, 0}, {"mixed steps", 0, 0, 0, 0}, {"decode-only steps", 0, 0, 0, 0}};
+  phase phases[3] = {
+      {"prefill-heavy steps", 0, 0, 0, 0}, {"mixed steps", 0, 0, 0, 0}, {"decode-only steps", 0, 0, 0, 0}};
   const bool tty = isatty(STDOUT_FILENO);
   double worst_error = 0, plan_seconds = 0;
   int checked = 0;
@@ -156,8 +163,14 @@ int main(int argc, char **argv) {
     fill_bf16(q, (size_t)in.num_tokens * HQ * HEAD_DIM);
     fill_bf16(k, (size_t)in.num_tokens * HKV * HEAD_DIM);
     fill_bf16(v, (size_t)in.num_tokens * HKV * HEAD_DIM);
-    uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
-                       .num_blocks = num_blocks, .block_size = BLOCK, .out = out};
+    uattn_tensors t = {.q = q,
+                       .k = k,
+                       .v = v,
+                       .key_cache = key_cache,
+                       .value_cache = value_cache,
+                       .num_blocks = num_blocks,
+                       .block_size = BLOCK,
+                       .out = out};
     t0 = perf_seconds();
     if (uattn_forward(plan, &L, &t, rt) != UATTN_OK) return fail("forward");
     const double seconds = perf_seconds() - t0;
@@ -188,8 +201,8 @@ int main(int argc, char **argv) {
              done + 1, steps, in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens,
              seconds * 1e3, eta);
     else if (done % 8 == 0 || done == steps - 1)
-      printf("  step %3d/%d  %3d reqs  %4d tokens (%3d prefill, %2d decode, %2d verify)  %6.1f ms\n", done + 1,
-             steps, in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens, seconds * 1e3);
+      printf("  step %3d/%d  %3d reqs  %4d tokens (%3d prefill, %2d decode, %2d verify)  %6.1f ms\n", done + 1, steps,
+             in.num_reqs, in.num_tokens, mix.prefill_tokens, mix.decodes, mix.spec_tokens, seconds * 1e3);
     fflush(stdout);
   }
   if (tty) printf("\n");
@@ -206,9 +219,10 @@ int main(int argc, char **argv) {
   printf("  shared context          %.1f shared blocks a step on average (the system prompt, verification)\n",
          done ? (double)shared_blocks / done : 0.0);
   printf("  planning                %.1f us a step on average\n", done ? plan_seconds / done * 1e6 : 0.0);
-  printf("  correctness             %d sampled steps match the dense fp64 oracle: worst error %.2g of the largest\n"
-         "                          output (bf16 output rounding allows 4e-3)\n",
-         checked, worst_error);
+  printf(
+      "  correctness             %d sampled steps match the dense fp64 oracle: worst error %.2g of the largest\n"
+      "                          output (bf16 output rounding allows 4e-3)\n",
+      checked, worst_error);
   uattn_cache_free(key_cache, cache_elems * 2);
   uattn_cache_free(value_cache, cache_elems * 2);
   free(q);

@@ -227,8 +227,8 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
 typedef struct load_case {
   const uattn_kernels *set;
   const char *k, *v; /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
-  long blocks;           /* 1: the same block each call (hot) */
-  int hnd;               /* [blocks][KV_HEADS][block_keys][head_dim] instead */
+  long blocks;       /* 1: the same block each call (hot) */
+  int hnd;           /* [blocks][KV_HEADS][block_keys][head_dim] instead */
   float *keys, *values;
 } load_case;
 
@@ -241,8 +241,8 @@ static size_t walk_offset(long blocks, long call) {
 static void run_load(void *arg, long call) {
   const load_case *c = arg;
   const size_t off = walk_offset(c->blocks, call);
-  c->set->load(cache_dtype, c->k + off, c->v + off, c->hnd ? (size_t)head_dim : (size_t)KV_HEADS * head_dim, block_keys, head_dim, block_keys, c->keys,
-               c->values);
+  c->set->load(cache_dtype, c->k + off, c->v + off, c->hnd ? (size_t)head_dim : (size_t)KV_HEADS * head_dim, block_keys,
+               head_dim, block_keys, c->keys, c->values);
 }
 
 /* GB/s of cache read by each set's load of one head of a block. */
@@ -271,9 +271,9 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 typedef struct decode_case {
   const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
-  const char *k, *v;       /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
-  long blocks;             /* 1: the same block each call (hot) */
-  uattn_panel_job job;     /* every KV head's vectors, head after head */
+  const char *k, *v;        /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
+  long blocks;              /* 1: the same block each call (hot) */
+  uattn_panel_job job;      /* every KV head's vectors, head after head */
   float *scratch;
   float sink[8];
 } decode_case;
@@ -336,15 +336,25 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     for (size_t i = 0; i < nx * head_dim; i++) q[i] = unit() / sqrtf((float)head_dim);
     for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
     for (int32_t r = 0; r < rows; r++) pos[r] = block_keys - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
-    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = head_dim, .q = q, .query_pos = pos,
-                                 .visible = vis, .num_keys = block_keys, .m = m, .l = l, .o = o,
+    const uattn_panel_job job = {.rows = rows,
+                                 .group = GROUP,
+                                 .head_dim = head_dim,
+                                 .q = q,
+                                 .query_pos = pos,
+                                 .visible = vis,
+                                 .num_keys = block_keys,
+                                 .m = m,
+                                 .l = l,
+                                 .o = o,
                                  .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
     const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
     char name[48];
     snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
     if (variant) { /* A hot, B hot, A cold, B cold */
-      decode_case c[4] = {{set, k, v, 1, job, scratch, {0}}, {variant, k, v, 1, job, scratch, {0}},
-                          {set, k, v, cold_blocks, job, scratch, {0}}, {variant, k, v, cold_blocks, job, scratch, {0}}};
+      decode_case c[4] = {{set, k, v, 1, job, scratch, {0}},
+                          {variant, k, v, 1, job, scratch, {0}},
+                          {set, k, v, cold_blocks, job, scratch, {0}},
+                          {variant, k, v, cold_blocks, job, scratch, {0}}};
       double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
       time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
       speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
@@ -352,7 +362,8 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
              sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
              cold[2]);
     } else {
-      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}}, {set, k, v, cold_blocks, job, scratch, {0}},
+      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}},
+                          {set, k, v, cold_blocks, job, scratch, {0}},
                           {NULL, k, v, cold_blocks, job, scratch, {0}}};
       double sec[3];
       time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
@@ -363,10 +374,12 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     free(q), free(m), free(l), free(o), free(scratch);
   }
   if (variant)
-    printf("\n  speedup: B's, the median of the runs' (A's time over B's; above 1: B is faster), and their quartiles\n");
+    printf(
+        "\n  speedup: B's, the median of the runs' (A's time over B's; above 1: B is faster), and their quartiles\n");
   else
-    printf("\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
-           "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
+    printf(
+        "\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
+        "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
   free(k), free(v);
   return 0;
 }
@@ -409,25 +422,25 @@ static int bench_xsmm(double peak) {
     return 1;
   }
   const uattn_kernels *const sets[2] = {&uattn_kernels_avx2_fused, &uattn_kernels_xsmm};
-  printf("  %-40s %15s %15s %20s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm",
-         "speedup [quartiles]", "picks");
+  printf("  %-40s %15s %15s %20s %6s\n", "query vectors x keys (group 4)", "fused", "libxsmm", "speedup [quartiles]",
+         "picks");
   const struct {
     const char *what;
     int32_t rows, keys;
     int causal;
-  } cases[] = {{"prefill tile", 128, 128, 0},     {"prefill tile", 128, 128, 1}, {"causal slice", 512, 512, 1},
-               {"causal slice", 128, 512, 1},     {"shared block", 1, 128, 0},   {"shared block", 2, 128, 0},
-               {"shared block", 4, 128, 0},       {"shared block", 16, 128, 0},  {"shared block", 64, 128, 0},
-               {"shared block", 2, 32, 0},        {"shared block", 16, 32, 0},   {"shared block", 16, 16, 0},
-               {"shared block", 64, 16, 0},       {"shared blocks", 16, 512, 0}};
+  } cases[] = {{"prefill tile", 128, 128, 0}, {"prefill tile", 128, 128, 1}, {"causal slice", 512, 512, 1},
+               {"causal slice", 128, 512, 1}, {"shared block", 1, 128, 0},   {"shared block", 2, 128, 0},
+               {"shared block", 4, 128, 0},   {"shared block", 16, 128, 0},  {"shared block", 64, 128, 0},
+               {"shared block", 2, 32, 0},    {"shared block", 16, 32, 0},   {"shared block", 16, 16, 0},
+               {"shared block", 64, 16, 0},   {"shared blocks", 16, 512, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int32_t rows = cases[i].rows, keys = cases[i].keys;
     double x[2], speedup[3];
     bench_attend(sets, rows, GROUP, keys, cases[i].causal, x, speedup);
     int32_t *vis = malloc(sizeof(int32_t) * rows);
     for (int32_t r = 0; r < rows; r++) vis[r] = cases[i].causal && r + 1 < keys ? r + 1 : keys;
-    const uattn_panel_job job = {.rows = rows, .group = GROUP, .head_dim = head_dim, .visible = vis, .num_keys = keys,
-                                 .scale = 1.0f};
+    const uattn_panel_job job = {
+        .rows = rows, .group = GROUP, .head_dim = head_dim, .visible = vis, .num_keys = keys, .scale = 1.0f};
     const int picks = uattn_xsmm_wins(&job);
     free(vis);
     char name[64];
@@ -475,15 +488,17 @@ static const uattn_bucket_kernels *find_bucket(const char *spec, bool quiet) {
     fprintf(stderr, "uattn-kernel-bench: the bucket %s was generated only for ISAs this CPU lacks\n", spec);
     return NULL;
   }
-  fprintf(stderr, "uattn-kernel-bench: no bucket %s was generated; the build's (UATTN_KERNEL_BUCKETS), with "
-                  "their ISAs:\n", spec);
+  fprintf(stderr,
+          "uattn-kernel-bench: no bucket %s was generated; the build's (UATTN_KERNEL_BUCKETS), with "
+          "their ISAs:\n",
+          spec);
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
     const uattn_bucket_kernels *e = uattn_bucket_registry[i];
     char shape[64], other[64];
     bucket_spec(e, false, shape, sizeof shape);
     bool first = true;
-    for (size_t j = 0; j < i && first; j++) bucket_spec(uattn_bucket_registry[j], false, other, sizeof other),
-                                           first = strcmp(shape, other) != 0;
+    for (size_t j = 0; j < i && first; j++)
+      bucket_spec(uattn_bucket_registry[j], false, other, sizeof other), first = strcmp(shape, other) != 0;
     if (!first) continue;
     fprintf(stderr, "  %-24s", shape);
     for (size_t j = i; j < uattn_bucket_registry_size; j++) {
@@ -510,15 +525,21 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--bucket")) {
       bucket = 1;
       if (i + 1 < argc && strchr(argv[i + 1], ':')) spec = argv[++i];
-    } else if (!strcmp(argv[i], "--xsmm")) xsmm = 1;
-    else if (!strcmp(argv[i], "--decode")) decode = 1;
-    else if (!strcmp(argv[i], "--variant")) variant = 1;
-    else if (!strcmp(argv[i], "--cpu-time")) cpu_time = 1;
-    else runs = atoi(argv[i]);
+    } else if (!strcmp(argv[i], "--xsmm"))
+      xsmm = 1;
+    else if (!strcmp(argv[i], "--decode"))
+      decode = 1;
+    else if (!strcmp(argv[i], "--variant"))
+      variant = 1;
+    else if (!strcmp(argv[i], "--cpu-time"))
+      cpu_time = 1;
+    else
+      runs = atoi(argv[i]);
   }
   if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant))) {
-    fprintf(stderr, "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
-                    "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
+    fprintf(stderr,
+            "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
+            "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
             MAX_RUNS);
     return 2;
   }

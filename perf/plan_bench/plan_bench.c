@@ -45,8 +45,9 @@ static void write_ints(FILE *f, const int32_t *x, int32_t n) {
 static int write_batch(const char *path, const uattn_plan_config *pc, const uattn_step *s) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  fprintf(f, "{\"config\": {\"block_size\": %d, \"num_blocks\": %d, \"max_num_seqs\": %d, "
-             "\"max_num_batched_tokens\": %d, \"max_model_len\": %d, \"chunk_size\": 0, \"bucketing\": \"none\"},\n",
+  fprintf(f,
+          "{\"config\": {\"block_size\": %d, \"num_blocks\": %d, \"max_num_seqs\": %d, "
+          "\"max_num_batched_tokens\": %d, \"max_model_len\": %d, \"chunk_size\": 0, \"bucketing\": \"none\"},\n",
           pc->block_size, pc->num_blocks, pc->max_num_seqs, pc->max_num_batched_tokens, pc->max_model_len);
   int32_t longest = 0;
   for (int32_t r = 0; r < s->num_reqs; r++) {
@@ -95,7 +96,8 @@ static int time_seed(const options *o, const char *batch, double *no_bias_ms, do
     return -1;
   }
   cJSON *root = cJSON_Parse(out);
-  const cJSON *a = cJSON_GetObjectItem(root, "median_ms_no_bias"), *b = cJSON_GetObjectItem(root, "median_ms_with_bias");
+  const cJSON *a = cJSON_GetObjectItem(root, "median_ms_no_bias"),
+              *b = cJSON_GetObjectItem(root, "median_ms_with_bias");
   int ok = cJSON_IsNumber(a) && cJSON_IsNumber(b);
   if (ok) {
     *no_bias_ms = a->valuedouble;
@@ -108,20 +110,27 @@ static int time_seed(const options *o, const char *batch, double *no_bias_ms, do
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: uattn-plan-bench [--repeat N] [--seed-repeat N] [--no-seed] [--json] [--python PATH] [--ref SCRIPT]\n");
+  fprintf(
+      stderr,
+      "usage: uattn-plan-bench [--repeat N] [--seed-repeat N] [--no-seed] [--json] [--python PATH] [--ref SCRIPT]\n");
 }
 
 int main(int argc, char **argv) {
   options o = {200, 10, 0, "/usr/bin/python3", UATTN_SOURCE_DIR "/tests/ref/seed_unified_batch.py"};
   int run_seed = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--repeat") && i + 1 < argc) o.repeat = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--seed-repeat") && i + 1 < argc) o.seed_repeat = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--no-seed")) run_seed = 0;
-    else if (!strcmp(argv[i], "--json")) o.json = 1;
-    else if (!strcmp(argv[i], "--python") && i + 1 < argc) o.python = argv[++i];
-    else if (!strcmp(argv[i], "--ref") && i + 1 < argc) o.reference = argv[++i];
+    if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+      o.repeat = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seed-repeat") && i + 1 < argc)
+      o.seed_repeat = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-seed"))
+      run_seed = 0;
+    else if (!strcmp(argv[i], "--json"))
+      o.json = 1;
+    else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+      o.python = argv[++i];
+    else if (!strcmp(argv[i], "--ref") && i + 1 < argc)
+      o.reference = argv[++i];
     else {
       usage();
       return 2;
@@ -214,24 +223,27 @@ int main(int argc, char **argv) {
   }
 
   if (o.json) {
-    printf("{\"batch\": {\"requests\": %d, \"tokens\": %d, \"prefills\": %d, \"decodes\": %d, \"spec_decodes\": %d, "
-           "\"shared_blocks\": %d, \"shared_spans\": %d, \"unique_blocks\": %d},\n",
-           in.num_reqs, in.num_tokens, mix.prefills, mix.decodes, mix.spec_decodes, in.num_shared_blocks,
-           in.num_shared_spans, in.num_unique_blocks);
+    printf(
+        "{\"batch\": {\"requests\": %d, \"tokens\": %d, \"prefills\": %d, \"decodes\": %d, \"spec_decodes\": %d, "
+        "\"shared_blocks\": %d, \"shared_spans\": %d, \"unique_blocks\": %d},\n",
+        in.num_reqs, in.num_tokens, mix.prefills, mix.decodes, mix.spec_decodes, in.num_shared_blocks,
+        in.num_shared_spans, in.num_unique_blocks);
     printf(" \"uattn_plan_us\": %.2f, \"uattn_plan_with_seed_tensors_us\": %.2f, \"allocations_in_timed_steps\": %ld",
            plan_us, bias_us, step_allocs);
     if (run_seed)
-      printf(",\n \"seed_numpy_ms\": %.3f, \"seed_numpy_with_biases_ms\": %.3f, \"speedup\": %.1f, "
-             "\"speedup_with_biases\": %.1f",
-             seed_ms, seed_bias_ms, seed_ms * 1e3 / plan_us, seed_bias_ms * 1e3 / bias_us);
+      printf(
+          ",\n \"seed_numpy_ms\": %.3f, \"seed_numpy_with_biases_ms\": %.3f, \"speedup\": %.1f, "
+          "\"speedup_with_biases\": %.1f",
+          seed_ms, seed_bias_ms, seed_ms * 1e3 / plan_us, seed_bias_ms * 1e3 / bias_us);
     printf("}\n");
   } else {
     printf("uattn planner benchmark: one serving step, medians of %d runs (uattn) and %d (numpy seed)\n", o.repeat,
            o.seed_repeat);
-    printf("  batch: %d requests (%d prompt chunks, %d decodes, %d spec-decode), %d tokens; %d shared blocks in %d "
-           "spans, %d unique blocks; block size %d\n",
-           in.num_reqs, mix.prefills, mix.decodes, mix.spec_decodes, in.num_tokens, in.num_shared_blocks,
-           in.num_shared_spans, in.num_unique_blocks, bs);
+    printf(
+        "  batch: %d requests (%d prompt chunks, %d decodes, %d spec-decode), %d tokens; %d shared blocks in %d "
+        "spans, %d unique blocks; block size %d\n",
+        in.num_reqs, mix.prefills, mix.decodes, mix.spec_decodes, in.num_tokens, in.num_shared_blocks,
+        in.num_shared_spans, in.num_unique_blocks, bs);
     printf("  %-44s %12s %12s %9s\n", "", "uattn", "numpy seed", "speedup");
     if (run_seed) {
       printf("  %-44s %9.1f us %9.2f ms %8.0fx\n", "plan (metadata, no bias tensors)", plan_us, seed_ms,

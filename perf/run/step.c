@@ -33,9 +33,10 @@ static npy_dtype npy_of(uattn_dtype d) { return d == UATTN_F32 ? NPY_F4 : d == U
 /* ---- the config ---------------------------------------------------------------------------------------- */
 
 static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
-  static const char *const known[] = {"block_size", "num_blocks", "num_q_heads", "num_kv_heads", "head_dim",
-                                      "dtype", "cache_dtype", "kv_layout", "scale", "soft_cap", "sliding_window",
-                                      "attn_type", "causal_width", "chunk_size", "threads", "requests", "tensors"};
+  static const char *const known[] = {"block_size",     "num_blocks",  "num_q_heads",  "num_kv_heads", "head_dim",
+                                      "dtype",          "cache_dtype", "kv_layout",    "scale",        "soft_cap",
+                                      "sliding_window", "attn_type",   "causal_width", "chunk_size",   "threads",
+                                      "requests",       "tensors"};
   if (uattn_json_check_keys(r, o, "", known, sizeof known / sizeof *known) ||
       uattn_json_int(r, o, "", "block_size", true, 0, 1, INT32_MAX, &s->block_size) ||
       uattn_json_int(r, o, "", "num_blocks", true, 0, 1, INT32_MAX, &s->num_blocks) ||
@@ -96,8 +97,8 @@ static int read_requests(uattn_json_reader *r, const cJSON *root, step *s) {
   int32_t **rows = calloc((size_t)n, sizeof *rows), **drafts = calloc((size_t)n, sizeof *drafts);
   int32_t *row_len = calloc((size_t)n, sizeof(int32_t)), *draft_len = calloc((size_t)n, sizeof(int32_t));
   int rc = -1;
-  if (!s->num_computed || !s->num_scheduled || !s->num_prompt || !s->draft_offsets || !rows || !drafts ||
-      !row_len || !draft_len) {
+  if (!s->num_computed || !s->num_scheduled || !s->num_prompt || !s->draft_offsets || !rows || !drafts || !row_len ||
+      !draft_len) {
     fail(r, "requests: out of memory");
     goto done;
   }
@@ -256,8 +257,7 @@ static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *jso
     if (npy_read(t->path, &t->a, err, sizeof err)) return fail(r, "tensors.%s: %s: %s", t->key, t->path, err);
   }
 
-  const int64_t T = s->num_tokens, hq = s->hq, hkv = s->hkv, d = s->head_dim, nb = s->num_blocks,
-                bs = s->block_size;
+  const int64_t T = s->num_tokens, hq = s->hq, hkv = s->hkv, d = s->head_dim, nb = s->num_blocks, bs = s->block_size;
   const char *dt = uattn_dtype_name(s->dtype), *cdt = uattn_dtype_name(s->cache_dtype);
   const npy_dtype io = npy_of(s->dtype), cache = npy_of(s->cache_dtype);
   const int64_t q_shape[] = {T, hq, d}, kv_shape[] = {T, hkv, d}, heads[] = {hq};
@@ -265,8 +265,8 @@ static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *jso
   const bool is_nhd = s->layout == UATTN_LAYOUT_NHD;
   const int64_t *c_shape = is_nhd ? nhd : hnd;
   const int c_ndim = is_nhd ? 3 : 4;
-  const char *c_dims = is_nhd ? "num_blocks * block_size, num_kv_heads, head_dim"
-                              : "num_blocks, num_kv_heads, block_size, head_dim";
+  const char *c_dims =
+      is_nhd ? "num_blocks * block_size, num_kv_heads, head_dim" : "num_blocks, num_kv_heads, block_size, head_dim";
   if (check_tensor(r, &s->t[STEP_Q], io, "dtype", dt, 3, q_shape, "T, num_q_heads, head_dim") ||
       check_tensor(r, &s->t[STEP_K], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
       check_tensor(r, &s->t[STEP_V], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
@@ -285,7 +285,8 @@ int step_read(step *s, const char *json_path, char *why, size_t cap) {
   why[0] = '\0';
   uattn_json_reader r = {.phrasing = UATTN_JSON_TOOL, .why = why, .cap = cap, .unknown_key = warn_unknown_key};
   cJSON *root = uattn_json_read_object(&r, json_path, 0);
-  const int rc = !root || read_config(&r, root, s) || read_requests(&r, root, s) || load_tensors(&r, root, json_path, s);
+  const int rc =
+      !root || read_config(&r, root, s) || read_requests(&r, root, s) || load_tensors(&r, root, json_path, s);
   cJSON_Delete(root);
   return rc ? -1 : 0;
 }

@@ -215,22 +215,21 @@ static cJSON *bucket_object(const uattn_bucket *b) {
 static int write_plan_json(const run *r, const uattn_plan_info *in) {
   cJSON *root = cJSON_CreateObject();
   /* each item is built only once the ones before it are in place, so a failure leaks nothing */
-  const bool ok =
-      root && cJSON_AddNumberToObject(root, "num_tokens", in->num_tokens) &&
-      cJSON_AddNumberToObject(root, "num_reqs", in->num_reqs) &&
-      add(root, "num_scheduled", int_array(in->num_scheduled, in->num_reqs)) &&
-      add(root, "slot_mapping", slots_array(in)) &&
-      add(root, "token_positions", int_array(in->token_positions, in->num_tokens)) &&
-      add(root, "token_context_lens", int_array(in->token_context_lens, in->num_tokens)) &&
-      add(root, "logits_indices", int_array(in->logits_indices, in->num_logits)) &&
-      add(root, "logits_groups", int_array(in->logits_groups, in->num_logits)) &&
-      add(root, "new_token_positions", int_array(in->new_token_positions, in->num_logits)) &&
-      add(root, "query_start_loc", int_array(in->query_start_loc, in->num_reqs + 1)) &&
-      add(root, "seq_lens", int_array(in->seq_lens, in->num_reqs)) &&
-      add(root, "shared_blocks", int_array(in->shared_blocks, in->num_shared_blocks)) &&
-      add(root, "shared_spans", rows_array(in, in->num_shared_spans, span_row)) &&
-      add(root, "unique_blocks", rows_array(in, in->num_unique_blocks, unique_row)) &&
-      add(root, "bucket", bucket_object(&in->padded));
+  const bool ok = root && cJSON_AddNumberToObject(root, "num_tokens", in->num_tokens) &&
+                  cJSON_AddNumberToObject(root, "num_reqs", in->num_reqs) &&
+                  add(root, "num_scheduled", int_array(in->num_scheduled, in->num_reqs)) &&
+                  add(root, "slot_mapping", slots_array(in)) &&
+                  add(root, "token_positions", int_array(in->token_positions, in->num_tokens)) &&
+                  add(root, "token_context_lens", int_array(in->token_context_lens, in->num_tokens)) &&
+                  add(root, "logits_indices", int_array(in->logits_indices, in->num_logits)) &&
+                  add(root, "logits_groups", int_array(in->logits_groups, in->num_logits)) &&
+                  add(root, "new_token_positions", int_array(in->new_token_positions, in->num_logits)) &&
+                  add(root, "query_start_loc", int_array(in->query_start_loc, in->num_reqs + 1)) &&
+                  add(root, "seq_lens", int_array(in->seq_lens, in->num_reqs)) &&
+                  add(root, "shared_blocks", int_array(in->shared_blocks, in->num_shared_blocks)) &&
+                  add(root, "shared_spans", rows_array(in, in->num_shared_spans, span_row)) &&
+                  add(root, "unique_blocks", rows_array(in, in->num_unique_blocks, unique_row)) &&
+                  add(root, "bucket", bucket_object(&in->padded));
   const int rc = ok ? write_json(r, "plan.json", root) : fail("plan.json: out of memory");
   cJSON_Delete(root);
   return rc;
@@ -325,8 +324,8 @@ static uattn_layer make_layer(const run *r) {
 }
 
 static int execute(run *r) {
-  uattn_plan_config pc = uattn_plan_config_default(r->s.block_size, r->s.num_blocks, r->s.num_reqs, r->s.num_tokens,
-                                                   r->s.max_model_len);
+  uattn_plan_config pc =
+      uattn_plan_config_default(r->s.block_size, r->s.num_blocks, r->s.num_reqs, r->s.num_tokens, r->s.max_model_len);
   pc.chunk_size = r->s.chunk_size;
   if (mkdirs(r->out_dir)) return -1;
   uattn_status st = uattn_plan_create(&pc, &r->plan);
@@ -368,10 +367,11 @@ static int execute(run *r) {
 
   if (write_outputs(r) || write_plan_json(r, &in)) return -1;
   if (r->dump_biases && dump_biases(r)) return -1;
-  printf("uattn-run: %d requests, %d query rows, %d sampled; %d shared blocks (%d spans), %d unique blocks; "
-         "wrote %s\n",
-         in.num_reqs, in.num_tokens, in.num_logits, in.num_shared_blocks, in.num_shared_spans, in.num_unique_blocks,
-         r->out_dir);
+  printf(
+      "uattn-run: %d requests, %d query rows, %d sampled; %d shared blocks (%d spans), %d unique blocks; "
+      "wrote %s\n",
+      in.num_reqs, in.num_tokens, in.num_logits, in.num_shared_blocks, in.num_shared_spans, in.num_unique_blocks,
+      r->out_dir);
   if (!r->repeat) return 0;
 
   /* the timed runs start from the step's own caches each time, in the same buffers: the files are written */

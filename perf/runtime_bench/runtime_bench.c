@@ -99,15 +99,25 @@ static double forward_us(int32_t decodes, int iters) {
   for (int32_t r = 0; r < MAX; r++) computed[r] = BS - 1, scheduled[r] = 1, prompt[r] = 4, table[r] = r;
   uattn_plan_config pc = uattn_plan_config_default(BS, MAX, MAX, MAX, BS);
   uattn_plan *plan;
-  const uattn_step step = {.num_reqs = decodes, .num_computed = computed, .num_scheduled = scheduled,
-                           .num_prompt = prompt, .block_table = table, .block_table_stride = 1};
+  const uattn_step step = {.num_reqs = decodes,
+                           .num_computed = computed,
+                           .num_scheduled = scheduled,
+                           .num_prompt = prompt,
+                           .block_table = table,
+                           .block_table_stride = 1};
   if (uattn_plan_create(&pc, &plan) != UATTN_OK || uattn_plan_step(plan, &step) != UATTN_OK) {
     fprintf(stderr, "plan: %s\n", uattn_last_error());
     return -1;
   }
   const uattn_layer L = uattn_layer_default(HQ, HKV, D, UATTN_BF16);
-  const uattn_tensors t = {.q = q, .k = k, .v = v, .key_cache = key_cache, .value_cache = value_cache,
-                           .num_blocks = MAX, .block_size = BS, .out = out};
+  const uattn_tensors t = {.q = q,
+                           .k = k,
+                           .v = v,
+                           .key_cache = key_cache,
+                           .value_cache = value_cache,
+                           .num_blocks = MAX,
+                           .block_size = BS,
+                           .out = out};
   double *times = malloc((size_t)iters * sizeof *times);
   double median = -1;
   if (times) {

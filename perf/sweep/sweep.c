@@ -19,62 +19,63 @@
 #include "uattn.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-"usage: uattn-sweep [options]\n"
-"\n"
-"Times a workload under each value of uattn's tunables, per kernel bucket, and writes into DIR (-o):\n"
-"  tuning.json   the best values per bucket: load it with UATTN_TUNING_FILE=DIR/tuning.json or\n"
-"                uattn_runtime_load_tuning(); it is refused on another CPU, kernel set or uattn version\n"
-"  sweep.json    every measurement, and the batch-bucket padding report\n"
-"  sweep.png     time against each tunable, relative to that tunable at its default (needs gnuplot)\n"
-"  trace.json    the workload, as a trace file (--trace replays it)\n"
-"\n"
-"The tunables, each swept with the others at their best so far (in this order), a value kept only when it\n"
-"is at least --min-gain faster; the winner is then timed against the defaults and kept only when it is\n"
-"--min-gain faster there too:\n"
-"  threads      workers of the runtime (uattn_runtime_config.num_threads; default 0: all, one per core)\n"
-"  query_tile   query rows per tile (uattn_layer.causal_width; default 0: 512)\n"
-"  chunk_size   shared blocks per online-merge chunk (uattn_layer.chunk_size; default 0: whole)\n"
-"  split        split-K for long decodes, split_min_keys/split_keys (uattn_plan_config; default 0:\n"
-"               8192/4096)\n"
-"A configuration's time is the median of --runs passes over the workload (one forward call per step);\n"
-"the passes of the configurations compared are interleaved, so a change of the machine's load hits\n"
-"them alike.\n"
-"\n"
-"options:\n"
-"  -o DIR              output folder (default uattn-sweep; created)\n"
-"  --bucket BS:HD:DT   a kernel bucket: block size, head dim, cache dtype f32|bf16|f16 (repeat it; default\n"
-"                      16:128:bf16 and 128:128:bf16)\n"
-"  --heads HQ:HKV      query and KV heads (default 32:8)\n"
-"  --runs N            timed passes per configuration, median (default 3; twice that head to head)\n"
-"  --min-gain F        keep a value only when it is F faster than the best so far (default 0.03)\n"
-"  --threads LIST      thread counts to try, e.g. 1,2,4 (default: 1 and powers of two below the cores)\n"
-"  --tiles LIST        query tiles (default 64,128,256)\n"
-"  --chunks LIST       chunk sizes in blocks (default 1,4,16)\n"
-"  --splits LIST       split-K as MIN/KEYS pairs (default 2048/1024,1024/512,512/256)\n"
-"  --trace FILE        replay a trace file instead of generating a workload\n"
-"  --steps N           generated: steps timed (default 10), every --stride-th (4) of the serving\n"
-"                      simulator's (perf/common/trace.h) after the first --skip (4): from the ramp-up's prompts\n"
-"                      to decodes over longer contexts\n"
-"  --seqs N, --tokens N, --max-len N, --prefix N\n"
-"                      generated: sequences and tokens per step (32, 128), longest sequence (2048; prompts\n"
-"                      of up to 1/8 of it, outputs of up to 1/4), system prompt shared by every request (256)\n"
-"  --seed N            generated: the simulator's seed (42)\n"
-"  --no-plot           do not run gnuplot\n"
-"  -h, --help          this text\n"
-"\n"
-"A trace file (JSON) lists steps in tokens, whatever the block size; blocks are laid out per bucket:\n"
-"  {\"shared_prefix\": 256,             tokens at the start of every request, cached once (optional)\n"
-"   \"max_num_seqs\": 16, \"max_num_batched_tokens\": 256, \"max_model_len\": 2048,   (optional)\n"
-"   \"steps\": [\n"
-"     [{\"computed\": 256, \"scheduled\": 200, \"prompt\": 456},          a prompt chunk\n"
-"      {\"computed\": 700, \"scheduled\": 1, \"prompt\": 500},            a decode\n"
-"      {\"computed\": 650, \"scheduled\": 4, \"prompt\": 500, \"drafts\": 3}],   verification of 3 drafts\n"
-"     ...]}\n"
-"  computed: tokens in the cache before the step; scheduled: new tokens (drafts + 1 when verifying);\n"
-"  prompt: the request's prompt length. Unknown keys are errors.\n"
-"\n"
-"Exit status: 0, 1 when a step fails, 2 on bad options or a bad trace file.\n");
+  fprintf(
+      f,
+      "usage: uattn-sweep [options]\n"
+      "\n"
+      "Times a workload under each value of uattn's tunables, per kernel bucket, and writes into DIR (-o):\n"
+      "  tuning.json   the best values per bucket: load it with UATTN_TUNING_FILE=DIR/tuning.json or\n"
+      "                uattn_runtime_load_tuning(); it is refused on another CPU, kernel set or uattn version\n"
+      "  sweep.json    every measurement, and the batch-bucket padding report\n"
+      "  sweep.png     time against each tunable, relative to that tunable at its default (needs gnuplot)\n"
+      "  trace.json    the workload, as a trace file (--trace replays it)\n"
+      "\n"
+      "The tunables, each swept with the others at their best so far (in this order), a value kept only when it\n"
+      "is at least --min-gain faster; the winner is then timed against the defaults and kept only when it is\n"
+      "--min-gain faster there too:\n"
+      "  threads      workers of the runtime (uattn_runtime_config.num_threads; default 0: all, one per core)\n"
+      "  query_tile   query rows per tile (uattn_layer.causal_width; default 0: 512)\n"
+      "  chunk_size   shared blocks per online-merge chunk (uattn_layer.chunk_size; default 0: whole)\n"
+      "  split        split-K for long decodes, split_min_keys/split_keys (uattn_plan_config; default 0:\n"
+      "               8192/4096)\n"
+      "A configuration's time is the median of --runs passes over the workload (one forward call per step);\n"
+      "the passes of the configurations compared are interleaved, so a change of the machine's load hits\n"
+      "them alike.\n"
+      "\n"
+      "options:\n"
+      "  -o DIR              output folder (default uattn-sweep; created)\n"
+      "  --bucket BS:HD:DT   a kernel bucket: block size, head dim, cache dtype f32|bf16|f16 (repeat it; default\n"
+      "                      16:128:bf16 and 128:128:bf16)\n"
+      "  --heads HQ:HKV      query and KV heads (default 32:8)\n"
+      "  --runs N            timed passes per configuration, median (default 3; twice that head to head)\n"
+      "  --min-gain F        keep a value only when it is F faster than the best so far (default 0.03)\n"
+      "  --threads LIST      thread counts to try, e.g. 1,2,4 (default: 1 and powers of two below the cores)\n"
+      "  --tiles LIST        query tiles (default 64,128,256)\n"
+      "  --chunks LIST       chunk sizes in blocks (default 1,4,16)\n"
+      "  --splits LIST       split-K as MIN/KEYS pairs (default 2048/1024,1024/512,512/256)\n"
+      "  --trace FILE        replay a trace file instead of generating a workload\n"
+      "  --steps N           generated: steps timed (default 10), every --stride-th (4) of the serving\n"
+      "                      simulator's (perf/common/trace.h) after the first --skip (4): from the ramp-up's prompts\n"
+      "                      to decodes over longer contexts\n"
+      "  --seqs N, --tokens N, --max-len N, --prefix N\n"
+      "                      generated: sequences and tokens per step (32, 128), longest sequence (2048; prompts\n"
+      "                      of up to 1/8 of it, outputs of up to 1/4), system prompt shared by every request (256)\n"
+      "  --seed N            generated: the simulator's seed (42)\n"
+      "  --no-plot           do not run gnuplot\n"
+      "  -h, --help          this text\n"
+      "\n"
+      "A trace file (JSON) lists steps in tokens, whatever the block size; blocks are laid out per bucket:\n"
+      "  {\"shared_prefix\": 256,             tokens at the start of every request, cached once (optional)\n"
+      "   \"max_num_seqs\": 16, \"max_num_batched_tokens\": 256, \"max_model_len\": 2048,   (optional)\n"
+      "   \"steps\": [\n"
+      "     [{\"computed\": 256, \"scheduled\": 200, \"prompt\": 456},          a prompt chunk\n"
+      "      {\"computed\": 700, \"scheduled\": 1, \"prompt\": 500},            a decode\n"
+      "      {\"computed\": 650, \"scheduled\": 4, \"prompt\": 500, \"drafts\": 3}],   verification of 3 drafts\n"
+      "     ...]}\n"
+      "  computed: tokens in the cache before the step; scheduled: new tokens (drafts + 1 when verifying);\n"
+      "  prompt: the request's prompt length. Unknown keys are errors.\n"
+      "\n"
+      "Exit status: 0, 1 when a step fails, 2 on bad options or a bad trace file.\n");
 }
 
 /* ---- options --------------------------------------------------------------------------------------------- */
@@ -148,8 +149,10 @@ static int parse_list(const char *s, options *o, int t) {
       o->cand[t][n] = (int32_t)a;
     }
     o->num_cand[t]++;
-    if (*end == ',') end++;
-    else if (*end) return -1;
+    if (*end == ',')
+      end++;
+    else if (*end)
+      return -1;
     p = end;
   }
   return s ? 0 : -1;
@@ -173,12 +176,20 @@ static int parse_options(int argc, char **argv, options *o) {
   parse_list("2048/1024,1024/512,512/256", o, T_SPLIT);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int32_t *count = !strcmp(a, "--runs") ? &o->runs : !strcmp(a, "--steps") ? &o->steps
-                   : !strcmp(a, "--skip") ? &o->skip : !strcmp(a, "--stride") ? &o->stride
-                   : !strcmp(a, "--seqs") ? &o->seqs : !strcmp(a, "--tokens") ? &o->tokens
-                   : !strcmp(a, "--max-len") ? &o->max_len : !strcmp(a, "--prefix") ? &o->prefix : NULL;
-    const int list = !strcmp(a, "--threads") ? T_THREADS : !strcmp(a, "--tiles") ? T_TILE : !strcmp(a, "--chunks") ? T_CHUNK
-                   : !strcmp(a, "--splits") ? T_SPLIT : -1;
+    int32_t *count = !strcmp(a, "--runs")      ? &o->runs
+                     : !strcmp(a, "--steps")   ? &o->steps
+                     : !strcmp(a, "--skip")    ? &o->skip
+                     : !strcmp(a, "--stride")  ? &o->stride
+                     : !strcmp(a, "--seqs")    ? &o->seqs
+                     : !strcmp(a, "--tokens")  ? &o->tokens
+                     : !strcmp(a, "--max-len") ? &o->max_len
+                     : !strcmp(a, "--prefix")  ? &o->prefix
+                                               : NULL;
+    const int list = !strcmp(a, "--threads")  ? T_THREADS
+                     : !strcmp(a, "--tiles")  ? T_TILE
+                     : !strcmp(a, "--chunks") ? T_CHUNK
+                     : !strcmp(a, "--splits") ? T_SPLIT
+                                              : -1;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       exit(0);
@@ -198,7 +209,8 @@ static int parse_options(int argc, char **argv, options *o) {
       o->num_buckets++;
       i++;
     } else if (!strcmp(a, "--heads")) {
-      if (!v || sscanf(v, "%d:%d", &o->hq, &o->hkv) != 2 || o->hq < 1 || o->hkv < 1 || o->hq % o->hkv) return bad_option(a, v);
+      if (!v || sscanf(v, "%d:%d", &o->hq, &o->hkv) != 2 || o->hq < 1 || o->hkv < 1 || o->hq % o->hkv)
+        return bad_option(a, v);
       i++;
     } else if (!strcmp(a, "--min-gain")) {
       char *end;
@@ -273,9 +285,12 @@ static void fill_random(void *p, size_t n, uattn_dtype d, uint64_t *rng) {
     const float f = (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
     uint32_t bits;
     memcpy(&bits, &f, 4);
-    if (d == UATTN_F32) ((float *)p)[i] = f;
-    else if (d == UATTN_BF16) ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
-    else ((uint16_t *)p)[i] = (uint16_t)((z & 0x8000u) | (uint16_t)((13 + (z >> 20) % 2) << 10) | ((z >> 32) & 0x3FF));
+    if (d == UATTN_F32)
+      ((float *)p)[i] = f;
+    else if (d == UATTN_BF16)
+      ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
+    else
+      ((uint16_t *)p)[i] = (uint16_t)((z & 0x8000u) | (uint16_t)((13 + (z >> 20) % 2) << 10) | ((z >> 32) & 0x3FF));
   }
 }
 
@@ -345,9 +360,14 @@ static double time_pass(bench *be, const config *c) {
   L.cache_dtype = be->b.dtype;
   L.causal_width = o->cand[T_TILE][c->v[T_TILE]];
   L.chunk_size = o->cand[T_CHUNK][c->v[T_CHUNK]];
-  const uattn_tensors t = {.q = be->q, .k = be->k, .v = be->v, .key_cache = be->key_cache,
-                           .value_cache = be->value_cache, .num_blocks = be->layout.num_blocks,
-                           .block_size = be->b.block_size, .out = be->out};
+  const uattn_tensors t = {.q = be->q,
+                           .k = be->k,
+                           .v = be->v,
+                           .key_cache = be->key_cache,
+                           .value_cache = be->value_cache,
+                           .num_blocks = be->layout.num_blocks,
+                           .block_size = be->b.block_size,
+                           .out = be->out};
   double total = 0;
   for (int32_t s = 0; s < be->layout.num_steps; s++) {
     if (uattn_plan_step(plan, &be->layout.steps[s]) != UATTN_OK) {
@@ -369,8 +389,7 @@ static double time_pass(bench *be, const config *c) {
 
 /* Times n configurations interleaved: --runs rounds, each a pass of every configuration in turn, so a
  * change of the machine's load hits them all alike; ms[i] is configuration i's median pass. */
-static int time_group(bench *be, const config *configs, char (*labels)[96], int n, int runs, progress *pr,
-                      double *ms) {
+static int time_group(bench *be, const config *configs, char (*labels)[96], int n, int runs, progress *pr, double *ms) {
   for (int r = 0; r < runs; r++)
     for (int i = 0; i < n; i++) {
       const double x = time_pass(be, &configs[i]);
@@ -391,8 +410,8 @@ typedef struct point {
 
 typedef struct bucket_result {
   bucket b;
-  config winner; /* the sweep's pick */
-  config best;   /* what is written: the pick, or the defaults when it lost the head-to-head */
+  config winner;                         /* the sweep's pick */
+  config best;                           /* what is written: the pick, or the defaults when it lost the head-to-head */
   double default_ms, winner_ms, best_ms; /* from the head-to-head */
   point points[NUM_TUNABLES * MAX_CANDIDATES];
   int num_points;
@@ -403,9 +422,12 @@ typedef struct bucket_result {
 static const char *const default_labels[NUM_TUNABLES] = {"all", "512", "whole", "8192/4096"};
 
 static void value_label(const options *o, int t, int index, char *buf, size_t cap) {
-  if (index == 0) snprintf(buf, cap, "%s", default_labels[t]);
-  else if (t == T_SPLIT) snprintf(buf, cap, "%d/%d", o->split_min[index], o->split_keys[index]);
-  else snprintf(buf, cap, "%d", o->cand[t][index]);
+  if (index == 0)
+    snprintf(buf, cap, "%s", default_labels[t]);
+  else if (t == T_SPLIT)
+    snprintf(buf, cap, "%d/%d", o->split_min[index], o->split_keys[index]);
+  else
+    snprintf(buf, cap, "%d", o->cand[t][index]);
 }
 
 static void config_label(const options *o, const bucket *b, const config *c, int changed, char *buf, size_t cap) {
@@ -449,7 +471,8 @@ static int sweep_bucket(bench *be, progress *pr, bucket_result *res) {
   group[0] = defaults;
   group[1] = best;
   config_label(o, &be->b, &defaults, -1, labels[0], sizeof labels[0]);
-  snprintf(labels[1], sizeof labels[1], "%d:%d:%s the winner", be->b.block_size, be->b.head_dim, uattn_dtype_name(be->b.dtype));
+  snprintf(labels[1], sizeof labels[1], "%d:%d:%s the winner", be->b.block_size, be->b.head_dim,
+           uattn_dtype_name(be->b.dtype));
   if (time_group(be, group, labels, 2, 2 * o->runs, pr, ms)) return -1;
   res->default_ms = ms[0];
   res->best_ms = res->winner_ms = ms[1];
@@ -463,9 +486,16 @@ static int sweep_bucket(bench *be, progress *pr, bucket_result *res) {
 
 static uattn_tuning_entry entry_of(const options *o, const bucket_result *r) {
   const config *c = &r->best;
-  uattn_tuning_entry e = {r->b.block_size, r->b.head_dim, r->b.dtype, o->cand[T_CHUNK][c->v[T_CHUNK]],
-                          o->cand[T_TILE][c->v[T_TILE]], o->split_min[c->v[T_SPLIT]], o->split_keys[c->v[T_SPLIT]],
-                          o->cand[T_THREADS][c->v[T_THREADS]], r->best_ms, r->default_ms};
+  uattn_tuning_entry e = {r->b.block_size,
+                          r->b.head_dim,
+                          r->b.dtype,
+                          o->cand[T_CHUNK][c->v[T_CHUNK]],
+                          o->cand[T_TILE][c->v[T_TILE]],
+                          o->split_min[c->v[T_SPLIT]],
+                          o->split_keys[c->v[T_SPLIT]],
+                          o->cand[T_THREADS][c->v[T_THREADS]],
+                          r->best_ms,
+                          r->default_ms};
   return e;
 }
 
@@ -491,8 +521,8 @@ static void print_result(const options *o, const bucket_result *r) {
   if (r->winner_ms == r->default_ms && !r->kept_defaults)
     printf("  pick (*): the defaults, nothing was --min-gain faster\n");
   else
-    printf("  pick (*): %s; head to head %.1f ms against %.1f ms with the defaults (%+.1f%%): %s\n", pick,
-           r->winner_ms, r->default_ms, 100 * (r->winner_ms / r->default_ms - 1),
+    printf("  pick (*): %s; head to head %.1f ms against %.1f ms with the defaults (%+.1f%%): %s\n", pick, r->winner_ms,
+           r->default_ms, 100 * (r->winner_ms / r->default_ms - 1),
            r->kept_defaults ? "not --min-gain faster, the defaults are written" : "written");
 }
 
@@ -595,12 +625,15 @@ static void plot(const options *o, const bucket_result *res, int n, const char *
     fprintf(g, "%s%d:%d:%s", b ? " " : "", res[b].b.block_size, res[b].b.head_dim, uattn_dtype_name(res[b].b.dtype));
   fprintf(g, "\"\n");
   for (int t = 0; t < NUM_TUNABLES; t++)
-    fprintf(g, "set title '%s'\nset xlabel '%s'\nplot for [b=0:%d] '%s' index (%d*%d+b) using 0:3:xtic(1) "
-               "with linespoints pt 7 title word(names, b+1)\n",
+    fprintf(g,
+            "set title '%s'\nset xlabel '%s'\nplot for [b=0:%d] '%s' index (%d*%d+b) using 0:3:xtic(1) "
+            "with linespoints pt 7 title word(names, b+1)\n",
             tunable_names[t], t == T_SPLIT ? "split_min_keys/split_keys" : tunable_names[t], n - 1, dat, t, n);
   fprintf(g, "unset multiplot\n");
-  if (pclose(g) != 0) printf("\nplot: gnuplot failed; the data is in %s\n", dat);
-  else printf("\nplot: %s\n", png);
+  if (pclose(g) != 0)
+    printf("\nplot: gnuplot failed; the data is in %s\n", dat);
+  else
+    printf("\nplot: %s\n", png);
 }
 
 /* ---- main ------------------------------------------------------------------------------------------------- */
@@ -645,10 +678,11 @@ int main(int argc, char **argv) {
          host.cpu_model, host.kernel_set, sysconf(_SC_NPROCESSORS_ONLN));
   int64_t request_steps = 0;
   for (int32_t i = 0; i < w.num_steps; i++) request_steps += w.steps[i].num_reqs;
-  printf("workload: %s, %d steps, %lld query tokens (%lld prefill, %lld decode, %lld verification rows), "
-         "%.0f cached keys per request a step; %d query / %d KV heads; median of %d passes\n",
-         w.source, w.num_steps, (long long)w.query_tokens, (long long)w.prefill_tokens, (long long)w.decode_rows,
-         (long long)w.verify_rows, (double)w.context_keys / (double)request_steps, o.hq, o.hkv, o.runs);
+  printf(
+      "workload: %s, %d steps, %lld query tokens (%lld prefill, %lld decode, %lld verification rows), "
+      "%.0f cached keys per request a step; %d query / %d KV heads; median of %d passes\n",
+      w.source, w.num_steps, (long long)w.query_tokens, (long long)w.prefill_tokens, (long long)w.decode_rows,
+      (long long)w.verify_rows, (double)w.context_keys / (double)request_steps, o.hq, o.hkv, o.runs);
 
   progress pr = {0, 0, 0, perf_seconds(), isatty(STDERR_FILENO)};
   int per_bucket = 2 * 2; /* the head-to-head at the end, twice the passes */

@@ -42,19 +42,24 @@ static int check(sweep_workload *w, char *err, size_t cap) {
     int32_t step_tokens = 0;
     for (int32_t r = 0; r < s->num_reqs; r++) {
       const sweep_req *q = &s->reqs[r];
-      if (q->computed < 0 || q->scheduled < 1 || q->prompt < 1 || q->drafts < 0 || q->computed > INT32_MAX - q->scheduled)
+      if (q->computed < 0 || q->scheduled < 1 || q->prompt < 1 || q->drafts < 0 ||
+          q->computed > INT32_MAX - q->scheduled)
         return fail(err, cap, "%s: steps[%d][%d]: need computed >= 0, scheduled >= 1, prompt >= 1, drafts >= 0",
                     w->source, i, r);
       if (q->drafts && (q->scheduled != q->drafts + 1 || q->computed < q->prompt))
-        return fail(err, cap, "%s: steps[%d][%d]: a verification (drafts %d) schedules drafts + 1 tokens after its prompt",
+        return fail(err, cap,
+                    "%s: steps[%d][%d]: a verification (drafts %d) schedules drafts + 1 tokens after its prompt",
                     w->source, i, r, q->drafts);
       if (q->computed + q->scheduled > len) len = q->computed + q->scheduled;
       step_tokens += q->scheduled;
       w->query_tokens += q->scheduled;
       w->context_keys += q->computed;
-      if (q->computed < q->prompt) w->prefill_tokens += q->scheduled;
-      else if (q->drafts) w->verify_rows += q->scheduled;
-      else w->decode_rows += q->scheduled;
+      if (q->computed < q->prompt)
+        w->prefill_tokens += q->scheduled;
+      else if (q->drafts)
+        w->verify_rows += q->scheduled;
+      else
+        w->decode_rows += q->scheduled;
     }
     if (s->num_reqs > seqs) seqs = s->num_reqs;
     if (step_tokens > tokens) tokens = step_tokens;
@@ -97,7 +102,8 @@ int sweep_workload_generate(sweep_workload *w, const trace_config *tc, int32_t s
       const int32_t entries = s.draft_offsets ? s.draft_offsets[r + 1] - s.draft_offsets[r] : 0;
       int32_t real = 0;
       for (int32_t d = 0; d < entries; d++) real += s.draft_tokens[s.draft_offsets[r] + d] != -1;
-      reqs[r] = (sweep_req){s.num_computed[r], entries ? real + 1 : s.num_scheduled[r], s.num_prompt[r], entries ? real : 0};
+      reqs[r] =
+          (sweep_req){s.num_computed[r], entries ? real + 1 : s.num_scheduled[r], s.num_prompt[r], entries ? real : 0};
     }
   }
   trace_destroy(t);
@@ -124,7 +130,7 @@ static int read_req(uattn_json_reader *r, const cJSON *q, int32_t i, int32_t k, 
 }
 
 static int read_trace(uattn_json_reader *r, sweep_workload *w, const char *path) {
-  static const char *const top[] = {"description", "shared_prefix", "max_num_seqs", "max_num_batched_tokens",
+  static const char *const top[] = {"description",   "shared_prefix", "max_num_seqs", "max_num_batched_tokens",
                                     "max_model_len", "steps"};
   cJSON *root = uattn_json_read_object(r, path, 0);
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
@@ -141,7 +147,8 @@ static int read_trace(uattn_json_reader *r, sweep_workload *w, const char *path)
     char name[32];
     snprintf(name, sizeof name, "steps[%d]", i);
     sweep_req *reqs = NULL;
-    if (uattn_json_expect(r, step, name, true, "an array of requests")) rc = -1;
+    if (uattn_json_expect(r, step, name, true, "an array of requests"))
+      rc = -1;
     else if (add_step(w, cJSON_GetArraySize(step), &reqs))
       rc = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory");
     for (int32_t k = 0; rc == 0 && k < w->steps[i].num_reqs; k++)
@@ -164,8 +171,9 @@ int sweep_workload_load(sweep_workload *w, const char *path, char *err, size_t c
 int sweep_workload_save(const sweep_workload *w, const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  fprintf(f, "{\"description\": \"uattn-sweep workload (%s)\",\n \"shared_prefix\": %d, \"max_num_seqs\": %d, "
-             "\"max_num_batched_tokens\": %d, \"max_model_len\": %d,\n \"steps\": [\n",
+  fprintf(f,
+          "{\"description\": \"uattn-sweep workload (%s)\",\n \"shared_prefix\": %d, \"max_num_seqs\": %d, "
+          "\"max_num_batched_tokens\": %d, \"max_model_len\": %d,\n \"steps\": [\n",
           w->source, w->shared_prefix, w->max_num_seqs, w->max_num_batched_tokens, w->max_model_len);
   for (int32_t i = 0; i < w->num_steps; i++) {
     fprintf(f, "  [");
@@ -254,9 +262,14 @@ int sweep_layout_build(sweep_layout *l, const sweep_workload *w, int32_t bs) {
     int32_t *offsets = drafts ? malloc(sizeof(int32_t) * (n + 1)) : NULL;
     int32_t *tokens = drafts ? malloc(sizeof(int32_t) * (size_t)drafts) : NULL;
     uattn_step *st = &l->steps[i];
-    *st = (uattn_step){.num_reqs = s->num_reqs, .num_computed = computed, .num_scheduled = scheduled,
-                       .num_prompt = prompt, .block_table = table, .block_table_stride = l->stride,
-                       .draft_tokens = tokens, .draft_offsets = offsets};
+    *st = (uattn_step){.num_reqs = s->num_reqs,
+                       .num_computed = computed,
+                       .num_scheduled = scheduled,
+                       .num_prompt = prompt,
+                       .block_table = table,
+                       .block_table_stride = l->stride,
+                       .draft_tokens = tokens,
+                       .draft_offsets = offsets};
     if (!computed || !scheduled || !prompt || !table || (drafts && (!offsets || !tokens))) {
       rc = -1;
       break;
@@ -268,7 +281,8 @@ int sweep_layout_build(sweep_layout *l, const sweep_workload *w, int32_t bs) {
       scheduled[r] = q->scheduled;
       prompt[r] = q->prompt;
       int32_t *row = table + r * (size_t)l->stride;
-      const int32_t mine = q->computed / bs < shared ? q->computed / bs : shared, blocks = ceil_div(q->computed + q->scheduled, bs);
+      const int32_t mine = q->computed / bs < shared ? q->computed / bs : shared,
+                    blocks = ceil_div(q->computed + q->scheduled, bs);
       for (int32_t b = 0; b < l->stride; b++) row[b] = b < mine ? b : (b < blocks ? pool[next++] : -1);
       if (offsets) {
         offsets[r] = d;
@@ -376,7 +390,8 @@ static int run_policy(const sweep_workload *w, const sweep_layout *l, const poli
     ranges.pow2 = po->points == 0;
     const int32_t s = w->max_num_seqs, shared = l->stride < l->num_blocks ? l->stride : l->num_blocks;
     /* the seed's ranges; logits (which the seed pads to max_num_seqs) up to one per query token */
-    const int32_t lo[DIMS] = {1, 0, 0, 1}, hi[DIMS] = {w->max_num_batched_tokens, shared, l->num_blocks, w->max_num_batched_tokens};
+    const int32_t lo[DIMS] = {1, 0, 0, 1},
+                  hi[DIMS] = {w->max_num_batched_tokens, shared, l->num_blocks, w->max_num_batched_tokens};
     const int32_t step[DIMS] = {s, s, s, 1};
     out->set_size = 1;
     for (int k = 0; k < DIMS; k++) {
@@ -410,7 +425,8 @@ static int run_policy(const sweep_workload *w, const sweep_layout *l, const poli
       return -1;
     }
     const int32_t real[DIMS] = {in.num_tokens, in.num_shared_blocks, in.num_unique_blocks, in.num_logits};
-    const int32_t padded[DIMS] = {in.padded.query_len, in.padded.shared_blocks, in.padded.unique_blocks, in.padded.logits};
+    const int32_t padded[DIMS] = {in.padded.query_len, in.padded.shared_blocks, in.padded.unique_blocks,
+                                  in.padded.logits};
     for (int k = 0; k < DIMS; k++) {
       out->real[k] += real[k];
       out->padded[k] += padded[k];
@@ -455,8 +471,10 @@ cJSON *sweep_batch_buckets(const sweep_workload *w, const sweep_layout *l, FILE 
     cJSON_AddNumberToObject(o, "set_size", pad.set_size);
     cJSON_AddNumberToObject(o, "fallbacks", (double)pad.fallbacks);
     char set[16];
-    if (pad.set_size > 0) snprintf(set, sizeof set, "%.0f", pad.set_size);
-    else snprintf(set, sizeof set, "-");
+    if (pad.set_size > 0)
+      snprintf(set, sizeof set, "%.0f", pad.set_size);
+    else
+      snprintf(set, sizeof set, "-");
     fprintf(out, "  %-8s %7d %9s", policies[p].name, pad.shapes, set);
     const int width[DIMS] = {13, 14, 14, 8};
     for (int k = 0; k < DIMS; k++) {
@@ -474,9 +492,10 @@ cJSON *sweep_batch_buckets(const sweep_workload *w, const sweep_layout *l, FILE 
     cJSON_AddItemToObject(o, "waste", waste);
     cJSON_AddItemToArray(list, o);
   }
-  fprintf(out, "  (shapes: distinct padded shapes the steps hit; set size: the shapes the policy defines, graphs an\n"
-               "   engine would build: (query, shared, unique), the seed's list with and without the causal part;\n"
-               "   unique blocks are counted against the real ones, while the seed's unique dimension is the largest\n"
-               "   block id + 1, hence the waste of \"none\")\n");
+  fprintf(out,
+          "  (shapes: distinct padded shapes the steps hit; set size: the shapes the policy defines, graphs an\n"
+          "   engine would build: (query, shared, unique), the seed's list with and without the causal part;\n"
+          "   unique blocks are counted against the real ones, while the seed's unique dimension is the largest\n"
+          "   block id + 1, hence the waste of \"none\")\n");
   return list;
 }

@@ -56,12 +56,12 @@ typedef struct dl_managed_tensor {
 
 /* ---- module state ------------------------------------------------------------------------------- */
 
-static PyObject *numpy_mod;         /* numpy */
-static PyObject *numpy_empty;       /* numpy.empty */
-static PyObject *simple_namespace;  /* types.SimpleNamespace, the class of Plan.step's result */
-static PyObject *span_dtype;        /* numpy dtype of uattn_shared_span */
-static PyObject *unique_dtype;      /* numpy dtype of uattn_unique_block */
-static PyObject *uattn_error;       /* uattn.Error */
+static PyObject *numpy_mod;                               /* numpy */
+static PyObject *numpy_empty;                             /* numpy.empty */
+static PyObject *simple_namespace;                        /* types.SimpleNamespace, the class of Plan.step's result */
+static PyObject *span_dtype;                              /* numpy dtype of uattn_shared_span */
+static PyObject *unique_dtype;                            /* numpy dtype of uattn_unique_block */
+static PyObject *uattn_error;                             /* uattn.Error */
 static PyObject *status_error[UATTN_ERR_UNSUPPORTED + 1]; /* uattn.<Status>Error per status */
 
 /* Raises the exception of a library status with the library's message (read at once: it is this
@@ -104,7 +104,7 @@ static void array_release(array *a) {
 }
 
 static enum kind kind_of_format(const char *fmt, Py_ssize_t itemsize) {
-  if (!fmt) return K_OTHER; /* no format: plain bytes */
+  if (!fmt) return K_OTHER;                                /* no format: plain bytes */
   while (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++; /* native order: this module runs little-endian */
   if (fmt[0] == '\0' || fmt[1] != '\0') return K_OTHER;
   switch (fmt[0]) {
@@ -113,8 +113,11 @@ static enum kind kind_of_format(const char *fmt, Py_ssize_t itemsize) {
   case 'e': return itemsize == 2 ? K_F16 : K_OTHER;
   case 'H': return itemsize == 2 ? K_U16 : K_OTHER;
   case '?': return itemsize == 1 ? K_BOOL : K_OTHER;
-  case 'b': case 'h': case 'i': case 'l': case 'q':
-    return itemsize == 4 ? K_I32 : itemsize == 8 ? K_I64 : K_OTHER;
+  case 'b':
+  case 'h':
+  case 'i':
+  case 'l':
+  case 'q': return itemsize == 4 ? K_I32 : itemsize == 8 ? K_I64 : K_OTHER;
   default: return K_OTHER;
   }
 }
@@ -151,8 +154,9 @@ static int array_get(array *a, PyObject *obj, const char *name, int writable) {
     a->has_view = 1;
     if (a->view.ndim > MAX_DIMS) return fail_arg(a, "more than %d dimensions", MAX_DIMS);
     if (!PyBuffer_IsContiguous(&a->view, 'C'))
-      return fail_arg(a, "must be C-contiguous (a strided view is not accepted: the library reads dense "
-                         "arrays; pass numpy.ascontiguousarray(...) or a copy)");
+      return fail_arg(a,
+                      "must be C-contiguous (a strided view is not accepted: the library reads dense "
+                      "arrays; pass numpy.ascontiguousarray(...) or a copy)");
     a->data = a->view.buf;
     a->ndim = a->view.ndim;
     for (int i = 0; i < a->ndim; i++) a->shape[i] = a->view.shape[i];
@@ -183,8 +187,8 @@ static int array_get(array *a, PyObject *obj, const char *name, int writable) {
     a->dl = m;
     a->from_dlpack = 1;
     const dl_tensor *t = &m->dl_tensor;
-    if (t->device.device_type != DL_CPU) return fail_arg(a, "must be in CPU memory (DLPack device %d)",
-                                                         (int)t->device.device_type);
+    if (t->device.device_type != DL_CPU)
+      return fail_arg(a, "must be in CPU memory (DLPack device %d)", (int)t->device.device_type);
     if (t->ndim > MAX_DIMS || t->ndim < 0) return fail_arg(a, "more than %d dimensions", MAX_DIMS);
     a->ndim = t->ndim;
     for (int i = 0; i < a->ndim; i++) a->shape[i] = (Py_ssize_t)t->shape[i];
@@ -193,8 +197,9 @@ static int array_get(array *a, PyObject *obj, const char *name, int writable) {
       for (int i = a->ndim - 1; i >= 0; i--) {
         /* a dimension of one element may carry any stride (PyTorch's convention) */
         if (t->shape[i] != 1 && t->strides[i] != expect)
-          return fail_arg(a, "must be C-contiguous (a strided view is not accepted: the library reads dense "
-                             "arrays; pass .contiguous() or a copy)");
+          return fail_arg(a,
+                          "must be C-contiguous (a strided view is not accepted: the library reads dense "
+                          "arrays; pass .contiguous() or a copy)");
         expect *= t->shape[i];
       }
     }
@@ -306,9 +311,12 @@ static PyObject *numpy_copy(const void *src, Py_ssize_t n, size_t elem, const ch
 
 static int parse_dtype(PyObject *obj, const char *arg, uattn_dtype *out) {
   const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
-  if (s && (!strcmp(s, "f32") || !strcmp(s, "float32"))) *out = UATTN_F32;
-  else if (s && (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))) *out = UATTN_BF16;
-  else if (s && (!strcmp(s, "f16") || !strcmp(s, "float16"))) *out = UATTN_F16;
+  if (s && (!strcmp(s, "f32") || !strcmp(s, "float32")))
+    *out = UATTN_F32;
+  else if (s && (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")))
+    *out = UATTN_BF16;
+  else if (s && (!strcmp(s, "f16") || !strcmp(s, "float16")))
+    *out = UATTN_F16;
   else {
     PyErr_Format(PyExc_ValueError, "%s: expected \"f32\", \"bf16\" or \"f16\", got %R", arg, obj);
     return -1;
@@ -394,10 +402,8 @@ static int Runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
   if (spin_us >= 0) cfg.spin_us = spin_us;
   uattn_status st;
   uattn_runtime *rt = NULL;
-  Py_BEGIN_ALLOW_THREADS
-  st = uattn_runtime_create(&cfg, &rt);
-  Py_END_ALLOW_THREADS
-  if (st != UATTN_OK) {
+  Py_BEGIN_ALLOW_THREADS st = uattn_runtime_create(&cfg, &rt);
+  Py_END_ALLOW_THREADS if (st != UATTN_OK) {
     raise_status(st);
     return -1;
   }
@@ -417,18 +423,16 @@ static PyObject *Runtime_close(RuntimeObject *self, PyObject *unused) {
   }
   uattn_runtime *rt = self->rt;
   self->rt = NULL;
-  Py_BEGIN_ALLOW_THREADS
-  uattn_runtime_destroy(rt);
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  Py_BEGIN_ALLOW_THREADS uattn_runtime_destroy(rt);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 static PyObject *Runtime_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
 static PyObject *Runtime_exit(RuntimeObject *self, PyObject *args) { return Runtime_close(self, NULL); }
 
 static PyObject *counts_dict(const uattn_topology_counts *c) {
-  return Py_BuildValue("{s:i,s:i,s:i,s:i}", "packages", c->packages, "numa_nodes", c->numa_nodes, "cores",
-                       c->cores, "pus", c->pus);
+  return Py_BuildValue("{s:i,s:i,s:i,s:i}", "packages", c->packages, "numa_nodes", c->numa_nodes, "cores", c->cores,
+                       "pus", c->pus);
 }
 
 static PyObject *Runtime_topology(RuntimeObject *self, void *closure) {
@@ -452,10 +456,10 @@ static PyObject *Runtime_topology(RuntimeObject *self, void *closure) {
   }
   return Py_BuildValue("{s:N,s:N,s:N,s:n,s:n,s:n,s:i,s:i,s:O,s:O,s:i,s:N,s:N}", "machine", counts_dict(&t.machine),
                        "binding", counts_dict(&t.binding), "usable", counts_dict(&t.usable), "l1d_bytes",
-                       (Py_ssize_t)t.l1d_bytes, "l2_bytes", (Py_ssize_t)t.l2_bytes, "l3_bytes",
-                       (Py_ssize_t)t.l3_bytes, "l3_cores", t.l3_cores, "num_workers", t.num_workers, "pinned",
-                       t.pinned ? Py_True : Py_False, "oversubscribed", t.oversubscribed ? Py_True : Py_False,
-                       "caller_pu", t.caller_pu, "worker_pu", pus, "worker_numa", numa);
+                       (Py_ssize_t)t.l1d_bytes, "l2_bytes", (Py_ssize_t)t.l2_bytes, "l3_bytes", (Py_ssize_t)t.l3_bytes,
+                       "l3_cores", t.l3_cores, "num_workers", t.num_workers, "pinned", t.pinned ? Py_True : Py_False,
+                       "oversubscribed", t.oversubscribed ? Py_True : Py_False, "caller_pu", t.caller_pu, "worker_pu",
+                       pus, "worker_numa", numa);
 }
 
 static PyObject *Runtime_num_workers(RuntimeObject *self, void *closure) {
@@ -483,8 +487,9 @@ static PyTypeObject Runtime_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "uattn.Runtime",
     .tp_basicsize = sizeof(RuntimeObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Runtime(num_threads=0, cpuset=None, pin=True, pin_caller=False, spin_us=50)\n\n"
-              "Worker threads pinned to cores (hwloc), created once per engine; pass it to forward().",
+    .tp_doc =
+        "Runtime(num_threads=0, cpuset=None, pin=True, pin_caller=False, spin_us=50)\n\n"
+        "Worker threads pinned to cores (hwloc), created once per engine; pass it to forward().",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Runtime_init,
     .tp_dealloc = (destructor)Runtime_dealloc,
@@ -530,16 +535,16 @@ static int copy_head_values(PyObject *obj, const char *name, int32_t n, float **
 }
 
 static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"num_q_heads", "num_kv_heads", "head_dim", "dtype", "cache_dtype", "kv_layout",
-                           "scale", "soft_cap", "sliding_window", "sinks", "alibi_slopes", "attn_type",
-                           "causal_width", "chunk_size", "probs_fp32", NULL};
+  static char *kwlist[] = {"num_q_heads",  "num_kv_heads", "head_dim",       "dtype", "cache_dtype",  "kv_layout",
+                           "scale",        "soft_cap",     "sliding_window", "sinks", "alibi_slopes", "attn_type",
+                           "causal_width", "chunk_size",   "probs_fp32",     NULL};
   int hq, hkv, d, window = 0, causal_width = 0, chunk = 0, probs_fp32 = 0;
   PyObject *dtype_o = NULL, *cache_o = Py_None, *scale_o = Py_None, *sinks_o = Py_None, *alibi_o = Py_None;
   const char *layout = "NHD", *attn = "decoder";
   double soft_cap = 0.0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiip:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
-                                   &layout, &scale_o, &soft_cap, &window, &sinks_o, &alibi_o, &attn,
-                                   &causal_width, &chunk, &probs_fp32))
+                                   &layout, &scale_o, &soft_cap, &window, &sinks_o, &alibi_o, &attn, &causal_width,
+                                   &chunk, &probs_fp32))
     return -1;
   /* immutable once made: a forward on another thread may be reading it with the GIL released */
   if (self->layer.num_q_heads) {
@@ -549,7 +554,8 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   if (hq <= 0 || hkv <= 0 || d <= 0 || hq % hkv) {
     PyErr_Format(PyExc_ValueError,
                  "num_q_heads, num_kv_heads, head_dim: expected positive counts with num_q_heads a multiple of "
-                 "num_kv_heads, got %d, %d, %d", hq, hkv, d);
+                 "num_kv_heads, got %d, %d, %d",
+                 hq, hkv, d);
     return -1;
   }
   uattn_dtype dtype = UATTN_BF16, cache_dtype;
@@ -558,8 +564,10 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   if (cache_o != Py_None && parse_dtype(cache_o, "cache_dtype", &cache_dtype)) return -1;
   uattn_layer L = uattn_layer_default(hq, hkv, d, dtype);
   L.cache_dtype = cache_dtype;
-  if (!strcmp(layout, "NHD")) L.kv_layout = UATTN_LAYOUT_NHD;
-  else if (!strcmp(layout, "HND")) L.kv_layout = UATTN_LAYOUT_HND;
+  if (!strcmp(layout, "NHD"))
+    L.kv_layout = UATTN_LAYOUT_NHD;
+  else if (!strcmp(layout, "HND"))
+    L.kv_layout = UATTN_LAYOUT_HND;
   else {
     PyErr_Format(PyExc_ValueError, "kv_layout: expected \"NHD\" or \"HND\", got \"%s\"", layout);
     return -1;
@@ -628,34 +636,37 @@ static PyObject *Layer_get(LayerObject *self, void *which) {
   }
 }
 
-#define LAYER_ATTR(name, i) {name, (getter)Layer_get, NULL, NULL, (void *)(intptr_t)(i)}
-static PyGetSetDef Layer_getset[] = {
-    LAYER_ATTR("num_q_heads", 0),   LAYER_ATTR("num_kv_heads", 1), LAYER_ATTR("head_dim", 2),
-    LAYER_ATTR("dtype", 3),         LAYER_ATTR("cache_dtype", 4),  LAYER_ATTR("kv_layout", 5),
-    LAYER_ATTR("scale", 6),         LAYER_ATTR("soft_cap", 7),     LAYER_ATTR("sliding_window", 8),
-    LAYER_ATTR("sinks", 9),         LAYER_ATTR("alibi_slopes", 10), LAYER_ATTR("attn_type", 11),
-    LAYER_ATTR("causal_width", 12), LAYER_ATTR("chunk_size", 13),  LAYER_ATTR("probs_fp32", 14),
-    {NULL}};
+#define LAYER_ATTR(name, i)                                                                                            \
+  { name, (getter)Layer_get, NULL, NULL, (void *)(intptr_t)(i) }
+static PyGetSetDef Layer_getset[] = {LAYER_ATTR("num_q_heads", 0),    LAYER_ATTR("num_kv_heads", 1),
+                                     LAYER_ATTR("head_dim", 2),       LAYER_ATTR("dtype", 3),
+                                     LAYER_ATTR("cache_dtype", 4),    LAYER_ATTR("kv_layout", 5),
+                                     LAYER_ATTR("scale", 6),          LAYER_ATTR("soft_cap", 7),
+                                     LAYER_ATTR("sliding_window", 8), LAYER_ATTR("sinks", 9),
+                                     LAYER_ATTR("alibi_slopes", 10),  LAYER_ATTR("attn_type", 11),
+                                     LAYER_ATTR("causal_width", 12),  LAYER_ATTR("chunk_size", 13),
+                                     LAYER_ATTR("probs_fp32", 14),    {NULL}};
 
 static PyObject *Layer_repr(LayerObject *self) {
   const uattn_layer *L = &self->layer;
-  return PyUnicode_FromFormat("uattn.Layer(%d, %d, %d, dtype=\"%s\", cache_dtype=\"%s\", kv_layout=\"%s\", "
-                              "attn_type=\"%s\")",
-                              L->num_q_heads, L->num_kv_heads, L->head_dim, dtype_str(L->dtype),
-                              dtype_str(L->cache_dtype), L->kv_layout == UATTN_LAYOUT_NHD ? "NHD" : "HND",
-                              attn_type_names[L->attn_type]);
+  return PyUnicode_FromFormat(
+      "uattn.Layer(%d, %d, %d, dtype=\"%s\", cache_dtype=\"%s\", kv_layout=\"%s\", "
+      "attn_type=\"%s\")",
+      L->num_q_heads, L->num_kv_heads, L->head_dim, dtype_str(L->dtype), dtype_str(L->cache_dtype),
+      L->kv_layout == UATTN_LAYOUT_NHD ? "NHD" : "HND", attn_type_names[L->attn_type]);
 }
 
 static PyTypeObject Layer_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "uattn.Layer",
     .tp_basicsize = sizeof(LayerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Layer(num_q_heads, num_kv_heads, head_dim, dtype=\"bf16\", cache_dtype=None, kv_layout=\"NHD\",\n"
-              "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
-              "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False)\n\n"
-              "One attention layer (uattn_layer); immutable. scale None: 1/sqrt(head_dim); cache_dtype None: "
-              "dtype. sinks and alibi_slopes ([num_q_heads]) are copied. probs_fp32: keep P in fp32 where the "
-              "kernels would round it to bf16 (bf16 dot-product CPUs).",
+    .tp_doc =
+        "Layer(num_q_heads, num_kv_heads, head_dim, dtype=\"bf16\", cache_dtype=None, kv_layout=\"NHD\",\n"
+        "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
+        "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False)\n\n"
+        "One attention layer (uattn_layer); immutable. scale None: 1/sqrt(head_dim); cache_dtype None: "
+        "dtype. sinks and alibi_slopes ([num_q_heads]) are copied. probs_fp32: keep P in fp32 where the "
+        "kernels would round it to bf16 (bf16 dot-product CPUs).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Layer_init,
     .tp_dealloc = (destructor)Layer_dealloc,
@@ -678,18 +689,18 @@ static PyTypeObject Plan_Type;
 
 static void plan_acquire(PlanObject *p) {
   if (PyThread_acquire_lock(p->lock, NOWAIT_LOCK)) return;
-  Py_BEGIN_ALLOW_THREADS
-  PyThread_acquire_lock(p->lock, WAIT_LOCK);
+  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(p->lock, WAIT_LOCK);
   Py_END_ALLOW_THREADS
 }
 
 static int Plan_init(PlanObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                           "chunk_size", "split_min_keys", "split_keys", "bucketing", NULL};
+  static char *kwlist[] = {"block_size",    "num_blocks", "max_num_seqs",   "max_num_batched_tokens",
+                           "max_model_len", "chunk_size", "split_min_keys", "split_keys",
+                           "bucketing",     NULL};
   int bs, nb, seqs, tokens, model_len, chunk = 0, split_min = 0, split = 0;
   const char *bucketing = "none";
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiii|iiis:Plan", kwlist, &bs, &nb, &seqs, &tokens, &model_len,
-                                   &chunk, &split_min, &split, &bucketing))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiii|iiis:Plan", kwlist, &bs, &nb, &seqs, &tokens, &model_len, &chunk,
+                                   &split_min, &split, &bucketing))
     return -1;
   if (self->plan) {
     PyErr_SetString(PyExc_RuntimeError, "Plan already initialized");
@@ -699,8 +710,10 @@ static int Plan_init(PlanObject *self, PyObject *args, PyObject *kw) {
   cfg.chunk_size = chunk;
   if (split_min) cfg.split_min_keys = split_min;
   if (split) cfg.split_keys = split;
-  if (!strcmp(bucketing, "none")) cfg.bucketing.mode = UATTN_BUCKETING_NONE;
-  else if (!strcmp(bucketing, "seed")) cfg.bucketing.mode = UATTN_BUCKETING_SEED;
+  if (!strcmp(bucketing, "none"))
+    cfg.bucketing.mode = UATTN_BUCKETING_NONE;
+  else if (!strcmp(bucketing, "seed"))
+    cfg.bucketing.mode = UATTN_BUCKETING_SEED;
   else {
     PyErr_Format(PyExc_ValueError, "bucketing: expected \"none\" or \"seed\", got \"%s\"", bucketing);
     return -1;
@@ -874,12 +887,12 @@ static PyObject *info_object(const uattn_plan_info *in) {
 }
 
 static PyObject *Plan_step(PlanObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"num_computed", "num_scheduled", "num_prompt", "block_table", "token_ids",
-                           "draft_tokens", "async_scheduling", NULL};
+  static char *kwlist[] = {"num_computed", "num_scheduled", "num_prompt",       "block_table",
+                           "token_ids",    "draft_tokens",  "async_scheduling", NULL};
   PyObject *nc_o, *ns_o, *np_o, *bt_o, *ids_o = Py_None, *drafts_o = Py_None;
   int async = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOp:step", kwlist, &nc_o, &ns_o, &np_o, &bt_o, &ids_o,
-                                   &drafts_o, &async))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOp:step", kwlist, &nc_o, &ns_o, &np_o, &bt_o, &ids_o, &drafts_o,
+                                   &async))
     return NULL;
   if (plan_ready(self)) return NULL;
   array a[5];
@@ -915,13 +928,10 @@ static PyObject *Plan_step(PlanObject *self, PyObject *args, PyObject *kw) {
     s.draft_offsets = doff;
   }
   uattn_status st;
-  Py_BEGIN_ALLOW_THREADS
-  PyThread_acquire_lock(self->lock, WAIT_LOCK);
+  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
   st = uattn_plan_step(self->plan, &s);
-  Py_END_ALLOW_THREADS
-  if (st != UATTN_OK) {
-    raise_status(st);
-  } else {
+  Py_END_ALLOW_THREADS if (st != UATTN_OK) { raise_status(st); }
+  else {
     uattn_plan_info info;
     st = uattn_plan_get_info(self->plan, &info);
     result = st == UATTN_OK ? info_object(&info) : raise_status(st);
@@ -956,8 +966,8 @@ static PyObject *Plan_stats(PlanObject *self, void *closure) {
 
 static PyObject *Plan_cfg(PlanObject *self, void *which) {
   const uattn_plan_config *c = &self->cfg;
-  int32_t v[] = {c->block_size, c->num_blocks, c->max_num_seqs, c->max_num_batched_tokens, c->max_model_len,
-                 c->chunk_size};
+  int32_t v[] = {c->block_size,    c->num_blocks, c->max_num_seqs, c->max_num_batched_tokens,
+                 c->max_model_len, c->chunk_size};
   return PyLong_FromLong(v[(intptr_t)which]);
 }
 
@@ -971,7 +981,8 @@ static PyMethodDef Plan_methods[] = {
     {"info", (PyCFunction)Plan_info, METH_NOARGS, "The last step's info again."},
     {NULL}};
 
-#define PLAN_ATTR(name, i) {name, (getter)Plan_cfg, NULL, NULL, (void *)(intptr_t)(i)}
+#define PLAN_ATTR(name, i)                                                                                             \
+  { name, (getter)Plan_cfg, NULL, NULL, (void *)(intptr_t)(i) }
 static PyGetSetDef Plan_getset[] = {
     PLAN_ATTR("block_size", 0),
     PLAN_ATTR("num_blocks", 1),
@@ -986,9 +997,10 @@ static PyTypeObject Plan_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "uattn.Plan",
     .tp_basicsize = sizeof(PlanObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Plan(block_size, num_blocks, max_num_seqs, max_num_batched_tokens, max_model_len,\n"
-              "     chunk_size=0, split_min_keys=0, split_keys=0, bucketing=\"none\")\n\n"
-              "The unified-batch planner: one per engine (or per engine thread), stepped once per step.",
+    .tp_doc =
+        "Plan(block_size, num_blocks, max_num_seqs, max_num_batched_tokens, max_model_len,\n"
+        "     chunk_size=0, split_min_keys=0, split_keys=0, bucketing=\"none\")\n\n"
+        "The unified-batch planner: one per engine (or per engine thread), stepped once per step.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Plan_init,
     .tp_dealloc = (destructor)Plan_dealloc,
@@ -1000,9 +1012,18 @@ static PyTypeObject Plan_Type = {
 
 static enum kind kind_of_dtype(uattn_dtype d, enum kind *alt, const char **desc) {
   switch (d) {
-  case UATTN_F32: *alt = K_OTHER; *desc = "float32"; return K_F32;
-  case UATTN_F16: *alt = K_OTHER; *desc = "float16"; return K_F16;
-  default: *alt = K_BF16; *desc = "bf16 (uint16 bits, or a bfloat16 tensor)"; return K_U16;
+  case UATTN_F32:
+    *alt = K_OTHER;
+    *desc = "float32";
+    return K_F32;
+  case UATTN_F16:
+    *alt = K_OTHER;
+    *desc = "float16";
+    return K_F16;
+  default:
+    *alt = K_BF16;
+    *desc = "bf16 (uint16 bits, or a bfloat16 tensor)";
+    return K_U16;
   }
 }
 
@@ -1042,15 +1063,26 @@ static PyObject *new_like(PyObject *q, const array *qa, int ndim, const Py_ssize
 enum { A_Q, A_K, A_V, A_KC, A_VC, A_OUT, A_LSE, A_ENC, A_CBT, A_N };
 
 static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"plan",       "layer",  "q",          "k",   "v",
-                           "key_cache",  "value_cache", "runtime", "out", "return_lse",
-                           "lse",        "encoder_lens", "cross_block_table", NULL};
+  static char *kwlist[] = {"plan",
+                           "layer",
+                           "q",
+                           "k",
+                           "v",
+                           "key_cache",
+                           "value_cache",
+                           "runtime",
+                           "out",
+                           "return_lse",
+                           "lse",
+                           "encoder_lens",
+                           "cross_block_table",
+                           NULL};
   PyObject *plan_o, *layer_o, *q_o, *k_o, *v_o, *kc_o, *vc_o, *rt_o = Py_None, *out_o = Py_None, *lse_o = Py_None;
   PyObject *enc_o = Py_None, *cbt_o = Py_None;
   int return_lse = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OOOOO|OOpOOO:forward", kwlist, &Plan_Type, &plan_o, &Layer_Type,
-                                   &layer_o, &q_o, &k_o, &v_o, &kc_o, &vc_o, &rt_o, &out_o, &return_lse, &lse_o,
-                                   &enc_o, &cbt_o))
+                                   &layer_o, &q_o, &k_o, &v_o, &kc_o, &vc_o, &rt_o, &out_o, &return_lse, &lse_o, &enc_o,
+                                   &cbt_o))
     return NULL;
   PlanObject *plan = (PlanObject *)plan_o;
   const uattn_layer *L = &((LayerObject *)layer_o)->layer;
@@ -1184,16 +1216,16 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
                      .cross = cross.encoder_lens ? &cross : NULL};
   uattn_runtime *crt = rt ? rt->rt : NULL;
   if (rt) rt->in_use++;
-  Py_BEGIN_ALLOW_THREADS
-  st = uattn_forward(plan->plan, L, &t, crt);
-  Py_END_ALLOW_THREADS
-  if (rt) rt->in_use--;
+  Py_BEGIN_ALLOW_THREADS st = uattn_forward(plan->plan, L, &t, crt);
+  Py_END_ALLOW_THREADS if (rt) rt->in_use--;
   if (st != UATTN_OK) {
     raise_status(st);
     goto done;
   }
-  if (lse && (return_lse || lse_o != Py_None)) result = PyTuple_Pack(2, out, lse);
-  else result = Py_NewRef(out);
+  if (lse && (return_lse || lse_o != Py_None))
+    result = PyTuple_Pack(2, out, lse);
+  else
+    result = Py_NewRef(out);
 
 done:
   for (int i = 0; i < A_N; i++) array_release(&a[i]);
@@ -1207,8 +1239,7 @@ done:
 
 /* A float32 output: the caller's array (`given`, checked), or a new one for None. *obj gets a new reference,
  * also on a failure after it was made, for the caller to release. */
-static int f32_output(array *a, PyObject *given, const char *name, int ndim, const Py_ssize_t *shape,
-                      PyObject **obj) {
+static int f32_output(array *a, PyObject *given, const char *name, int ndim, const Py_ssize_t *shape, PyObject **obj) {
   if (given != Py_None) {
     if (array_f32(a, given, name, 1, ndim, shape)) return -1;
     *obj = Py_NewRef(given);
@@ -1267,11 +1298,9 @@ static PyObject *py_merge_states(PyObject *mod, PyObject *args, PyObject *kw) {
   array *ao = &a[2 * n], *al = &a[2 * n + 1];
   if (f32_output(ao, out_o, "out", 3, oshape, &out) || f32_output(al, lse_o, "lse", 2, lshape, &lse)) goto done;
   uattn_status st;
-  Py_BEGIN_ALLOW_THREADS
-  st = uattn_merge_states((int32_t)n, po, pl, (int32_t)oshape[0], (int32_t)oshape[1], (int32_t)oshape[2],
-                          ao->data, al->data);
-  Py_END_ALLOW_THREADS
-  if (st != UATTN_OK) raise_status(st);
+  Py_BEGIN_ALLOW_THREADS st = uattn_merge_states((int32_t)n, po, pl, (int32_t)oshape[0], (int32_t)oshape[1],
+                                                 (int32_t)oshape[2], ao->data, al->data);
+  Py_END_ALLOW_THREADS if (st != UATTN_OK) raise_status(st);
   else result = PyTuple_Pack(2, out, lse);
 done:
   if (a)
@@ -1304,12 +1333,11 @@ static PyObject *report_dict(const uattn_kernel_report *r) {
     Py_XDECREF(dc);
     return NULL;
   }
-  return Py_BuildValue("{s:i,s:i,s:s,s:i,s:O,s:s,s:N,s:s,s:s,s:N,s:N,s:n,s:i}", "block_size", r->block_size,
-                       "head_dim", r->head_dim, "cache_dtype", dtype_str(r->cache_dtype), "chunk_size",
-                       r->chunk_size, "bucket_hit", r->bucket_hit ? Py_True : Py_False, "kernel_set",
-                       r->kernel_set ? r->kernel_set : "", "part_kernel", pk, "decode_kernel", r->decode_kernel,
-                       "reason", r->reason, "part_calls", pc, "decode_calls", dc, "workspace_bytes",
-                       (Py_ssize_t)r->workspace_bytes, "workers", r->workers);
+  return Py_BuildValue("{s:i,s:i,s:s,s:i,s:O,s:s,s:N,s:s,s:s,s:N,s:N,s:n,s:i}", "block_size", r->block_size, "head_dim",
+                       r->head_dim, "cache_dtype", dtype_str(r->cache_dtype), "chunk_size", r->chunk_size, "bucket_hit",
+                       r->bucket_hit ? Py_True : Py_False, "kernel_set", r->kernel_set ? r->kernel_set : "",
+                       "part_kernel", pk, "decode_kernel", r->decode_kernel, "reason", r->reason, "part_calls", pc,
+                       "decode_calls", dc, "workspace_bytes", (Py_ssize_t)r->workspace_bytes, "workers", r->workers);
 }
 
 static PyObject *py_last_forward_report(PyObject *mod, PyObject *unused) {
@@ -1339,8 +1367,10 @@ static PyObject *py_kernel_buckets(PyObject *mod, PyObject *unused) {
     PyObject *d = Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:O}", "dtype", dtype_str(b[i].dtype), "block_size",
                                 b[i].block_size, "head_dim", b[i].head_dim, "chunk_size", b[i].chunk_size, "isa",
                                 b[i].isa ? b[i].isa : "", "runs_here", b[i].runs_here ? Py_True : Py_False);
-    if (!d) Py_CLEAR(list);
-    else PyList_SET_ITEM(list, i, d);
+    if (!d)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, i, d);
   }
   PyMem_Free(b);
   return list;
@@ -1383,8 +1413,10 @@ static PyObject *py_split_decodes_and_prefills(PyObject *mod, PyObject *args, Py
   }
   uattn_batch_split s;
   uattn_status st = uattn_split_decodes_and_prefills(R, a.data, (int32_t)nt, threshold, uniform, &s);
-  if (st != UATTN_OK) raise_status(st);
-  else r = Py_BuildValue("(iiii)", s.num_decodes, s.num_prefills, s.num_decode_tokens, s.num_prefill_tokens);
+  if (st != UATTN_OK)
+    raise_status(st);
+  else
+    r = Py_BuildValue("(iiii)", s.num_decodes, s.num_prefills, s.num_decode_tokens, s.num_prefill_tokens);
 done:
   array_release(&a);
   return r;
@@ -1394,8 +1426,8 @@ static PyObject *py_reorder(PyObject *mod, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"num_scheduled", "num_computed", "decode_threshold", NULL};
   PyObject *ns_o, *nc_o;
   int threshold = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:reorder_batch_to_split_decodes_and_prefills", kwlist, &ns_o,
-                                   &nc_o, &threshold))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:reorder_batch_to_split_decodes_and_prefills", kwlist, &ns_o, &nc_o,
+                                   &threshold))
     return NULL;
   array a[2];
   memset(a, 0, sizeof a);
@@ -1431,12 +1463,11 @@ done:
 }
 
 static PyObject *py_compute_slot_mapping(PyObject *mod, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"is_profile_run", "seq_len", "context_len", "start_idx", "block_size", "block_table",
-                           NULL};
+  static char *kwlist[] = {"is_profile_run", "seq_len", "context_len", "start_idx", "block_size", "block_table", NULL};
   int profile, seq_len, context_len, start_idx, bs;
   PyObject *bt_o = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "piiii|O:compute_slot_mapping", kwlist, &profile, &seq_len,
-                                   &context_len, &start_idx, &bs, &bt_o))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "piiii|O:compute_slot_mapping", kwlist, &profile, &seq_len, &context_len,
+                                   &start_idx, &bs, &bt_o))
     return NULL;
   array a;
   memset(&a, 0, sizeof a);
@@ -1448,8 +1479,10 @@ static PyObject *py_compute_slot_mapping(PyObject *mod, PyObject *args, PyObject
   int32_t n = 0;
   uattn_status st = uattn_compute_slot_mapping(profile, seq_len, context_len, start_idx, bs, a.data,
                                                (int32_t)(a.data ? a.shape[0] : 0), p, (int32_t)cap, &n);
-  if (st != UATTN_OK) raise_status(st);
-  else r = PySequence_GetSlice(out, 0, n);
+  if (st != UATTN_OK)
+    raise_status(st);
+  else
+    r = PySequence_GetSlice(out, 0, n);
 done:
   array_release(&a);
   Py_XDECREF(out);
@@ -1495,9 +1528,10 @@ static struct PyModuleDef module_def = {
     .m_name = "uattn",
     .m_size = -1,
     .m_methods = module_methods,
-    .m_doc = "uattn: unified-batch paged attention for CPUs (a C extension over libuattn).\n\n"
-    "Plan (the planner), Layer, Runtime, forward, merge_states, the kernel reports and vLLM's batch\n"
-    "utilities. Arrays are taken without copies (buffer protocol or __dlpack__); bf16 travels as uint16.",
+    .m_doc =
+        "uattn: unified-batch paged attention for CPUs (a C extension over libuattn).\n\n"
+        "Plan (the planner), Layer, Runtime, forward, merge_states, the kernel reports and vLLM's batch\n"
+        "utilities. Arrays are taken without copies (buffer protocol or __dlpack__); bf16 travels as uint16.",
 };
 
 static PyObject *make_struct_dtype(const char *const *fields, int n) {

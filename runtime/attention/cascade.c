@@ -34,8 +34,7 @@ typedef struct merge_input {
 /* The checks both merges make once their dimensions are valid, in this order: the size, each input's array
  * of pointers, out, the optional lse, then each input's parts. */
 static uattn_status check_merge_arrays(int32_t num_parts, int32_t rows, int32_t heads, int32_t head_dim,
-                                       const merge_input *inputs, int num_inputs, const float *out,
-                                       const float *lse) {
+                                       const merge_input *inputs, int num_inputs, const float *out, const float *lse) {
   uattn_status st;
   if ((st = check_size(rows, heads, head_dim))) return st;
   for (int i = 0; i < num_inputs; i++) UATTN_CHECK_PTR(inputs[i].arrays, inputs[i].name);
@@ -75,8 +74,7 @@ uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, con
 }
 
 uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
-                                  const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim,
-                                  float *out) {
+                                  const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim, float *out) {
   uattn_clear_error();
   if (num_parts <= 0 || num_parts > 64 || rows < 0 || heads <= 0 || head_dim <= 0 || head_dim > 4096)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,

@@ -56,8 +56,7 @@ static uattn_status validate_layer(const uattn_layer *L) {
                       (int)L->dtype, (int)L->cache_dtype);
   if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: kv_layout %d is not a uattn_kv_layout", (int)L->kv_layout);
-  if (!isfinite(L->scale))
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
+  if (!isfinite(L->scale)) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
   if (!(L->soft_cap >= 0.0f) || !isfinite(L->soft_cap))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: soft_cap must be >= 0 (0 = none)");
   UATTN_CHECK_ALIGNED(L->sinks, "layer.sinks");
@@ -67,18 +66,18 @@ static uattn_status validate_layer(const uattn_layer *L) {
                       "layer: sliding_window (%d), causal_width (%d) and chunk_size (%d) must be >= 0",
                       L->sliding_window, L->causal_width, L->chunk_size);
   switch (L->attn_type) {
-    case UATTN_ATTENTION_DECODER: break;
-    case UATTN_ATTENTION_ENCODER:
-    case UATTN_ATTENTION_ENCODER_ONLY:
-    case UATTN_ATTENTION_ENCODER_DECODER:
-      if (L->sliding_window > 0)
-        return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: a sliding window applies to decoder attention only");
-      if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER && L->alibi_slopes)
-        return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: ALiBi has no meaning for cross attention");
-      break;
-    default:
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: attn_type %d is not a uattn_attention_type",
-                        (int)L->attn_type);
+  case UATTN_ATTENTION_DECODER: break;
+  case UATTN_ATTENTION_ENCODER:
+  case UATTN_ATTENTION_ENCODER_ONLY:
+  case UATTN_ATTENTION_ENCODER_DECODER:
+    if (L->sliding_window > 0)
+      return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: a sliding window applies to decoder attention only");
+    if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER && L->alibi_slopes)
+      return uattn_fail(UATTN_ERR_UNSUPPORTED, "layer: ALiBi has no meaning for cross attention");
+    break;
+  default:
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: attn_type %d is not a uattn_attention_type",
+                      (int)L->attn_type);
   }
   return UATTN_OK;
 }
@@ -190,8 +189,7 @@ static size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
   return (((size_t)block * c->kv_heads + head) * c->block_size + off) * c->head_dim;
 }
 
-static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t,
-                        const cache_view *c) {
+static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c) {
   const size_t in_size = uattn_dtype_size(L->dtype), c_size = uattn_dtype_size(c->dtype);
   const int32_t D = L->head_dim, H = L->num_kv_heads;
   for (int32_t row = 0; row < in->num_tokens; row++) {
@@ -216,8 +214,7 @@ static int32_t all_heads_max_rows(const uattn_layer *L) {
  * heads, where one head's keys are a few lines of every row, with the decode kernel, and without the
  * chunked merge of shared blocks (chunk_size, which the panel path keeps). */
 static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 &&
-         L->chunk_size == 0 &&
+  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
          uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
 }
 
@@ -226,21 +223,21 @@ static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32
 /* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
 typedef struct workspace {
   const uattn_kernels *kern;
-  int64_t calls[UATTN_NUM_PARTS]; /* kernel calls per part, for uattn_last_forward_report */
+  int64_t calls[UATTN_NUM_PARTS];        /* kernel calls per part, for uattn_last_forward_report */
   int64_t decode_calls[UATTN_NUM_PARTS]; /* of those, the decode kernel's */
-  size_t panel_floats; /* of each of keys and values, in the kernel set's layout */
-  size_t decode_floats; /* the decode kernel's scratch (0: the set's decode kernel does not run) */
-  int32_t tile;      /* query rows per tile (the causal width) */
-  int32_t slots;     /* rows of q, states and visible: the tile's, or an all-heads unit's rows of every head */
-  int32_t panel;     /* keys per panel: max(block_size, tile) */
-  int32_t group;     /* query heads per KV head */
-  float *decode_scratch; /* [decode_floats], first: the kernel wants it 32-byte aligned */
-  float *q;          /* [slots, group, D] scaled queries */
-  float *keys, *values; /* [panel, D] */
-  float *scores;     /* [panel] */
-  float *state_o;    /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */
+  size_t panel_floats;                   /* of each of keys and values, in the kernel set's layout */
+  size_t decode_floats;                  /* the decode kernel's scratch (0: the set's decode kernel does not run) */
+  int32_t tile;                          /* query rows per tile (the causal width) */
+  int32_t slots;            /* rows of q, states and visible: the tile's, or an all-heads unit's rows of every head */
+  int32_t panel;            /* keys per panel: max(block_size, tile) */
+  int32_t group;            /* query heads per KV head */
+  float *decode_scratch;    /* [decode_floats], first: the kernel wants it 32-byte aligned */
+  float *q;                 /* [slots, group, D] scaled queries */
+  float *keys, *values;     /* [panel, D] */
+  float *scores;            /* [panel] */
+  float *state_o;           /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */
   float *state_m, *state_l; /* [4 parts][slots, group] */
-  int32_t *visible;  /* [slots]: keys of the current panel each row sees */
+  int32_t *visible;         /* [slots]: keys of the current panel each row sees */
 } workspace;
 
 /* The workspace's accumulators of partial states: one per part of the attention (uattn_part) and the scratch
@@ -273,8 +270,8 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D +
-                          NUM_ACCS * tg * 2) +
+  return sizeof(float) *
+             (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D + NUM_ACCS * tg * 2) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
@@ -343,7 +340,7 @@ static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 
 
 /* The kernel job of rows [row_lo, row_hi) of the tile against num_keys keys at key_pos0, into `acc`. */
 static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t num_keys,
-                                  int32_t key_pos0) {
+                                 int32_t key_pos0) {
   const workspace *w = c->w;
   const int32_t D = c->L->head_dim, first = tile_slot(c, row_lo);
   const size_t idx = state_index(w, acc, first, 0);
@@ -384,8 +381,8 @@ static void attend_panel(const step_ctx *c, int acc, int32_t row_lo, int32_t row
 /* Where a cache block's keys for the tile's KV head start (bytes into each cache) and the elements from one
  * key to the next: a whole row of heads in NHD, one head in HND. */
 static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
-  *stride = c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim
-                                                : (size_t)c->cache.head_dim;
+  *stride =
+      c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim : (size_t)c->cache.head_dim;
   return cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * uattn_dtype_size(c->cache.dtype);
 }
 
@@ -529,8 +526,8 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   const uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
-  c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off,
-                     c->cache.v + off, stride, c->cache.head_dim, c->w->decode_scratch);
+  c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off, c->cache.v + off,
+                     stride, c->cache.head_dim, c->w->decode_scratch);
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
@@ -639,9 +636,9 @@ typedef struct forward_job {
   uattn_runtime *rt;
   cache_view cache;
   workspace shape;
-  size_t scratch_bytes;  /* a worker's workspace */
-  size_t split_floats;   /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[D]] */
-  float *splits;         /* all split slots, after worker 0's workspace */
+  size_t scratch_bytes; /* a worker's workspace */
+  size_t split_floats;  /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[D]] */
+  float *splits;        /* all split slots, after worker 0's workspace */
   /* NUMA: KV head g belongs to node g % num_nodes; a worker takes its node's units first, then helps the
    * others, so on a multi-node machine each node mostly reads its own heads. One node: one queue. */
   int32_t num_nodes;
@@ -689,8 +686,10 @@ static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   const size_t slots = (size_t)job->sched.split_slot[job->sched.num_items] * job->L->num_kv_heads;
   const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
   char *p = uattn_worker_scratch(job->rt, worker, bytes);
-  if (!p) atomic_store(&job->out_of_memory, 1);
-  else if (worker == 0) job->splits = (float *)(p + job->scratch_bytes);
+  if (!p)
+    atomic_store(&job->out_of_memory, 1);
+  else if (worker == 0)
+    job->splits = (float *)(p + job->scratch_bytes);
 }
 
 /* The tile's scaled queries in its slots, and its partial states cleared. */
@@ -733,14 +732,26 @@ static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int
 
 /* The tile of rows [row0, row0 + rows) of the item's requests [first, end) (rows [qs, qe)) on KV head g; a
  * split unit covers keys [split * split_keys, (split + 1) * split_keys) of its one request's context. */
-static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split,
-                         int32_t first, int32_t end, int32_t row0, int32_t rows, int32_t slot) {
+static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
+                         int32_t end, int32_t row0, int32_t rows, int32_t slot) {
   const uattn_schedule *sched = &job->sched;
   const uattn_plan_info *in = sched->info;
-  step_ctx c = {.sched = sched, .in = in, .L = job->L, .t = job->t, .cache = job->cache, .w = w, .kv_head = g,
-                .req = first, .row0 = row0, .rows = rows, .slot = slot, .qs = in->query_start_loc[first],
-                .qe = in->query_start_loc[end], .num_computed = in->token_positions[in->query_start_loc[first]],
-                .key_lo = 0, .key_hi = INT32_MAX};
+  step_ctx c = {.sched = sched,
+                .in = in,
+                .L = job->L,
+                .t = job->t,
+                .cache = job->cache,
+                .w = w,
+                .kv_head = g,
+                .req = first,
+                .row0 = row0,
+                .rows = rows,
+                .slot = slot,
+                .qs = in->query_start_loc[first],
+                .qe = in->query_start_loc[end],
+                .num_computed = in->token_positions[in->query_start_loc[first]],
+                .key_lo = 0,
+                .key_hi = INT32_MAX};
   if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
     c.key_lo = split * sched->split_keys, c.key_hi = c.key_lo + sched->split_keys;
   return c;
@@ -805,8 +816,10 @@ static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv
   int32_t lo = 0, hi = job->sched.num_items; /* the last pos with begin[pos] <= x */
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
-    if (begin[mid] <= x) lo = mid;
-    else hi = mid;
+    if (begin[mid] <= x)
+      lo = mid;
+    else
+      hi = mid;
   }
   *pos = lo;
   *kv_head = u % job->L->num_kv_heads;
@@ -884,8 +897,8 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
         }
         const int32_t head = g * G + h;
         const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
-        uattn_narrow(L->dtype, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(L->dtype),
-                     (size_t)D);
+        uattn_narrow(L->dtype, row_out,
+                     (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(L->dtype), (size_t)D);
         if (job->t->lse) job->t->lse[(size_t)row * Hq + head] = lse;
       }
   }
@@ -918,7 +931,10 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
     return UATTN_OK;
   }
 
-  forward_job job = {.sched = sched, .L = L, .t = t, .rt = rt,
+  forward_job job = {.sched = sched,
+                     .L = L,
+                     .t = t,
+                     .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim}};
   workspace_shape(&job.shape, in, L, kernels);
@@ -966,8 +982,7 @@ uattn_status uattn_describe_kernels(const uattn_layer *layer, int32_t block_size
   UATTN_CHECK_PTR(out, "out");
   uattn_status st;
   if ((st = validate_layer(layer))) return st;
-  if (block_size <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size = %d must be > 0", block_size);
+  if (block_size <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size = %d must be > 0", block_size);
   *out = uattn_kernel_choice_for(layer, block_size)->report;
   return UATTN_OK;
 }

@@ -38,8 +38,8 @@ static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice
   r->cache_dtype = L->cache_dtype;
   r->chunk_size = L->chunk_size;
   const uattn_bucket_kernels *bucket;
-  c->set = uattn_kernels_dispatch(block_size, L->head_dim, L->cache_dtype, L->dtype, L->chunk_size, &bucket,
-                                  r->reason, sizeof r->reason);
+  c->set = uattn_kernels_dispatch(block_size, L->head_dim, L->cache_dtype, L->dtype, L->chunk_size, &bucket, r->reason,
+                                  sizeof r->reason);
   r->bucket_hit = bucket != NULL;
   r->kernel_set = c->set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
@@ -66,8 +66,10 @@ const uattn_kernel_choice *uattn_kernel_choice_for(const uattn_layer *L, int32_t
   key.cache_dtype = L->cache_dtype;
   key.dtype = L->dtype;
   const char *isa = getenv("UATTN_ISA");
-  if (isa && strlen(isa) < sizeof key.isa) strcpy(key.isa, isa);
-  else if (isa) memset(key.isa, 0xff, sizeof key.isa - 1); /* too long to be a set's name */
+  if (isa && strlen(isa) < sizeof key.isa)
+    strcpy(key.isa, isa);
+  else if (isa)
+    memset(key.isa, 0xff, sizeof key.isa - 1); /* too long to be a set's name */
 
   const uattn_kernel_choice *hit = find(&key, atomic_load_explicit(&cache_count, memory_order_acquire));
   if (hit) return hit;

@@ -22,15 +22,15 @@ const char *uattn_last_error(void) { return last_error; }
 
 const char *uattn_status_name(uattn_status status) {
   switch (status) {
-    case UATTN_OK: return "UATTN_OK";
-    case UATTN_ERR_INVALID_ARGUMENT: return "UATTN_ERR_INVALID_ARGUMENT";
-    case UATTN_ERR_OUT_OF_RANGE: return "UATTN_ERR_OUT_OF_RANGE";
-    case UATTN_ERR_INCONSISTENT: return "UATTN_ERR_INCONSISTENT";
-    case UATTN_ERR_CAPACITY: return "UATTN_ERR_CAPACITY";
-    case UATTN_ERR_OVERFLOW: return "UATTN_ERR_OVERFLOW";
-    case UATTN_ERR_TOO_LARGE: return "UATTN_ERR_TOO_LARGE";
-    case UATTN_ERR_NO_MEMORY: return "UATTN_ERR_NO_MEMORY";
-    case UATTN_ERR_UNSUPPORTED: return "UATTN_ERR_UNSUPPORTED";
+  case UATTN_OK: return "UATTN_OK";
+  case UATTN_ERR_INVALID_ARGUMENT: return "UATTN_ERR_INVALID_ARGUMENT";
+  case UATTN_ERR_OUT_OF_RANGE: return "UATTN_ERR_OUT_OF_RANGE";
+  case UATTN_ERR_INCONSISTENT: return "UATTN_ERR_INCONSISTENT";
+  case UATTN_ERR_CAPACITY: return "UATTN_ERR_CAPACITY";
+  case UATTN_ERR_OVERFLOW: return "UATTN_ERR_OVERFLOW";
+  case UATTN_ERR_TOO_LARGE: return "UATTN_ERR_TOO_LARGE";
+  case UATTN_ERR_NO_MEMORY: return "UATTN_ERR_NO_MEMORY";
+  case UATTN_ERR_UNSUPPORTED: return "UATTN_ERR_UNSUPPORTED";
   }
   return "UATTN_ERR_UNKNOWN";
 }

@@ -24,24 +24,24 @@ void uattn_clear_error(void);
  * through it as that type, and a misaligned access is undefined behaviour; uattn.h's conventions promise
  * a status instead). `what` names the argument in the message. A void pointer is checked against its
  * dtype with UATTN_CHECK_ALIGNMENT. */
-#define UATTN_CHECK_PTR(ptr, what)                                                                         \
-  do {                                                                                                     \
-    if ((ptr) == NULL) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s must not be NULL", (what));      \
-    UATTN_CHECK_ALIGNMENT((ptr), __alignof__(*(ptr)), (what));                                             \
+#define UATTN_CHECK_PTR(ptr, what)                                                                                     \
+  do {                                                                                                                 \
+    if ((ptr) == NULL) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s must not be NULL", (what));                   \
+    UATTN_CHECK_ALIGNMENT((ptr), __alignof__(*(ptr)), (what));                                                         \
   } while (0)
 
 /* The same for an optional pointer: NULL passes. */
-#define UATTN_CHECK_ALIGNED(ptr, what)                                                                     \
-  do {                                                                                                     \
-    if ((ptr) != NULL) UATTN_CHECK_PTR((ptr), (what));                                                     \
+#define UATTN_CHECK_ALIGNED(ptr, what)                                                                                 \
+  do {                                                                                                                 \
+    if ((ptr) != NULL) UATTN_CHECK_PTR((ptr), (what));                                                                 \
   } while (0)
 
 /* Checks that ptr is a multiple of align bytes. */
-#define UATTN_CHECK_ALIGNMENT(ptr, align, what)                                                            \
-  do {                                                                                                     \
-    if ((uintptr_t)(const void *)(ptr) % (align) != 0)                                                     \
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s = %p is misaligned: its elements need %zu-byte alignment", \
-                        (what), (const void *)(ptr), (size_t)(align));                                    \
+#define UATTN_CHECK_ALIGNMENT(ptr, align, what)                                                                        \
+  do {                                                                                                                 \
+    if ((uintptr_t)(const void *)(ptr) % (align) != 0)                                                                 \
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s = %p is misaligned: its elements need %zu-byte alignment",     \
+                        (what), (const void *)(ptr), (size_t)(align));                                                 \
   } while (0)
 
 /* The allocator a plan or runtime was created with, resolved once (NULL hooks mean malloc). */
@@ -77,9 +77,7 @@ static inline int uattn_mul_i32(int32_t a, int32_t b, int32_t *out) {
 
 static inline int32_t uattn_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t uattn_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
-static inline int32_t uattn_clamp_i32(int32_t v, int32_t lo, int32_t hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
-}
+static inline int32_t uattn_clamp_i32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 static inline int32_t uattn_ceil_div_i32(int32_t a, int32_t b) { return (int32_t)(((int64_t)a + b - 1) / b); }
 
 #endif /* UATTN_INTERNAL_H */

@@ -44,8 +44,10 @@ static cJSON *refuse_file(uattn_json_reader *r, uattn_status st, const char *pat
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  if (tool(r)) uattn_json_refuse(r, st, "%s: %s", path, what);
-  else uattn_json_refuse(r, st, "%s", what);
+  if (tool(r))
+    uattn_json_refuse(r, st, "%s: %s", path, what);
+  else
+    uattn_json_refuse(r, st, "%s", what);
   return NULL;
 }
 
@@ -59,8 +61,10 @@ static char *read_text(uattn_json_reader *r, const char *path, size_t max_bytes,
   struct stat sb;
   const bool regular = !max_bytes || (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode));
   if (!regular || (max_bytes && (size_t)sb.st_size > max_bytes)) {
-    if (!regular) refuse_file(r, UATTN_ERR_INVALID_ARGUMENT, path, "it is not a regular file");
-    else refuse_file(r, UATTN_ERR_TOO_LARGE, path, "%lld bytes, over the limit of %zu", (long long)sb.st_size, max_bytes);
+    if (!regular)
+      refuse_file(r, UATTN_ERR_INVALID_ARGUMENT, path, "it is not a regular file");
+    else
+      refuse_file(r, UATTN_ERR_TOO_LARGE, path, "%lld bytes, over the limit of %zu", (long long)sb.st_size, max_bytes);
     fclose(f);
     return NULL;
   }
@@ -112,8 +116,10 @@ cJSON *uattn_json_read_object(uattn_json_reader *r, const char *path, size_t max
     int line = 1, col = 1;
     if (at && at >= text && at <= text + len)
       for (const char *p = text; p < at; p++) {
-        if (*p == '\n') line++, col = 1;
-        else col++;
+        if (*p == '\n')
+          line++, col = 1;
+        else
+          col++;
       }
     free(text);
     return refuse_file(r, UATTN_ERR_INVALID_ARGUMENT, path, "malformed JSON at line %d, column %d", line, col);
@@ -213,8 +219,8 @@ uattn_status uattn_json_number(uattn_json_reader *r, const cJSON *obj, const cha
   if (!x) return r->status;
   char path[256];
   snprintf(path, sizeof path, "%s%s", where, key);
-  const bool number = cJSON_IsNumber(x), usable = number && isfinite(x->valuedouble) && x->valuedouble >= lo &&
-                                                  x->valuedouble <= hi;
+  const bool number = cJSON_IsNumber(x),
+             usable = number && isfinite(x->valuedouble) && x->valuedouble >= lo && x->valuedouble <= hi;
   if (usable) {
     *out = x->valuedouble;
     return UATTN_OK;

@@ -44,8 +44,7 @@ static int32_t bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t 
   return m;
 }
 
-uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t *out, int32_t cap,
-                                int32_t *count) {
+uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t *out, int32_t cap, int32_t *count) {
   uattn_clear_error();
   UATTN_CHECK_PTR(count, "count");
   if (min < 0 || max < min || round_up < 1)
@@ -123,15 +122,14 @@ static int32_t pad_logits(const uattn_plan_config *c, int32_t logits) {
 }
 
 static bool covers(const uattn_bucket *b, const uattn_bucket *x) {
-  return b->query_len >= x->query_len && b->shared_blocks >= x->shared_blocks &&
-         b->unique_blocks >= x->unique_blocks && b->logits >= x->logits;
+  return b->query_len >= x->query_len && b->shared_blocks >= x->shared_blocks && b->unique_blocks >= x->unique_blocks &&
+         b->logits >= x->logits;
 }
 
 static uattn_status dp_pad(const uattn_plan_config *c, int32_t *v, const char *what) {
   int32_t extra = c->bucketing.dp_padding(c->bucketing.dp_padding_user, *v);
   if (extra < 0)
-    return uattn_fail(UATTN_ERR_INCONSISTENT, "bucketing.dp_padding returned %d for %s: padding is >= 0", extra,
-                      what);
+    return uattn_fail(UATTN_ERR_INCONSISTENT, "bucketing.dp_padding returned %d for %s: padding is >= 0", extra, what);
   if ((int64_t)*v + extra > INT32_MAX)
     return uattn_fail(UATTN_ERR_OVERFLOW, "bucketing.dp_padding: %s %d + %d overflows int32", what, *v, extra);
   *v += extra;
@@ -144,34 +142,34 @@ uattn_status uattn_bucket_select(const uattn_plan *p, bool contains_prompts, con
   uattn_bucket out = *exact;
   *fallback = false;
   switch (c->bucketing.mode) {
-    case UATTN_BUCKETING_NONE: break;
-    case UATTN_BUCKETING_SEED: {
-      int32_t i = 0;
-      for (; i < p->buckets.count; i++)
-        if (p->buckets.causal[i] == contains_prompts && p->buckets.shapes[i].query_len >= exact->query_len &&
-            p->buckets.shapes[i].shared_blocks >= exact->shared_blocks &&
-            p->buckets.shapes[i].unique_blocks >= exact->unique_blocks)
-          break;
-      if (i < p->buckets.count) {
-        out = p->buckets.shapes[i];
-      } else {
-        *fallback = true; /* the seed warns and runs the exact shape; the plan counts it */
-      }
-      out.logits = pad_logits(c, exact->logits);
-      break;
+  case UATTN_BUCKETING_NONE: break;
+  case UATTN_BUCKETING_SEED: {
+    int32_t i = 0;
+    for (; i < p->buckets.count; i++)
+      if (p->buckets.causal[i] == contains_prompts && p->buckets.shapes[i].query_len >= exact->query_len &&
+          p->buckets.shapes[i].shared_blocks >= exact->shared_blocks &&
+          p->buckets.shapes[i].unique_blocks >= exact->unique_blocks)
+        break;
+    if (i < p->buckets.count) {
+      out = p->buckets.shapes[i];
+    } else {
+      *fallback = true; /* the seed warns and runs the exact shape; the plan counts it */
     }
-    case UATTN_BUCKETING_CUSTOM: {
-      uattn_status st = c->bucketing.fn(c->bucketing.fn_user, contains_prompts, exact, &out);
-      if (st != UATTN_OK)
-        return uattn_fail(st, "bucketing.fn failed with %s for shape (%d, %d, %d, %d)", uattn_status_name(st),
-                          exact->query_len, exact->shared_blocks, exact->unique_blocks, exact->logits);
-      if (!covers(&out, exact))
-        return uattn_fail(UATTN_ERR_INCONSISTENT,
-                          "bucketing.fn returned (%d, %d, %d, %d), smaller than the batch (%d, %d, %d, %d)",
-                          out.query_len, out.shared_blocks, out.unique_blocks, out.logits, exact->query_len,
-                          exact->shared_blocks, exact->unique_blocks, exact->logits);
-      break;
-    }
+    out.logits = pad_logits(c, exact->logits);
+    break;
+  }
+  case UATTN_BUCKETING_CUSTOM: {
+    uattn_status st = c->bucketing.fn(c->bucketing.fn_user, contains_prompts, exact, &out);
+    if (st != UATTN_OK)
+      return uattn_fail(st, "bucketing.fn failed with %s for shape (%d, %d, %d, %d)", uattn_status_name(st),
+                        exact->query_len, exact->shared_blocks, exact->unique_blocks, exact->logits);
+    if (!covers(&out, exact))
+      return uattn_fail(UATTN_ERR_INCONSISTENT,
+                        "bucketing.fn returned (%d, %d, %d, %d), smaller than the batch (%d, %d, %d, %d)",
+                        out.query_len, out.shared_blocks, out.unique_blocks, out.logits, exact->query_len,
+                        exact->shared_blocks, exact->unique_blocks, exact->logits);
+    break;
+  }
   }
   if (c->bucketing.dp_padding) {
     uattn_status st;
@@ -195,8 +193,7 @@ uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, b
     *count = n;
     return UATTN_OK;
   }
-  if (cap < n)
-    return uattn_fail(UATTN_ERR_CAPACITY, "the plan has %d buckets; the output holds %d", n, cap);
+  if (cap < n) return uattn_fail(UATTN_ERR_CAPACITY, "the plan has %d buckets; the output holds %d", n, cap);
   UATTN_CHECK_PTR(buckets, "buckets");
   for (int32_t i = 0; i < n; i++) {
     buckets[i] = plan->buckets.shapes[i];

@@ -45,14 +45,12 @@ static uattn_status validate_config(const uattn_plan_config *c) {
   if (c->num_blocks <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.num_blocks must be > 0 (got %d)", c->num_blocks);
   if (c->max_num_seqs <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.max_num_seqs must be > 0 (got %d)",
-                      c->max_num_seqs);
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.max_num_seqs must be > 0 (got %d)", c->max_num_seqs);
   if (c->max_num_batched_tokens <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.max_num_batched_tokens must be > 0 (got %d)",
                       c->max_num_batched_tokens);
   if (c->max_model_len <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.max_model_len must be > 0 (got %d)",
-                      c->max_model_len);
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.max_model_len must be > 0 (got %d)", c->max_model_len);
   if (c->chunk_size < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.chunk_size must be >= 0 (got %d)", c->chunk_size);
   if (c->split_min_keys < 0 || c->split_keys < 0)
@@ -60,23 +58,22 @@ static uattn_status validate_config(const uattn_plan_config *c) {
                       c->split_min_keys, c->split_keys);
   int32_t slots;
   if (!uattn_mul_i32(c->num_blocks, c->block_size, &slots))
-    return uattn_fail(UATTN_ERR_OVERFLOW, "config: num_blocks * block_size (%d * %d) overflows int32",
-                      c->num_blocks, c->block_size);
+    return uattn_fail(UATTN_ERR_OVERFLOW, "config: num_blocks * block_size (%d * %d) overflows int32", c->num_blocks,
+                      c->block_size);
   if (c->max_num_batched_tokens == INT32_MAX)
     return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_batched_tokens must be < INT32_MAX");
   /* query_start_loc holds max_num_seqs + 1 int32 entries */
-  if (c->max_num_seqs == INT32_MAX)
-    return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_seqs must be < INT32_MAX");
+  if (c->max_num_seqs == INT32_MAX) return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_seqs must be < INT32_MAX");
   switch (c->bucketing.mode) {
-    case UATTN_BUCKETING_NONE:
-    case UATTN_BUCKETING_SEED: break;
-    case UATTN_BUCKETING_CUSTOM:
-      if (!c->bucketing.fn)
-        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.bucketing: mode CUSTOM needs bucketing.fn");
-      break;
-    default:
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.bucketing.mode %d is not a uattn_bucketing_mode",
-                        (int)c->bucketing.mode);
+  case UATTN_BUCKETING_NONE:
+  case UATTN_BUCKETING_SEED: break;
+  case UATTN_BUCKETING_CUSTOM:
+    if (!c->bucketing.fn)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.bucketing: mode CUSTOM needs bucketing.fn");
+    break;
+  default:
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.bucketing.mode %d is not a uattn_bucketing_mode",
+                      (int)c->bucketing.mode);
   }
   return UATTN_OK;
 }
@@ -89,7 +86,8 @@ static uattn_status plan_array(uattn_plan *p, void **ptr, size_t count, size_t s
   return UATTN_OK;
 }
 
-/* Every fixed-size array of a plan, so creation and destruction walk the same list. */
+/* Every fixed-size array of a plan, so creation and destruction walk the same list (a table: not reflowed). */
+/* clang-format off */
 #define UATTN_PLAN_ARRAYS(X)                                                                                \
   X(blocks.stamp, nb) X(blocks.start, nb) X(blocks.owner, nb) X(blocks.readers, nb) X(blocks.index, nb)     \
   X(blocks.written, nb) X(num_scheduled, nr) X(query_start_loc, nr) X(seq_lens, nr) X(cached, nr)          \
@@ -97,6 +95,7 @@ static uattn_status plan_array(uattn_plan *p, void **ptr, size_t count, size_t s
   X(token_ids, nt) X(token_context_lens, nt) X(slot_mapping, nt) X(logits_indices, nt)                      \
   X(logits_groups, nt) X(new_token_positions, nt) X(span_req_begin, nr) X(unique_row_begin, nt) X(item_first, nr) \
   X(item_reqs, nr) X(cost_keys, nr) X(split_begin, nr) X(split_slot, nr)
+/* clang-format on */
 
 static void plan_free(uattn_plan *p) {
   size_t nb = (size_t)p->config.num_blocks, nr = (size_t)p->config.max_num_seqs + 1,
@@ -156,7 +155,7 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
 
   size_t nb = (size_t)config->num_blocks, nr = (size_t)config->max_num_seqs + 1,
          nt = (size_t)config->max_num_batched_tokens + 1;
-#define UATTN_ALLOC(field, n) \
+#define UATTN_ALLOC(field, n)                                                                                          \
   if (!st) st = plan_array(p, (void **)&p->field, (n), sizeof *p->field);
   UATTN_PLAN_ARRAYS(UATTN_ALLOC)
 #undef UATTN_ALLOC
@@ -197,8 +196,7 @@ static uattn_status scheduled_tokens(const uattn_step *s, int32_t r, int32_t *ou
     }
   }
   if (ns <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_scheduled[%d] = %d: a request schedules >= 1 token",
-                      r, ns);
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_scheduled[%d] = %d: a request schedules >= 1 token", r, ns);
   *out = ns;
   return UATTN_OK;
 }
@@ -210,31 +208,28 @@ typedef struct step_shape {
   bool contains_prompts;
 } step_shape;
 
-static uattn_status validate_requests(const uattn_plan *p, const uattn_step *s, int32_t *ns_out,
-                                      step_shape *shape) {
+static uattn_status validate_requests(const uattn_plan *p, const uattn_step *s, int32_t *ns_out, step_shape *shape) {
   const uattn_plan_config *c = &p->config;
   int64_t total_tokens = 0;
   shape->contains_prompts = false;
   for (int32_t r = 0; r < s->num_reqs; r++) {
     int32_t nc = s->num_computed[r], np = s->num_prompt[r], ns = 0;
-    if (nc < 0)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_computed[%d] = %d must be >= 0", r, nc);
-    if (np <= 0)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_prompt[%d] = %d must be >= 1", r, np);
+    if (nc < 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_computed[%d] = %d must be >= 0", r, nc);
+    if (np <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_prompt[%d] = %d must be >= 1", r, np);
     uattn_status st = scheduled_tokens(s, r, &ns);
     if (st) return st;
     int64_t seq_len = (int64_t)nc + ns;
     if (seq_len > INT32_MAX)
-      return uattn_fail(UATTN_ERR_OVERFLOW, "request %d: num_computed + num_scheduled (%d + %d) overflows int32",
-                        r, nc, ns);
+      return uattn_fail(UATTN_ERR_OVERFLOW, "request %d: num_computed + num_scheduled (%d + %d) overflows int32", r, nc,
+                        ns);
     if (seq_len > c->max_model_len)
-      return uattn_fail(UATTN_ERR_CAPACITY, "request %d: sequence length %lld exceeds the plan's max_model_len %d",
-                        r, (long long)seq_len, c->max_model_len);
+      return uattn_fail(UATTN_ERR_CAPACITY, "request %d: sequence length %lld exceeds the plan's max_model_len %d", r,
+                        (long long)seq_len, c->max_model_len);
     int64_t blocks_needed = (seq_len + c->block_size - 1) / c->block_size;
     if (blocks_needed > s->block_table_stride)
       return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
-                        "request %d: position %lld is past its block-table row (stride %d holds %lld positions)",
-                        r, (long long)seq_len - 1, s->block_table_stride,
+                        "request %d: position %lld is past its block-table row (stride %d holds %lld positions)", r,
+                        (long long)seq_len - 1, s->block_table_stride,
                         (long long)s->block_table_stride * c->block_size);
     if (s->token_ids && seq_len > s->token_ids_stride)
       return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
@@ -256,7 +251,7 @@ static uattn_status validate_requests(const uattn_plan *p, const uattn_step *s, 
  * min(position + 1, cached), non-decreasing in the row, so they are the request's last ones. */
 static int32_t block_readers(int32_t nc, int32_t ns, int32_t cached, bool prompt, int32_t start) {
   if (start >= cached) return 0;
-  if (prompt) return ns;                   /* every row's context is all num_computed keys */
+  if (prompt) return ns;                       /* every row's context is all num_computed keys */
   int32_t first = start > nc ? start - nc : 0; /* first row whose position reaches the block */
   return ns - first;
 }
@@ -562,7 +557,8 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
     const int32_t r = keys[i].first, splits = keys[i].reqs == 1 ? request_splits(p, r) : 1;
     p->split_begin[i + 1] = p->split_begin[i] + splits;
     /* a (row, split) slot for each row of each split */
-    p->split_slot[i + 1] = p->split_slot[i] + (splits > 1 ? splits * (p->query_start_loc[r + 1] - p->query_start_loc[r]) : 0);
+    p->split_slot[i + 1] =
+        p->split_slot[i] + (splits > 1 ? splits * (p->query_start_loc[r + 1] - p->query_start_loc[r]) : 0);
   }
 }
 
@@ -574,8 +570,7 @@ static void write_indexes(uattn_plan *p, const uattn_step *s, int32_t num_spans,
 static uattn_status validate_draft_offsets(const uattn_step *s) {
   const int32_t *o = s->draft_offsets;
   if (!o) return UATTN_OK;
-  if (o[0] < 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.draft_offsets[0] = %d must be >= 0", o[0]);
+  if (o[0] < 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.draft_offsets[0] = %d must be >= 0", o[0]);
   for (int32_t r = 0; r < s->num_reqs; r++)
     if (o[r + 1] < o[r])
       return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
@@ -587,8 +582,7 @@ static uattn_status validate_draft_offsets(const uattn_step *s) {
 }
 
 static uattn_status validate_step_pointers(const uattn_plan *p, const uattn_step *s) {
-  if (s->num_reqs < 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_reqs = %d must be >= 0", s->num_reqs);
+  if (s->num_reqs < 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.num_reqs = %d must be >= 0", s->num_reqs);
   if (s->num_reqs > p->config.max_num_seqs)
     return uattn_fail(UATTN_ERR_CAPACITY, "step.num_reqs = %d exceeds the plan's max_num_seqs %d", s->num_reqs,
                       p->config.max_num_seqs);
@@ -600,8 +594,7 @@ static uattn_status validate_step_pointers(const uattn_plan *p, const uattn_step
   UATTN_CHECK_ALIGNED(s->token_ids, "step.token_ids");
   UATTN_CHECK_ALIGNED(s->draft_offsets, "step.draft_offsets");
   if (s->block_table_stride <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.block_table_stride = %d must be > 0",
-                      s->block_table_stride);
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.block_table_stride = %d must be > 0", s->block_table_stride);
   if (s->token_ids && s->token_ids_stride <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "step.token_ids_stride = %d must be > 0 when token_ids is given",
                       s->token_ids_stride);
@@ -699,10 +692,16 @@ uattn_status uattn_plan_get_stats(const uattn_plan *plan, uattn_plan_stats *stat
 
 uattn_status uattn_plan_schedule(const uattn_plan *p, uattn_schedule *out) {
   UATTN_CHECK_PTR(p, "plan");
-  *out = (uattn_schedule){.config = &p->config, .info = &p->info, .num_items = p->num_items,
-                          .item_first = p->item_first, .item_reqs = p->item_reqs, .split_begin = p->split_begin,
-                          .split_slot = p->split_slot, .split_keys = p->config.split_keys,
-                          .spans_by_req = p->spans_by_req.data, .span_req_begin = p->span_req_begin,
+  *out = (uattn_schedule){.config = &p->config,
+                          .info = &p->info,
+                          .num_items = p->num_items,
+                          .item_first = p->item_first,
+                          .item_reqs = p->item_reqs,
+                          .split_begin = p->split_begin,
+                          .split_slot = p->split_slot,
+                          .split_keys = p->config.split_keys,
+                          .spans_by_req = p->spans_by_req.data,
+                          .span_req_begin = p->span_req_begin,
                           .unique_row_begin = p->unique_row_begin};
   return UATTN_OK;
 }

@@ -63,19 +63,19 @@ struct uattn_plan {
    * once for the whole group, not once a request (Hydragen's batching of a common prefix). Items by cost:
    * item i holds requests [item_first[i], item_first[i] + item_reqs[i]). */
   int32_t num_items;
-  int32_t *item_first;       /* [max_num_seqs] */
-  int32_t *item_reqs;        /* [max_num_seqs] */
+  int32_t *item_first; /* [max_num_seqs] */
+  int32_t *item_reqs;  /* [max_num_seqs] */
   /* split-K: a decode over a long context is cut into key ranges of config.split_keys, computed as separate
    * work units and merged in a fixed order. Decided by the context alone, never by the thread count, so the
    * answer does not depend on it (nor does the grouping). A split request is an item of its own. By item
    * position i: splits [split_begin[i], split_begin[i+1]); split_slot[i]: the item's first (row, split) slot
    * among split items' (for their partial states: split s of row k is slot split_slot[i] + s * rows + k). */
-  int32_t *split_begin;      /* [max_num_seqs + 1] */
-  int32_t *split_slot;       /* [max_num_seqs + 1] */
+  int32_t *split_begin; /* [max_num_seqs + 1] */
+  int32_t *split_slot;  /* [max_num_seqs + 1] */
   struct uattn_cost_key {
     int64_t cost;
     int32_t first, reqs;
-  } *cost_keys; /* scratch for sorting the items */
+  } * cost_keys; /* scratch for sorting the items */
 
   uattn_bucket_table buckets;
   uattn_seed_buffers seed;

@@ -11,8 +11,8 @@
 
 void uattn_seed_buffers_release(uattn_plan *p) {
   uattn_seed_buffers *b = &p->seed;
-  uattn_buf *all[] = {&b->causal_bias, &b->shared_bias, &b->shared_usage, &b->unique_bias, &b->unique_mapping,
-                      &b->slot_mapping, &b->token_ids, &b->token_positions, &b->logits_indices};
+  uattn_buf *all[] = {&b->causal_bias,  &b->shared_bias, &b->shared_usage,    &b->unique_bias,   &b->unique_mapping,
+                      &b->slot_mapping, &b->token_ids,   &b->token_positions, &b->logits_indices};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) uattn_buf_release(&p->alloc, all[i]);
 }
 

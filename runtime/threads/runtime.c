@@ -26,8 +26,8 @@ static uattn_status env_num_threads(int32_t *out) {
   long v = strtol(s, &end, 10);
   if (*s < '0' || *s > '9' || *end != '\0' || errno || v > UATTN_RUNTIME_MAX_THREADS)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
-                      "UATTN_NUM_THREADS=\"%s\": expected a whole number of threads in [0, %d] (0 = one per core)",
-                      s, UATTN_RUNTIME_MAX_THREADS);
+                      "UATTN_NUM_THREADS=\"%s\": expected a whole number of threads in [0, %d] (0 = one per core)", s,
+                      UATTN_RUNTIME_MAX_THREADS);
   *out = (int32_t)v;
   return UATTN_OK;
 }

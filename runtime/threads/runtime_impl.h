@@ -14,9 +14,9 @@
 /* The machine, the process's binding and the PUs the runtime may use. */
 typedef struct uattn_topo {
   hwloc_topology_t topo;
-  hwloc_bitmap_t binding; /* the process's binding at creation */
-  hwloc_bitmap_t usable;  /* binding ∩ the runtime's cpuset */
-  int32_t num_cores;      /* usable cores: those with at least one usable PU */
+  hwloc_bitmap_t binding;  /* the process's binding at creation */
+  hwloc_bitmap_t usable;   /* binding ∩ the runtime's cpuset */
+  int32_t num_cores;       /* usable cores: those with at least one usable PU */
   hwloc_bitmap_t *core_pu; /* [num_cores] the first usable PU of each usable core, one bit each */
   int32_t *core_pu_os;     /* [num_cores] its OS index */
   int32_t *core_numa;      /* [num_cores] its NUMA node's OS index, -1 if unknown */
@@ -41,7 +41,7 @@ typedef struct uattn_worker {
   hwloc_const_bitmap_t bind_set; /* where the thread binds itself; NULL = leave it as created */
   int32_t pu;                    /* the one PU it is pinned to, -1 if none */
   pthread_t thread;
-  bool started; /* thread created (joined at destroy) */
+  bool started;      /* thread created (joined at destroy) */
   uattn_alloc alloc; /* the runtime's hooks with this worker's own counters: no sharing between threads */
   uattn_buf scratch;
 } uattn_worker;
@@ -57,15 +57,15 @@ struct uattn_runtime {
   bool stop;
 
   /* Written by finishing workers, read by the waiting caller. */
-  _Alignas(64) _Atomic uint32_t done;        /* workers 1.. that finished the current job */
-  _Atomic uint32_t caller_sleeping;          /* the caller sleeps (or is about to) on done */
+  _Alignas(64) _Atomic uint32_t done; /* workers 1.. that finished the current job */
+  _Atomic uint32_t caller_sleeping;   /* the caller sleeps (or is about to) on done */
 
   _Alignas(64) int32_t num_workers;
   int64_t spin_ns;
-  bool oversubscribed; /* a core has several workers: they spin with yields */
+  bool oversubscribed;       /* a core has several workers: they spin with yields */
   hwloc_bitmap_t worker_pus; /* PUs of the pinned workers 1.., to tell whether the caller shares one */
-  pthread_mutex_t run_lock; /* held by one engine thread's run, or by its hold over several (pool.h) */
-  _Atomic uintptr_t holder; /* the thread holding run_lock (pool.c's thread_id), 0 when none */
+  pthread_mutex_t run_lock;  /* held by one engine thread's run, or by its hold over several (pool.h) */
+  _Atomic uintptr_t holder;  /* the thread holding run_lock (pool.c's thread_id), 0 when none */
 
   /* creation: workers report that they are bound (or why not) */
   pthread_mutex_t start_lock;

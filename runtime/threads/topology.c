@@ -46,8 +46,8 @@ static uattn_status parse_cpuset(const char *s, const char *from, hwloc_bitmap_t
     long lo, hi;
     if (!isdigit((unsigned char)*p))
       return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
-                        "%s \"%s\": expected a PU index at offset %d (syntax: \"0-3,8\", like taskset -c)", from,
-                        s, (int)(p - s));
+                        "%s \"%s\": expected a PU index at offset %d (syntax: \"0-3,8\", like taskset -c)", from, s,
+                        (int)(p - s));
     char *end;
     lo = strtol(p, &end, 10);
     p = end;
@@ -55,8 +55,8 @@ static uattn_status parse_cpuset(const char *s, const char *from, hwloc_bitmap_t
     if (*p == '-') {
       p++;
       if (!isdigit((unsigned char)*p))
-        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s \"%s\": expected the end of a range at offset %d",
-                          from, s, (int)(p - s));
+        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "%s \"%s\": expected the end of a range at offset %d", from, s,
+                          (int)(p - s));
       hi = strtol(p, &end, 10);
       p = end;
     }

@@ -29,7 +29,7 @@
 
 #define TUNING_FORMAT_NAME "uattn-tuning"
 #define TUNING_MAX_FILE_BYTES ((size_t)16 << 20)
-#define TUNING_MS_LIMIT 1e15 /* tuned_ms and default_ms are below it */
+#define TUNING_MS_LIMIT 1e15      /* tuned_ms and default_ms are below it */
 #define TUNING_WORKLOAD_CHARS 240 /* of the workload, in the report */
 #define MISS_SLOTS 64             /* distinct buckets without an entry that the report can list */
 
@@ -320,8 +320,10 @@ static uattn_status parse_file(uattn_json_reader *r, uattn_tuning_state *s, cons
   memset(&host, 0, sizeof host);
   const char *format;
   int32_t version = 0;
-  static const char *const top_keys[] = {"format", "format_version", "uattn_version", "cpu", "date", "workload", "entries"};
-  const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries"), *date = cJSON_GetObjectItemCaseSensitive(root, "date");
+  static const char *const top_keys[] = {"format", "format_version", "uattn_version", "cpu",
+                                         "date",   "workload",       "entries"};
+  const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries"),
+              *date = cJSON_GetObjectItemCaseSensitive(root, "date");
   uattn_status st;
   if ((st = uattn_json_string(r, root, "", "format", &format)) != UATTN_OK) {
   } else if (strcmp(format, TUNING_FORMAT_NAME)) {
@@ -362,7 +364,8 @@ static uattn_status parse_file(uattn_json_reader *r, uattn_tuning_state *s, cons
         i++;
       }
       uattn_tuning_entry *plain = st == UATTN_OK ? malloc(sizeof *plain * (size_t)(n ? n : 1)) : NULL;
-      if (st == UATTN_OK && !plain) st = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory checking %d entries", n);
+      if (st == UATTN_OK && !plain)
+        st = uattn_json_refuse(r, UATTN_ERR_NO_MEMORY, "out of memory checking %d entries", n);
       if (plain) {
         for (int32_t k = 0; k < n; k++) plain[k] = t->slots[k].entry;
         st = check_entries(plain, n, r->why, r->cap);
@@ -420,8 +423,10 @@ static uattn_status load_locked(uattn_tuning_state *s, const char *path, bool fr
   }
   const tuning_table *kept = atomic_load_explicit(&s->table, memory_order_acquire);
   char keeps[560];
-  if (kept) snprintf(keeps, sizeof keeps, "the tuning from \"%s\" stays in use", kept->file);
-  else snprintf(keeps, sizeof keeps, "the library defaults stay in use");
+  if (kept)
+    snprintf(keeps, sizeof keeps, "the tuning from \"%s\" stays in use", kept->file);
+  else
+    snprintf(keeps, sizeof keeps, "the library defaults stay in use");
   s->last_status = st;
   char message[1200];
   snprintf(message, sizeof message, "tuning file \"%s\" refused: %s; %s", path, why, keeps);
@@ -511,10 +516,10 @@ const uattn_tuning_entry *uattn_tuning_find(const uattn_runtime *rt, int32_t blo
 
 /* ---- public calls on a runtime ------------------------------------------------------------------------ */
 
-#define CHECK_RUNTIME(rt)                                                                                    \
-  do {                                                                                                       \
-    UATTN_CHECK_PTR(rt, "rt");                                                                               \
-    if (!(rt)->tuning) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "rt is not a runtime in use");          \
+#define CHECK_RUNTIME(rt)                                                                                              \
+  do {                                                                                                                 \
+    UATTN_CHECK_PTR(rt, "rt");                                                                                         \
+    if (!(rt)->tuning) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "rt is not a runtime in use");                    \
   } while (0)
 
 static uattn_status check_bucket(int32_t block_size, int32_t head_dim, uattn_dtype dtype) {
@@ -556,15 +561,17 @@ uattn_status uattn_runtime_tuning_info(const uattn_runtime *rt, uattn_tuning_inf
 }
 
 static void report_value(strbuf *b, int32_t v) {
-  if (v) sb_printf(b, " %10d", v);
-  else sb_printf(b, " %10s", "default");
+  if (v)
+    sb_printf(b, " %10d", v);
+  else
+    sb_printf(b, " %10s", "default");
 }
 
 static void build_report(uattn_tuning_state *s, strbuf *b) {
   const tuning_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
   if (t) {
-    sb_printf(b, "uattn tuning: %d entr%s from \"%s\"%s\n", t->num_entries, t->num_entries == 1 ? "y" : "ies",
-              t->file, s->from_env && s->last_status == UATTN_OK ? " ($UATTN_TUNING_FILE)" : "");
+    sb_printf(b, "uattn tuning: %d entr%s from \"%s\"%s\n", t->num_entries, t->num_entries == 1 ? "y" : "ies", t->file,
+              s->from_env && s->last_status == UATTN_OK ? " ($UATTN_TUNING_FILE)" : "");
     sb_printf(b, "  tuned %s with uattn %s on %s \"%s\", kernel set %s\n", t->date, t->host.uattn_version,
               t->host.cpu_vendor, t->host.cpu_model, t->host.kernel_set);
     sb_printf(b, "  workload: %s\n", t->workload);
@@ -573,7 +580,8 @@ static void build_report(uattn_tuning_state *s, strbuf *b) {
     for (int32_t i = 0; i < t->num_entries; i++) {
       const uattn_tuning_entry *e = &t->slots[i].entry;
       char bucket[64];
-      snprintf(bucket, sizeof bucket, "block %d, head_dim %d, %s", e->block_size, e->head_dim, uattn_dtype_name(e->cache_dtype));
+      snprintf(bucket, sizeof bucket, "block %d, head_dim %d, %s", e->block_size, e->head_dim,
+               uattn_dtype_name(e->cache_dtype));
       sb_printf(b, "  %-30s", bucket);
       report_value(b, e->chunk_size);
       report_value(b, e->query_tile);
@@ -681,7 +689,8 @@ uattn_status uattn_runtime_tuned_layer(const uattn_runtime *rt, int32_t block_si
 static cJSON *entry_json(const uattn_tuning_entry *e) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  bool ok = cJSON_AddNumberToObject(o, "block_size", e->block_size) && cJSON_AddNumberToObject(o, "head_dim", e->head_dim) &&
+  bool ok = cJSON_AddNumberToObject(o, "block_size", e->block_size) &&
+            cJSON_AddNumberToObject(o, "head_dim", e->head_dim) &&
             cJSON_AddStringToObject(o, "cache_dtype", uattn_dtype_name(e->cache_dtype));
   for (int k = 2; k < NUM_INT_FIELDS && ok; k++)
     ok = cJSON_AddNumberToObject(o, int_fields[k].key, field_value(e, &int_fields[k])) != NULL;
@@ -696,13 +705,14 @@ static cJSON *entry_json(const uattn_tuning_entry *e) {
 }
 
 /* The whole document, or NULL (out of memory). */
-static cJSON *file_json(const uattn_tuning_host *h, const char *date, cJSON *workload, const uattn_tuning_entry *entries,
-                        int32_t n) {
+static cJSON *file_json(const uattn_tuning_host *h, const char *date, cJSON *workload,
+                        const uattn_tuning_entry *entries, int32_t n) {
   cJSON *root = cJSON_CreateObject(), *cpu = cJSON_CreateObject(), *list = cJSON_CreateArray();
   bool ok = root && cpu && list && cJSON_AddStringToObject(root, "format", TUNING_FORMAT_NAME) &&
             cJSON_AddNumberToObject(root, "format_version", UATTN_TUNING_FORMAT_VERSION) &&
             cJSON_AddStringToObject(root, "uattn_version", h->uattn_version) &&
-            cJSON_AddStringToObject(cpu, "vendor", h->cpu_vendor) && cJSON_AddStringToObject(cpu, "model", h->cpu_model) &&
+            cJSON_AddStringToObject(cpu, "vendor", h->cpu_vendor) &&
+            cJSON_AddStringToObject(cpu, "model", h->cpu_model) &&
             cJSON_AddStringToObject(cpu, "kernel_set", h->kernel_set);
   if (ok) {
     cJSON_AddItemToObject(root, "cpu", cpu);
@@ -743,7 +753,8 @@ uattn_status uattn_tuning_write(const char *path, const uattn_tuning_entry *entr
   uattn_status st = check_entries(entries, num_entries, why, sizeof why);
   if (st != UATTN_OK) return uattn_fail(st, "tuning file \"%s\" not written: %s", path, why);
   cJSON *workload = cJSON_Parse(workload_json ? workload_json : "{}");
-  if (!workload) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tuning file \"%s\" not written: workload_json is not JSON", path);
+  if (!workload)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tuning file \"%s\" not written: workload_json is not JSON", path);
 
   uattn_tuning_host host;
   uattn_tuning_host_get(&host);

@@ -23,13 +23,13 @@ typedef struct named_count {
 } named_count;
 
 /* check_count on each {n, "name"} in turn; the first that fails is returned from the calling function. */
-#define CHECK_COUNTS(...)                                                                                  \
-  do {                                                                                                     \
-    const named_count counts_[] = {__VA_ARGS__};                                                           \
-    for (size_t i_ = 0; i_ < sizeof counts_ / sizeof counts_[0]; i_++) {                                   \
-      uattn_status st_ = check_count(counts_[i_].n, counts_[i_].what);                                     \
-      if (st_ != UATTN_OK) return st_;                                                                     \
-    }                                                                                                      \
+#define CHECK_COUNTS(...)                                                                                              \
+  do {                                                                                                                 \
+    const named_count counts_[] = {__VA_ARGS__};                                                                       \
+    for (size_t i_ = 0; i_ < sizeof counts_ / sizeof counts_[0]; i_++) {                                               \
+      uattn_status st_ = check_count(counts_[i_].n, counts_[i_].what);                                                 \
+      if (st_ != UATTN_OK) return st_;                                                                                 \
+    }                                                                                                                  \
   } while (0)
 
 /* qsl has num_reqs + 1 entries, never decreases and (zero_start) starts at 0; the seeds index
@@ -43,8 +43,8 @@ static uattn_status check_qsl(const int32_t *qsl, int32_t num_reqs, bool zero_st
   for (int32_t r = 0; r < num_reqs; r++) {
     if (qsl[r + 1] < qsl[r])
       return uattn_fail(UATTN_ERR_INCONSISTENT,
-                        "query_start_loc must not decrease: query_start_loc[%d] = %d < query_start_loc[%d] = %d",
-                        r + 1, qsl[r + 1], r, qsl[r]);
+                        "query_start_loc must not decrease: query_start_loc[%d] = %d < query_start_loc[%d] = %d", r + 1,
+                        qsl[r + 1], r, qsl[r]);
   }
   return UATTN_OK;
 }
@@ -56,9 +56,8 @@ static uattn_status check_seq_lens(const int32_t *seq_lens, const int32_t *qsl, 
   if (num_reqs > 0) UATTN_CHECK_PTR(seq_lens, "seq_lens");
   for (int32_t r = 0; r < num_reqs; r++) {
     if (seq_lens[r] < query_len(qsl, r))
-      return uattn_fail(UATTN_ERR_INCONSISTENT,
-                        "seq_lens[%d] = %d is shorter than request %d's query length %d", r, seq_lens[r], r,
-                        query_len(qsl, r));
+      return uattn_fail(UATTN_ERR_INCONSISTENT, "seq_lens[%d] = %d is shorter than request %d's query length %d", r,
+                        seq_lens[r], r, query_len(qsl, r));
   }
   return UATTN_OK;
 }
@@ -83,23 +82,21 @@ static uattn_batch_split all_decodes(int32_t num_reqs, int32_t num_tokens) {
 }
 
 /* The checks both splits make, out first; seq_lens only for the split that reads it. */
-static uattn_status check_split_args(int32_t num_reqs, const int32_t *qsl, bool with_seq_lens,
-                                     const int32_t *seq_lens, int32_t num_tokens, int32_t decode_threshold,
-                                     const uattn_batch_split *out) {
+static uattn_status check_split_args(int32_t num_reqs, const int32_t *qsl, bool with_seq_lens, const int32_t *seq_lens,
+                                     int32_t num_tokens, int32_t decode_threshold, const uattn_batch_split *out) {
   UATTN_CHECK_PTR(out, "out");
   uattn_status st;
   CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"});
   if ((st = check_qsl(qsl, num_reqs, true)) != UATTN_OK) return st;
   if (with_seq_lens && (st = check_seq_lens(seq_lens, qsl, num_reqs)) != UATTN_OK) return st;
   if (num_tokens < qsl[num_reqs])
-    return uattn_fail(UATTN_ERR_INCONSISTENT, "num_tokens = %d is less than query_start_loc[num_reqs] = %d",
-                      num_tokens, qsl[num_reqs]);
+    return uattn_fail(UATTN_ERR_INCONSISTENT, "num_tokens = %d is less than query_start_loc[num_reqs] = %d", num_tokens,
+                      qsl[num_reqs]);
   return UATTN_OK;
 }
 
-uattn_status uattn_split_decodes_and_prefills(int32_t num_reqs, const int32_t *query_start_loc,
-                                              int32_t num_tokens, int32_t decode_threshold,
-                                              bool require_uniform, uattn_batch_split *out) {
+uattn_status uattn_split_decodes_and_prefills(int32_t num_reqs, const int32_t *query_start_loc, int32_t num_tokens,
+                                              int32_t decode_threshold, bool require_uniform, uattn_batch_split *out) {
   uattn_clear_error();
   uattn_status st = check_split_args(num_reqs, query_start_loc, false, NULL, num_tokens, decode_threshold, out);
   if (st != UATTN_OK) return st;
@@ -255,10 +252,9 @@ static int32_t next_misplaced(reorder_ctx *c, int a, int z) {
 }
 
 uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs, const int32_t *num_scheduled,
-                                                               const int32_t *num_computed,
-                                                               int32_t decode_threshold, uattn_swap *swaps,
-                                                               int32_t swaps_capacity, int32_t *num_swaps,
-                                                               int32_t *order) {
+                                                               const int32_t *num_computed, int32_t decode_threshold,
+                                                               uattn_swap *swaps, int32_t swaps_capacity,
+                                                               int32_t *num_swaps, int32_t *order) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_swaps, "num_swaps");
   CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"}, {swaps_capacity, "swaps_capacity"});
@@ -294,7 +290,7 @@ uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs,
       two_cycles += pairs[a][b];
     }
   /* Leftovers run one way round the three zones: decode->extend->prefill->decode or the reverse. */
-  const int32_t fwd = M[0][1] - pairs[0][1]; /* 3-cycles made of (0 in zone 1, 1 in zone 2, 2 in zone 0) */
+  const int32_t fwd = M[0][1] - pairs[0][1];  /* 3-cycles made of (0 in zone 1, 1 in zone 2, 2 in zone 0) */
   const int32_t back = M[1][0] - pairs[0][1]; /* 3-cycles made of (1 in zone 0, 2 in zone 1, 0 in zone 2) */
   const int64_t needed = (int64_t)two_cycles + 2 * ((int64_t)fwd + back);
   if (needed > swaps_capacity) return capacity_error("swaps", needed, swaps_capacity);
@@ -359,38 +355,34 @@ static void local_req_max(const local_req *l, int32_t chunk, int32_t *max_q, int
   int32_t q = l->q_first, k = l->k_last;
   if (l->blocks > 1) {
     q = uattn_max_i32(q, uattn_min_i32(l->q - l->q_first, chunk)); /* the second batch holds the most */
-    k = chunk;                                                      /* every batch but the last is full */
+    k = chunk;                                                     /* every batch but the last is full */
   }
   *max_q = uattn_max_i32(*max_q, q);
   *max_k = uattn_max_i32(*max_k, k);
 }
 
-static uattn_status check_local_args(int32_t attn_chunk_size, int32_t block_size, int32_t num_reqs,
-                                     const int32_t *qsl, const int32_t *seq_lens, int64_t *num_batches) {
+static uattn_status check_local_args(int32_t attn_chunk_size, int32_t block_size, int32_t num_reqs, const int32_t *qsl,
+                                     const int32_t *seq_lens, int64_t *num_batches) {
   uattn_status st;
   if (attn_chunk_size <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "attn_chunk_size must be > 0, got %d", attn_chunk_size);
-  if (block_size <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size must be > 0, got %d", block_size);
+  if (block_size <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size must be > 0, got %d", block_size);
   if (attn_chunk_size % block_size != 0)
-    return uattn_fail(UATTN_ERR_INCONSISTENT, "attn_chunk_size %d is not divisible by block_size %d",
-                      attn_chunk_size, block_size);
+    return uattn_fail(UATTN_ERR_INCONSISTENT, "attn_chunk_size %d is not divisible by block_size %d", attn_chunk_size,
+                      block_size);
   if ((st = check_count(num_reqs, "num_reqs")) != UATTN_OK) return st;
   if ((st = check_qsl(qsl, num_reqs, true)) != UATTN_OK) return st;
   if ((st = check_seq_lens(seq_lens, qsl, num_reqs)) != UATTN_OK) return st;
   int64_t v = 0;
-  for (int32_t r = 0; r < num_reqs; r++)
-    v += local_req_of(attn_chunk_size, query_len(qsl, r), seq_lens[r]).blocks;
-  if (v > INT32_MAX)
-    return uattn_fail(UATTN_ERR_OVERFLOW, "%lld virtual batches do not fit int32", (long long)v);
+  for (int32_t r = 0; r < num_reqs; r++) v += local_req_of(attn_chunk_size, query_len(qsl, r), seq_lens[r]).blocks;
+  if (v > INT32_MAX) return uattn_fail(UATTN_ERR_OVERFLOW, "%lld virtual batches do not fit int32", (long long)v);
   *num_batches = v;
   return UATTN_OK;
 }
 
-uattn_status uattn_count_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
-                                                         int32_t num_reqs, const int32_t *query_start_loc,
-                                                         const int32_t *seq_lens, int32_t *num_batches,
-                                                         int32_t *pages_per_batch) {
+uattn_status uattn_count_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size, int32_t num_reqs,
+                                                         const int32_t *query_start_loc, const int32_t *seq_lens,
+                                                         int32_t *num_batches, int32_t *pages_per_batch) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_batches, "num_batches");
   UATTN_CHECK_PTR(pages_per_batch, "pages_per_batch");
@@ -408,10 +400,10 @@ static int64_t floor_div_i64(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
-                                                        int32_t num_reqs, const int32_t *query_start_loc,
-                                                        const int32_t *seq_lens, const int32_t *block_table,
-                                                        int32_t block_table_stride, uattn_local_batches *out) {
+uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size, int32_t num_reqs,
+                                                        const int32_t *query_start_loc, const int32_t *seq_lens,
+                                                        const int32_t *block_table, int32_t block_table_stride,
+                                                        uattn_local_batches *out) {
   uattn_clear_error();
   UATTN_CHECK_PTR(out, "out");
   int64_t v = 0;
@@ -424,17 +416,16 @@ uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size,
   UATTN_CHECK_ALIGNED(out->num_computed, "out->num_computed");
   UATTN_CHECK_ALIGNED(out->block_table, "out->block_table");
   UATTN_CHECK_ALIGNED(out->req_indices, "out->req_indices");
-  const bool any_array = out->query_start_loc || out->seq_lens || out->num_computed || out->block_table ||
-                         out->req_indices;
+  const bool any_array =
+      out->query_start_loc || out->seq_lens || out->num_computed || out->block_table || out->req_indices;
   if (any_array && v > out->capacity) return capacity_error("local attention virtual batches", v, out->capacity);
   if (out->block_table) {
     if (num_reqs > 0) UATTN_CHECK_PTR(block_table, "block_table (to fill out->block_table)");
     if (block_table_stride < 1)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_table_stride must be >= 1, got %d",
-                        block_table_stride);
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_table_stride must be >= 1, got %d", block_table_stride);
     if (v * pages > INT32_MAX)
-      return uattn_fail(UATTN_ERR_OVERFLOW, "the local block table's %lld x %d entries do not fit int32",
-                        (long long)v, pages);
+      return uattn_fail(UATTN_ERR_OVERFLOW, "the local block table's %lld x %d entries do not fit int32", (long long)v,
+                        pages);
   }
 
   const int32_t chunk = attn_chunk_size;
@@ -494,16 +485,14 @@ uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int32_t query_
   return UATTN_OK;
 }
 
-uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, int32_t context_len,
-                                        int32_t start_idx, int32_t block_size, const int32_t *block_table,
-                                        int32_t block_table_len, int64_t *slot_mapping, int32_t capacity,
-                                        int32_t *num_slots) {
+uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, int32_t context_len, int32_t start_idx,
+                                        int32_t block_size, const int32_t *block_table, int32_t block_table_len,
+                                        int64_t *slot_mapping, int32_t capacity, int32_t *num_slots) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_slots, "num_slots");
   uattn_status st;
   CHECK_COUNTS({seq_len, "seq_len"}, {context_len, "context_len"}, {start_idx, "start_idx"}, {capacity, "capacity"});
-  if (block_size <= 0)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size must be > 0, got %d", block_size);
+  if (block_size <= 0) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block_size must be > 0, got %d", block_size);
   if (context_len > seq_len)
     return uattn_fail(UATTN_ERR_INCONSISTENT, "context_len = %d is past seq_len = %d", context_len, seq_len);
   if (start_idx > seq_len)
@@ -525,9 +514,8 @@ uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, in
     if ((st = check_count(block_table_len, "block_table_len")) != UATTN_OK) return st;
     const int32_t last_block = (seq_len - 1) / block_size;
     if (last_block >= block_table_len)
-      return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
-                        "position %d needs block table entry %d, but the table has %d entries", seq_len - 1,
-                        last_block, block_table_len);
+      return uattn_fail(UATTN_ERR_OUT_OF_RANGE, "position %d needs block table entry %d, but the table has %d entries",
+                        seq_len - 1, last_block, block_table_len);
     for (int32_t b = begin / block_size; b <= last_block; b++) {
       if (block_table[b] < 0)
         return uattn_fail(UATTN_ERR_OUT_OF_RANGE, "block_table[%d] = %d is not a block id", b, block_table[b]);
@@ -543,8 +531,8 @@ uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, in
 /* ---- prefill chunks (split_prefill_chunks) --------------------------------------------------------- */
 
 /* The greedy chunking; writes only when chunks is non-NULL, so it also counts. */
-static int32_t prefill_chunks(const int32_t *seq_lens, int32_t num_reqs, int32_t workspace_size,
-                              int32_t request_offset, uattn_req_range *chunks) {
+static int32_t prefill_chunks(const int32_t *seq_lens, int32_t num_reqs, int32_t workspace_size, int32_t request_offset,
+                              uattn_req_range *chunks) {
   int32_t n = 0, i = 0;
   while (i < num_reqs) {
     int32_t start = i;
@@ -573,8 +561,8 @@ uattn_status uattn_split_prefill_chunks(const int32_t *seq_lens, int32_t num_req
       return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "seq_lens[%d] must be >= 0, got %d", i, seq_lens[i]);
     /* The seed asserts this: a longer request could never fit, and the greedy loop would not advance. */
     if (seq_lens[i] > workspace_size)
-      return uattn_fail(UATTN_ERR_INCONSISTENT, "seq_lens[%d] = %d is more than workspace_size = %d", i,
-                        seq_lens[i], workspace_size);
+      return uattn_fail(UATTN_ERR_INCONSISTENT, "seq_lens[%d] = %d is more than workspace_size = %d", i, seq_lens[i],
+                        workspace_size);
   }
   int32_t n = prefill_chunks(seq_lens, num_reqs, workspace_size, request_offset, NULL);
   if (n > capacity) return capacity_error("chunks", n, capacity);
@@ -596,16 +584,14 @@ static int32_t dcp_local_len(int32_t seq_len, int32_t dcp_size, int32_t rank, in
 }
 
 uattn_status uattn_compute_dcp_local_seq_lens(const int32_t *seq_lens, int32_t num_reqs, int32_t dcp_size,
-                                              int32_t dcp_rank, int32_t interleave, int32_t *out,
-                                              int32_t capacity) {
+                                              int32_t dcp_rank, int32_t interleave, int32_t *out, int32_t capacity) {
   uattn_clear_error();
   CHECK_COUNTS({num_reqs, "num_reqs"}, {capacity, "capacity"});
   if (dcp_size < 1) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "dcp_size must be >= 1, got %d", dcp_size);
-  if (interleave < 1)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "interleave must be >= 1, got %d", interleave);
+  if (interleave < 1) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "interleave must be >= 1, got %d", interleave);
   if (dcp_rank < -1 || dcp_rank >= dcp_size)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "dcp_rank must be -1 (all ranks) or in [0, %d), got %d",
-                      dcp_size, dcp_rank);
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "dcp_rank must be -1 (all ranks) or in [0, %d), got %d", dcp_size,
+                      dcp_rank);
   if (num_reqs > 0) UATTN_CHECK_PTR(seq_lens, "seq_lens");
   if (capacity > 0) UATTN_CHECK_PTR(out, "out (with capacity > 0)");
   const int64_t needed = dcp_rank == -1 ? (int64_t)num_reqs * dcp_size : num_reqs;
@@ -645,8 +631,7 @@ static int32_t request_of_row(const int32_t *qsl, int32_t num_reqs, int32_t row)
 
 uattn_status uattn_make_kv_sharing_fast_prefill_metadata(int32_t num_reqs, const int32_t *query_start_loc,
                                                          const int32_t *logits_indices, int32_t num_logits,
-                                                         int32_t *query_start_loc_out,
-                                                         uattn_fast_prefill_info *info) {
+                                                         int32_t *query_start_loc_out, uattn_fast_prefill_info *info) {
   uattn_clear_error();
   UATTN_CHECK_PTR(info, "info");
   UATTN_CHECK_PTR(query_start_loc_out, "query_start_loc_out");
@@ -693,9 +678,8 @@ static uattn_status conv1d_programs(const int32_t *qsl, int32_t num_reqs, int32_
   return UATTN_OK;
 }
 
-uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, int32_t num_reqs,
-                                                int32_t block_m, int32_t *num_programs,
-                                                int32_t *seed_buffer_len) {
+uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, int32_t num_reqs, int32_t block_m,
+                                                int32_t *num_programs, int32_t *seed_buffer_len) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_programs, "num_programs");
   UATTN_CHECK_ALIGNED(seed_buffer_len, "seed_buffer_len");
@@ -711,10 +695,10 @@ uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, 
   return UATTN_OK;
 }
 
-uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc, int32_t num_reqs,
-                                                  int32_t block_m, int32_t *programs_per_req,
-                                                  int32_t *batch_ptr, int32_t *token_chunk_offset_ptr,
-                                                  int32_t capacity, int32_t *num_programs) {
+uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc, int32_t num_reqs, int32_t block_m,
+                                                  int32_t *programs_per_req, int32_t *batch_ptr,
+                                                  int32_t *token_chunk_offset_ptr, int32_t capacity,
+                                                  int32_t *num_programs) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_programs, "num_programs");
   uattn_status st;
@@ -744,8 +728,8 @@ uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc
 /* ---- attention types (v0 get_num_prefill_decode_query_kv_tokens, get_seq_len_block_table_args) ---- */
 
 static bool valid_attention_type(uattn_attention_type type) {
-  return type == UATTN_ATTENTION_DECODER || type == UATTN_ATTENTION_ENCODER ||
-         type == UATTN_ATTENTION_ENCODER_ONLY || type == UATTN_ATTENTION_ENCODER_DECODER;
+  return type == UATTN_ATTENTION_DECODER || type == UATTN_ATTENTION_ENCODER || type == UATTN_ATTENTION_ENCODER_ONLY ||
+         type == UATTN_ATTENTION_ENCODER_DECODER;
 }
 
 uattn_status uattn_count_query_kv_tokens(uattn_attention_type type, int32_t num_prefill_tokens,
@@ -765,15 +749,13 @@ uattn_status uattn_count_query_kv_tokens(uattn_attention_type type, int32_t num_
                       type == UATTN_ATTENTION_ENCODER ? "encoder" : "encoder-decoder");
   uattn_query_kv_tokens t;
   switch (type) {
-    case UATTN_ATTENTION_ENCODER: /* runs once, at prefill, over the encoder's own tokens */
-      t = (uattn_query_kv_tokens){num_encoder_tokens, num_encoder_tokens, 0};
-      break;
-    case UATTN_ATTENTION_ENCODER_DECODER: /* decoder queries, encoder keys */
-      t = (uattn_query_kv_tokens){num_prefill_tokens, num_encoder_tokens, num_decode_tokens};
-      break;
-    default:
-      t = (uattn_query_kv_tokens){num_prefill_tokens, num_prefill_tokens, num_decode_tokens};
-      break;
+  case UATTN_ATTENTION_ENCODER: /* runs once, at prefill, over the encoder's own tokens */
+    t = (uattn_query_kv_tokens){num_encoder_tokens, num_encoder_tokens, 0};
+    break;
+  case UATTN_ATTENTION_ENCODER_DECODER: /* decoder queries, encoder keys */
+    t = (uattn_query_kv_tokens){num_prefill_tokens, num_encoder_tokens, num_decode_tokens};
+    break;
+  default: t = (uattn_query_kv_tokens){num_prefill_tokens, num_prefill_tokens, num_decode_tokens}; break;
   }
   *out = t;
   return UATTN_OK;
@@ -789,34 +771,34 @@ uattn_status uattn_select_seq_len_block_table(const uattn_attention_metadata *me
   const uattn_attention_metadata *m = metadata;
   uattn_seq_len_block_table t = {0};
   switch (type) {
-    case UATTN_ATTENTION_DECODER:
-      UATTN_CHECK_PTR(m->seq_lens, "metadata->seq_lens");
-      UATTN_CHECK_PTR(m->block_tables, "metadata->block_tables");
-      t.seq_lens = m->seq_lens;
-      t.max_seq_len = is_prompt ? m->max_prefill_seq_len : m->max_decode_seq_len;
-      t.block_tables = m->block_tables;
-      t.block_tables_stride = m->block_tables_stride;
-      if (t.max_seq_len < 0)
-        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "metadata->%s must be >= 0, got %d",
-                          is_prompt ? "max_prefill_seq_len" : "max_decode_seq_len", t.max_seq_len);
-      break;
-    case UATTN_ATTENTION_ENCODER_DECODER:
-    case UATTN_ATTENTION_ENCODER:
-      UATTN_CHECK_PTR(m->encoder_seq_lens, "metadata->encoder_seq_lens");
-      if (m->max_encoder_seq_len < 0)
-        return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "metadata->max_encoder_seq_len must be >= 0, got %d",
-                          m->max_encoder_seq_len);
-      t.seq_lens = m->encoder_seq_lens;
-      t.max_seq_len = m->max_encoder_seq_len;
-      if (type == UATTN_ATTENTION_ENCODER_DECODER) {
-        UATTN_CHECK_PTR(m->cross_block_tables, "metadata->cross_block_tables");
-        t.block_tables = m->cross_block_tables;
-        t.block_tables_stride = m->cross_block_tables_stride;
-      }
-      break;
-    case UATTN_ATTENTION_ENCODER_ONLY:
-      return uattn_fail(UATTN_ERR_UNSUPPORTED,
-                        "encoder-only attention reads no sequence lengths or block tables (the seed raises)");
+  case UATTN_ATTENTION_DECODER:
+    UATTN_CHECK_PTR(m->seq_lens, "metadata->seq_lens");
+    UATTN_CHECK_PTR(m->block_tables, "metadata->block_tables");
+    t.seq_lens = m->seq_lens;
+    t.max_seq_len = is_prompt ? m->max_prefill_seq_len : m->max_decode_seq_len;
+    t.block_tables = m->block_tables;
+    t.block_tables_stride = m->block_tables_stride;
+    if (t.max_seq_len < 0)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "metadata->%s must be >= 0, got %d",
+                        is_prompt ? "max_prefill_seq_len" : "max_decode_seq_len", t.max_seq_len);
+    break;
+  case UATTN_ATTENTION_ENCODER_DECODER:
+  case UATTN_ATTENTION_ENCODER:
+    UATTN_CHECK_PTR(m->encoder_seq_lens, "metadata->encoder_seq_lens");
+    if (m->max_encoder_seq_len < 0)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "metadata->max_encoder_seq_len must be >= 0, got %d",
+                        m->max_encoder_seq_len);
+    t.seq_lens = m->encoder_seq_lens;
+    t.max_seq_len = m->max_encoder_seq_len;
+    if (type == UATTN_ATTENTION_ENCODER_DECODER) {
+      UATTN_CHECK_PTR(m->cross_block_tables, "metadata->cross_block_tables");
+      t.block_tables = m->cross_block_tables;
+      t.block_tables_stride = m->cross_block_tables_stride;
+    }
+    break;
+  case UATTN_ATTENTION_ENCODER_ONLY:
+    return uattn_fail(UATTN_ERR_UNSUPPORTED,
+                      "encoder-only attention reads no sequence lengths or block tables (the seed raises)");
   }
   if (t.block_tables && t.block_tables_stride < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "block table stride must be >= 0, got %d", t.block_tables_stride);

@@ -68,10 +68,11 @@ typedef struct api_fn {
   void (*fini)(void *args, uattn_status st);
 } api_fn;
 
-#define API_FN(fn, T, ...)                                                                                   \
-  {#fn, sizeof(T), offsetof(T, w), sizeof(((T *)0)->w), fn##_init, fn##_call, __VA_ARGS__}
+#define API_FN(fn, T, ...)                                                                                             \
+  { #fn, sizeof(T), offsetof(T, w), sizeof(((T *)0)->w), fn##_init, fn##_call, __VA_ARGS__ }
 
-#define CASE(T, f, kind, v, want, needle) {#f " " #kind " " #v, {{offsetof(T, f), kind, (v)}}, want, needle}
+#define CASE(T, f, kind, v, want, needle)                                                                              \
+  { #f " " #kind " " #v, {{offsetof(T, f), kind, (v) } }, want, needle }
 #define NULL_ARG(T, f, needle) CASE(T, f, EDIT_NULL, 0, UATTN_ERR_INVALID_ARGUMENT, needle)
 #define MISALIGNED(T, f, needle) CASE(T, f, EDIT_MISALIGN, 1, UATTN_ERR_INVALID_ARGUMENT, needle)
 #define SET(T, f, v, want, needle) CASE(T, f, EDIT_I32, v, want, needle)
@@ -84,25 +85,25 @@ typedef struct api_fn {
 static void apply(void *args, const edit *e) {
   char *at = (char *)args + e->field;
   switch (e->kind) {
-    case EDIT_NONE: break;
-    case EDIT_NULL: memset(at, 0, sizeof(void *)); break;
-    case EDIT_I32: {
-      const int32_t v = (int32_t)e->value;
-      memcpy(at, &v, sizeof v);
-      break;
-    }
-    case EDIT_SIZE: {
-      const size_t v = (size_t)e->value;
-      memcpy(at, &v, sizeof v);
-      break;
-    }
-    case EDIT_MISALIGN: {
-      char *p;
-      memcpy(&p, at, sizeof p);
-      p += e->value;
-      memcpy(at, &p, sizeof p);
-      break;
-    }
+  case EDIT_NONE: break;
+  case EDIT_NULL: memset(at, 0, sizeof(void *)); break;
+  case EDIT_I32: {
+    const int32_t v = (int32_t)e->value;
+    memcpy(at, &v, sizeof v);
+    break;
+  }
+  case EDIT_SIZE: {
+    const size_t v = (size_t)e->value;
+    memcpy(at, &v, sizeof v);
+    break;
+  }
+  case EDIT_MISALIGN: {
+    char *p;
+    memcpy(&p, at, sizeof p);
+    p += e->value;
+    memcpy(at, &p, sizeof p);
+    break;
+  }
   }
 }
 
@@ -174,8 +175,12 @@ static uattn_plan_config plan_config(void) {
 }
 
 static uattn_step valid_step(void) {
-  return (uattn_step){.num_reqs = 2, .num_computed = step_computed, .num_scheduled = step_scheduled,
-                      .num_prompt = step_prompt, .block_table = step_table, .block_table_stride = 4};
+  return (uattn_step){.num_reqs = 2,
+                      .num_computed = step_computed,
+                      .num_scheduled = step_scheduled,
+                      .num_prompt = step_prompt,
+                      .block_table = step_table,
+                      .block_table_stride = 4};
 }
 
 static void setup(void) {
@@ -262,9 +267,14 @@ Test(api_misuse, uattn_bucket_range) {
   typedef bucket_range_args T;
   static const api_fn fn = API_FN(bucket_range, T);
   static const misuse cases[] = {
-      NULL_ARG(T, count, "count"),  NULL_ARG(T, out, "out"),         MISALIGNED(T, out, "out"),
-      MISALIGNED(T, count, "count"), COUNT(T, cap, REFUSED, UATTN_OK, "holds"), COUNT(T, min, UATTN_OK, REFUSED, "min"),
-      COUNT(T, round_up, REFUSED, UATTN_OK, "round_up"), SET(T, max, -1, REFUSED, "max"),
+      NULL_ARG(T, count, "count"),
+      NULL_ARG(T, out, "out"),
+      MISALIGNED(T, out, "out"),
+      MISALIGNED(T, count, "count"),
+      COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
+      COUNT(T, min, UATTN_OK, REFUSED, "min"),
+      COUNT(T, round_up, REFUSED, UATTN_OK, "round_up"),
+      SET(T, max, -1, REFUSED, "max"),
   };
   RUN(fn, cases);
 }
@@ -434,8 +444,8 @@ Test(api_misuse, uattn_plan_buckets) {
   typedef plan_buckets_args T;
   static const api_fn fn = API_FN(plan_buckets, T);
   static const misuse cases[] = {
-      NULL_ARG(T, plan, "plan"),          NULL_ARG(T, count, "count"),     NULL_ARG(T, buckets, "buckets"),
-      MISALIGNED(T, buckets, "buckets"),  MISALIGNED(T, count, "count"),   COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
+      NULL_ARG(T, plan, "plan"),         NULL_ARG(T, count, "count"),   NULL_ARG(T, buckets, "buckets"),
+      MISALIGNED(T, buckets, "buckets"), MISALIGNED(T, count, "count"), COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
   };
   RUN(fn, cases);
 }
@@ -461,8 +471,11 @@ Test(api_misuse, uattn_plan_materialize) {
   typedef plan_materialize_args T;
   static const api_fn fn = API_FN(plan_materialize, T);
   static const misuse cases[] = {
-      NULL_ARG(T, plan, "plan"), NULL_ARG(T, out, "out"), SET(T, what, 1 << 7, REFUSED, "flags"),
-      SET(T, what, -1, REFUSED, "flags"), SET(T, what, 0, UATTN_OK, "flags"),
+      NULL_ARG(T, plan, "plan"),
+      NULL_ARG(T, out, "out"),
+      SET(T, what, 1 << 7, REFUSED, "flags"),
+      SET(T, what, -1, REFUSED, "flags"),
+      SET(T, what, 0, UATTN_OK, "flags"),
   };
   RUN(fn, cases);
 }
@@ -580,8 +593,9 @@ Test(api_misuse, uattn_cache_alloc_and_runtime_cache_alloc) {
 /* ---- attention ---------------------------------------------------------------------------------------- */
 
 /* fp32 inputs over bf16 caches: the cache update converts, so each cache store is a 2-byte one (defect 4). */
-static const attention_case forward_case = {"misuse", BATCH_MIXED, 16, 4, 2, 32, UATTN_F32, UATTN_BF16,
-                                            UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER, 0, 0, 0, 0, 0, 0, 19};
+static const attention_case forward_case = {
+    "misuse", BATCH_MIXED, 16, 4, 2, 32, UATTN_F32, UATTN_BF16, UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER,
+    0,        0,           0,  0, 0, 0,  19};
 static attention_run forward_run;
 static float forward_sinks[4], forward_slopes[4];
 #define SLACK 64 /* room past each buffer for a pointer moved one byte on */
@@ -615,10 +629,13 @@ static void forward_init(void *p) {
   a->layer.sinks = forward_sinks;
   a->layer.alibi_slopes = forward_slopes;
   a->rt = rt;
-  a->tensors = (uattn_tensors){.q = run->q, .k = run->k, .v = run->v,
+  a->tensors = (uattn_tensors){.q = run->q,
+                               .k = run->k,
+                               .v = run->v,
                                .key_cache = heap_copy(run->key_cache0, run->cache_bytes),
                                .value_cache = heap_copy(run->value_cache0, run->cache_bytes),
-                               .num_blocks = run->num_blocks, .block_size = run->c.block_size,
+                               .num_blocks = run->num_blocks,
+                               .block_size = run->c.block_size,
                                .out = calloc(run->out_bytes + SLACK, 1),
                                .lse = calloc((size_t)run->info.num_tokens * run->c.num_q_heads + SLACK, sizeof(float)),
                                .cross = &a->cross};
@@ -719,12 +736,9 @@ Test(api_misuse, uattn_forward_cross, .init = forward_setup, .fini = forward_tea
   typedef forward_args T;
   static const api_fn fn = API_FN(cross_forward, T, .more = forward_more, .fini = forward_fini);
   static const misuse cases[] = {
-      NULL_ARG(T, tensors.cross, "tensors.cross"),
-      NULL_ARG(T, cross.encoder_lens, "encoder_lens"),
-      NULL_ARG(T, cross.block_table, "block_table"),
-      MISALIGNED(T, cross.encoder_lens, "encoder_lens"),
-      MISALIGNED(T, cross.block_table, "block_table"),
-      LENGTH(T, cross.block_table_stride, REFUSED, "stride"),
+      NULL_ARG(T, tensors.cross, "tensors.cross"),     NULL_ARG(T, cross.encoder_lens, "encoder_lens"),
+      NULL_ARG(T, cross.block_table, "block_table"),   MISALIGNED(T, cross.encoder_lens, "encoder_lens"),
+      MISALIGNED(T, cross.block_table, "block_table"), LENGTH(T, cross.block_table_stride, REFUSED, "stride"),
   };
   RUN(fn, cases);
 }
@@ -829,11 +843,14 @@ static uattn_status merge_partials_call(void *p) {
 }
 
 /* rows * heads * head_dim floats overflow size_t */
-#define MERGE_OVERFLOW                                                                                        \
-  {"rows * heads * head_dim overflows size_t",                                                              \
-   {{offsetof(merge_args, rows), EDIT_I32, INT32_MAX}, {offsetof(merge_args, heads), EDIT_I32, INT32_MAX},  \
-    {offsetof(merge_args, head_dim), EDIT_I32, 4096}},                                                       \
-   UATTN_ERR_OVERFLOW, "overflow"}
+#define MERGE_OVERFLOW                                                                                                 \
+  {                                                                                                                    \
+    "rows * heads * head_dim overflows size_t",                                                                        \
+        {{offsetof(merge_args, rows), EDIT_I32, INT32_MAX},                                                            \
+         {offsetof(merge_args, heads), EDIT_I32, INT32_MAX},                                                           \
+         {offsetof(merge_args, head_dim), EDIT_I32, 4096}},                                                            \
+        UATTN_ERR_OVERFLOW, "overflow"                                                                                 \
+  }
 
 Test(api_misuse, uattn_merge_states_and_partials) {
   typedef merge_args T;
@@ -855,12 +872,9 @@ Test(api_misuse, uattn_merge_states_and_partials) {
   };
   static const misuse states_only[] = {NULL_ARG(T, lses, "lses"), MISALIGNED(T, lse, "lse"),
                                        MISALIGNED(T, lses, "lses")};
-  static const misuse partials_only[] = {
-      NULL_ARG(T, lses, "maxes"),
-      NULL_ARG(T, sums, "sums"),
-      NULL_ARG(T, sums_arr[1], "1"),
-      MISALIGNED(T, sums_arr[1], "sums[1]"),
-      SET(T, num_parts, INT32_MAX, REFUSED, "num_parts")};
+  static const misuse partials_only[] = {NULL_ARG(T, lses, "maxes"), NULL_ARG(T, sums, "sums"),
+                                         NULL_ARG(T, sums_arr[1], "1"), MISALIGNED(T, sums_arr[1], "sums[1]"),
+                                         SET(T, num_parts, INT32_MAX, REFUSED, "num_parts")};
   RUN(states, common);
   RUN(states, states_only);
   RUN(partials, common);
@@ -928,8 +942,8 @@ typedef struct reorder_args {
 } reorder_args;
 static void reorder_init(void *p) {
   reorder_args *a = p;
-  *a = (reorder_args){3, 1, 3, a->scheduled, a->computed, {5, 1, 1}, {0, 4, 3}, a->w.swaps, &a->w.num_swaps,
-                      a->w.order};
+  *a =
+      (reorder_args){3, 1, 3, a->scheduled, a->computed, {5, 1, 1}, {0, 4, 3}, a->w.swaps, &a->w.num_swaps, a->w.order};
 }
 static uattn_status reorder_call(void *p) {
   reorder_args *a = p;
@@ -979,15 +993,13 @@ static void local_init(void *p) {
 #define make_local_init local_init
 static uattn_status count_local_call(void *p) {
   local_args *a = p;
-  return uattn_count_local_attention_virtual_batches(a->attn_chunk_size, a->block_size, a->num_reqs,
-                                                     a->query_start_loc, a->seq_lens, a->num_batches,
-                                                     a->pages_per_batch);
+  return uattn_count_local_attention_virtual_batches(a->attn_chunk_size, a->block_size, a->num_reqs, a->query_start_loc,
+                                                     a->seq_lens, a->num_batches, a->pages_per_batch);
 }
 static uattn_status make_local_call(void *p) {
   local_args *a = p;
-  return uattn_make_local_attention_virtual_batches(a->attn_chunk_size, a->block_size, a->num_reqs,
-                                                    a->query_start_loc, a->seq_lens, a->block_table,
-                                                    a->block_table_stride, &a->out);
+  return uattn_make_local_attention_virtual_batches(a->attn_chunk_size, a->block_size, a->num_reqs, a->query_start_loc,
+                                                    a->seq_lens, a->block_table, a->block_table_stride, &a->out);
 }
 /* the out struct is the caller's request (capacity, arrays) as well as a result */
 static int make_local_more(void *p, region *r) {
@@ -1178,8 +1190,8 @@ static void fast_prefill_init(void *p) {
 }
 static uattn_status fast_prefill_call(void *p) {
   fast_prefill_args *a = p;
-  return uattn_make_kv_sharing_fast_prefill_metadata(a->num_reqs, a->query_start_loc, a->logits_indices,
-                                                     a->num_logits, a->query_start_loc_out, a->info);
+  return uattn_make_kv_sharing_fast_prefill_metadata(a->num_reqs, a->query_start_loc, a->logits_indices, a->num_logits,
+                                                     a->query_start_loc_out, a->info);
 }
 
 Test(api_misuse, uattn_make_kv_sharing_fast_prefill_metadata) {
@@ -1211,8 +1223,9 @@ typedef struct conv1d_args {
 } conv1d_args;
 static void conv1d_init(void *p) {
   conv1d_args *a = p;
-  *a = (conv1d_args){3, 2, 8, batch_qsl, &a->w.num_programs, &a->w.seed_buffer_len, a->w.programs_per_req,
-                     a->w.batch_ptr, a->w.offsets};
+  *a = (conv1d_args){
+      3,           2, 8, batch_qsl, &a->w.num_programs, &a->w.seed_buffer_len, a->w.programs_per_req, a->w.batch_ptr,
+      a->w.offsets};
 }
 #define count_conv1d_init conv1d_init
 #define conv1d_metadata_init conv1d_init
@@ -1231,12 +1244,9 @@ Test(api_misuse, uattn_causal_conv1d_programs_and_metadata) {
   typedef conv1d_args T;
   static const api_fn count = API_FN(count_conv1d, T), metadata = API_FN(conv1d_metadata, T);
   static const misuse cases[] = {
-      NULL_ARG(T, query_start_loc, "query_start_loc"),
-      NULL_ARG(T, num_programs, "num_programs"),
-      MISALIGNED(T, query_start_loc, "query_start_loc"),
-      MISALIGNED(T, num_programs, "num_programs"),
-      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
-      COUNT(T, block_m, REFUSED, UATTN_OK, "block_m"),
+      NULL_ARG(T, query_start_loc, "query_start_loc"),   NULL_ARG(T, num_programs, "num_programs"),
+      MISALIGNED(T, query_start_loc, "query_start_loc"), MISALIGNED(T, num_programs, "num_programs"),
+      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),         COUNT(T, block_m, REFUSED, UATTN_OK, "block_m"),
   };
   static const misuse count_only[] = {MISALIGNED(T, seed_buffer_len, "seed_buffer_len")};
   static const misuse metadata_only[] = {
@@ -1420,8 +1430,12 @@ typedef struct tuning_args {
 } tuning_args;
 static void tuning_init(void *p) {
   tuning_args *a = p;
-  *a = (tuning_args){rt, "/nonexistent/uattn-tuning.json", 16, 128, UATTN_BF16, sizeof a->w.buf, a->w.buf,
-                     &a->w.length, &a->w.info, &a->w.entry, &a->w.found, plan_config()};
+  *a = (tuning_args){rt,          "/nonexistent/uattn-tuning.json",
+                     16,          128,
+                     UATTN_BF16,  sizeof a->w.buf,
+                     a->w.buf,    &a->w.length,
+                     &a->w.info,  &a->w.entry,
+                     &a->w.found, plan_config()};
   a->config_ptr = &a->config;
   a->layer = uattn_layer_default(8, 2, 128, UATTN_BF16);
   a->layer_ptr = &a->layer;

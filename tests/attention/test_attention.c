@@ -72,10 +72,13 @@ static const attention_case features[] = {
     {"sinks", BATCH_SPEC_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 1, 0, 0, 0, 34},
     {"alibi", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 1, 0, 0, 35},
     {"everything at once, bf16", BATCH_SHARED_PREFIX, 32, 8, 2, 64, BF16, BF16, HND, DEC, 30.0f, 50, 1, 1, 2, 0, 36},
-    {"encoder (bidirectional)", BATCH_PREFIX_PREFILL, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_ONLY, 0, 0, 0, 0, 0, 0, 37},
+    {"encoder (bidirectional)", BATCH_PREFIX_PREFILL, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_ONLY, 0, 0,
+     0, 0, 0, 0, 37},
     {"encoder, mixed chunks", BATCH_MIXED, 16, 8, 2, 64, F32, F32, HND, UATTN_ATTENTION_ENCODER, 0, 0, 1, 1, 0, 0, 38},
-    {"cross attention, a row with no key", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 0, 0, 0, 0, 39},
-    {"cross attention, sinks", BATCH_DECODE, 32, 8, 2, 64, F16, F16, HND, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 1, 0, 0, 0, 40},
+    {"cross attention, a row with no key", BATCH_MIXED, 16, 8, 2, 64, F32, F32, NHD, UATTN_ATTENTION_ENCODER_DECODER, 0,
+     0, 0, 0, 0, 0, 39},
+    {"cross attention, sinks", BATCH_DECODE, 32, 8, 2, 64, F16, F16, HND, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 1, 0,
+     0, 0, 40},
 };
 
 Test(attention, features, .timeout = 300) {
@@ -86,7 +89,8 @@ Test(attention, features, .timeout = 300) {
 Test(attention, chunked_and_whole_shared_agree, .timeout = 300) {
   const int32_t chunks[] = {1, 2, 3, 7, 64};
   for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
-    attention_case c = {"chunked shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, chunks[i], 0, 50};
+    attention_case c = {
+        "chunked shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, chunks[i], 0, 50};
     run_case(&c);
   }
 }
@@ -135,8 +139,10 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
 Test(attention, split_k_decodes, .timeout = 300) {
   const attention_case cases[] = {
       {"split-K decodes", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 71, 64, 48},
-      {"split-K spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 0, 0, 72, 100, 200},
-      {"split-K shared prefix, chunked", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 40, 0, 1, 2, 0, 73, 128, 96},
+      {"split-K spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 0, 0, 72, 100,
+       200},
+      {"split-K shared prefix, chunked", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 40, 0, 1, 2, 0, 73,
+       128, 96},
       {"split-K mixed, window", BATCH_MIXED, 16, 4, 4, 64, F16, F16, NHD, DEC, 3.0f, 90, 0, 0, 0, 5, 74, 32, 32},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -172,9 +178,12 @@ static double error_against_oracle(attention_run *run, double *scale_out) {
     for (int32_t k = b0; k < b1; k++) real += run->batch.draft_tokens[k] != -1;
     effective[r] = (run->batch.has_drafts && b1 > b0) ? real + 1 : run->batch.num_scheduled[r];
   }
-  const oracle_step s = {.num_reqs = run->batch.num_reqs, .block_size = c->block_size,
-                         .num_computed = run->batch.num_computed, .num_scheduled = effective,
-                         .num_prompt = run->batch.num_prompt, .block_table = run->batch.block_table,
+  const oracle_step s = {.num_reqs = run->batch.num_reqs,
+                         .block_size = c->block_size,
+                         .num_computed = run->batch.num_computed,
+                         .num_scheduled = effective,
+                         .num_prompt = run->batch.num_prompt,
+                         .block_table = run->batch.block_table,
                          .block_table_stride = run->batch.stride};
   double *out = malloc(sizeof(double) * (n + 1));
   double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
@@ -229,6 +238,8 @@ Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
             cases[i].name, level, err[0], err[1], err[2]);
     attention_run_free(&run);
   }
-  if (forced) setenv("UATTN_ISA", forced, 1);
-  else unsetenv("UATTN_ISA");
+  if (forced)
+    setenv("UATTN_ISA", forced, 1);
+  else
+    unsetenv("UATTN_ISA");
 }

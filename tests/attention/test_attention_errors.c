@@ -11,8 +11,9 @@ static uattn_tensors t;
 static void *k_before, *v_before, *out_before;
 
 static void setup(void) {
-  const attention_case c = {"errors", BATCH_MIXED, 16, 8, 2, 64, UATTN_F32, UATTN_F32, UATTN_LAYOUT_NHD,
-                            UATTN_ATTENTION_DECODER, 0, 0, 0, 0, 0, 0, 99};
+  const attention_case c = {
+      "errors", BATCH_MIXED, 16, 8, 2, 64, UATTN_F32, UATTN_F32, UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER,
+      0,        0,           0,  0, 0, 0,  99};
   attention_run_build(&run, &c);
   t = attention_tensors(&run);
   memset(t.out, 0x7b, run.out_bytes);
@@ -47,11 +48,12 @@ Test(attention_errors, null_pointers) {
   cr_assert_eq(uattn_forward(NULL, &run.layer, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
   cr_assert_eq(uattn_forward(run.plan, NULL, &t, NULL), UATTN_ERR_INVALID_ARGUMENT);
   cr_assert_eq(uattn_forward(run.plan, &run.layer, NULL, NULL), UATTN_ERR_INVALID_ARGUMENT);
-  const char *names[] = {"tensors.q", "tensors.k", "tensors.v", "tensors.key_cache", "tensors.value_cache", "tensors.out"};
+  const char *names[] = {"tensors.q",         "tensors.k",           "tensors.v",
+                         "tensors.key_cache", "tensors.value_cache", "tensors.out"};
   for (int i = 0; i < 6; i++) {
     uattn_tensors x = t;
-    const void **slots[] = {&x.q, &x.k, &x.v, (const void **)&x.key_cache, (const void **)&x.value_cache,
-                            (const void **)&x.out};
+    const void **slots[] = {
+        &x.q, &x.k, &x.v, (const void **)&x.key_cache, (const void **)&x.value_cache, (const void **)&x.out};
     *slots[i] = NULL;
     expect_refused(&run.layer, &x, UATTN_ERR_INVALID_ARGUMENT, names[i]);
   }

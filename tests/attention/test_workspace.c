@@ -21,7 +21,8 @@ static void *count_alloc(void *user, size_t bytes) {
   p[0] = bytes;
   const size_t now = atomic_fetch_add(&c->live, bytes) + bytes;
   size_t peak = atomic_load(&c->peak);
-  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {}
+  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
+  }
   atomic_fetch_add(&c->calls, 1);
   return (char *)p + 64;
 }
@@ -36,10 +37,13 @@ static void count_free(void *user, void *ptr) {
 
 enum {
   BS = 8,
-  PREFIX = 16384,          /* 2048 shared blocks */
-  DECODES = 768,           /* decodes on the prefix, 8 keys of their own */
-  CHUNKS = 2, CHUNK = 128, /* prompt chunks after the prefix */
-  HQ = 2, HKV = 1, D = 16,
+  PREFIX = 16384, /* 2048 shared blocks */
+  DECODES = 768,  /* decodes on the prefix, 8 keys of their own */
+  CHUNKS = 2,
+  CHUNK = 128, /* prompt chunks after the prefix */
+  HQ = 2,
+  HKV = 1,
+  D = 16,
 };
 
 static float value_at(uint64_t i, uint64_t salt) {
@@ -60,14 +64,19 @@ Test(workspace, pr784_thousands_of_shared_blocks_in_bounded_memory, .timeout = 3
     ns[r] = chunk ? CHUNK : 1;
     np[r] = chunk ? PREFIX + CHUNK : 1;
     const int32_t need = (nc[r] + ns[r] + BS - 1) / BS;
-    for (int32_t b = 0; b < stride; b++) table[(size_t)r * stride + b] = b >= need ? -1 : b < prefix_blocks ? b : next++;
+    for (int32_t b = 0; b < stride; b++)
+      table[(size_t)r * stride + b] = b >= need ? -1 : b < prefix_blocks ? b : next++;
   }
   const int32_t tokens = CHUNKS * CHUNK + DECODES, num_blocks = next;
   uattn_plan_config cfg = uattn_plan_config_default(BS, num_blocks, reqs, tokens, PREFIX + CHUNK + BS);
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
-  const uattn_step step = {.num_reqs = reqs, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                           .block_table = table, .block_table_stride = stride};
+  const uattn_step step = {.num_reqs = reqs,
+                           .num_computed = nc,
+                           .num_scheduled = ns,
+                           .num_prompt = np,
+                           .block_table = table,
+                           .block_table_stride = stride};
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -96,9 +105,10 @@ Test(workspace, pr784_thousands_of_shared_blocks_in_bounded_memory, .timeout = 3
   cr_assert_eq(uattn_last_forward_report(&rep), UATTN_OK);
   const size_t scratch = atomic_load(&count.peak) - before;
   const double seed_bias = (double)tokens * in.num_shared_blocks * BS * sizeof(float);
-  cr_log_info("%d rows, %d shared blocks: %zu bytes of worker scratch in all (%zu a worker), where the seed's "
-              "shared bias alone is %.0f MiB",
-              tokens, in.num_shared_blocks, scratch, rep.workspace_bytes, seed_bias / (1 << 20));
+  cr_log_info(
+      "%d rows, %d shared blocks: %zu bytes of worker scratch in all (%zu a worker), where the seed's "
+      "shared bias alone is %.0f MiB",
+      tokens, in.num_shared_blocks, scratch, rep.workspace_bytes, seed_bias / (1 << 20));
   cr_assert_leq(scratch, (size_t)16 << 20, "worker scratch %zu bytes: it must not grow with the shared blocks",
                 scratch);
   cr_assert_leq(rep.workspace_bytes * 2, scratch + 4096);

@@ -57,48 +57,49 @@ static void make_batch(batch_kind kind, int32_t bs, test_rng *rng, rb_batch *b) 
   for (int32_t i = 0; i < prefix_blocks; i++) prefix[i] = pool.ids[pool.next++];
   const int32_t hit = prefix_blocks * bs;
   switch (kind) {
-    case BATCH_DECODE:
-      for (int32_t r = test_rng_range(rng, 1, 8); r > 0; r--) {
-        const int32_t nc = test_rng_range(rng, 1, 900);
-        batch_add(b, bs, nc, 1, test_rng_range(rng, 1, nc), NULL, 0, 0, 0, rng);
-      }
-      break;
-    case BATCH_PREFILL:
-      for (int32_t r = test_rng_range(rng, 1, 4); r > 0; r--) {
-        const int32_t n = test_rng_range(rng, 1, 120);
-        batch_add(b, bs, 0, n, n, NULL, 0, 0, 0, rng);
-      }
-      break;
-    case BATCH_PREFIX_PREFILL:
-      for (int32_t r = test_rng_range(rng, 1, 4); r > 0; r--) {
-        const int32_t n = test_rng_range(rng, 1, 100);
-        batch_add(b, bs, hit, n, hit + n, prefix, prefix_blocks, 0, 0, rng);
-      }
-      break;
-    case BATCH_CHUNKED_LONG: {
-      const int32_t nc = test_rng_range(rng, 600, 880), n = test_rng_range(rng, 32, 120);
-      batch_add(b, bs, nc, n, nc + n + 50, NULL, 0, 0, 0, rng);
-      batch_add(b, bs, 700, 1, 300, NULL, 0, 0, 0, rng); /* a decode alongside */
-      break;
+  case BATCH_DECODE:
+    for (int32_t r = test_rng_range(rng, 1, 8); r > 0; r--) {
+      const int32_t nc = test_rng_range(rng, 1, 900);
+      batch_add(b, bs, nc, 1, test_rng_range(rng, 1, nc), NULL, 0, 0, 0, rng);
     }
-    case BATCH_MIXED:
-      batch_add(b, bs, 0, 40, 40, NULL, 0, 0, 0, rng);
-      batch_add(b, bs, hit, 30, hit + 60, prefix, prefix_blocks, 0, 0, rng); /* a partial chunk */
-      batch_add(b, bs, 200, 50, 250, NULL, 0, 0, 0, rng);                      /* the chunk that finishes */
-      for (int32_t r = 0; r < 3; r++) batch_add(b, bs, test_rng_range(rng, 1, 500), 1, 1, NULL, 0, 0, 0, rng);
-      batch_add(b, bs, 300, 1, 100, NULL, 0, 3, 1, rng);
-      break;
-    case BATCH_SPEC_DECODE:
-      for (int32_t r = test_rng_range(rng, 1, 6); r > 0; r--)
-        batch_add(b, bs, test_rng_range(rng, 1, 800), 1, 1, NULL, 0, test_rng_range(rng, 1, 7),
-                  test_rng_range(rng, 0, 1), rng);
-      break;
-    case BATCH_SHARED_PREFIX:
-      for (int32_t r = 0; r < 8; r++) batch_add(b, bs, hit + test_rng_range(rng, 0, 100), 1, hit, prefix, prefix_blocks, 0, 0, rng);
-      for (int32_t r = 0; r < 2; r++) batch_add(b, bs, hit + 5, 1, hit, prefix, prefix_blocks, 4, 0, rng);
-      for (int32_t r = 0; r < 2; r++) batch_add(b, bs, hit, 20, hit + 20, prefix, prefix_blocks, 0, 0, rng);
-      break;
-    case BATCH_EMPTY: break;
+    break;
+  case BATCH_PREFILL:
+    for (int32_t r = test_rng_range(rng, 1, 4); r > 0; r--) {
+      const int32_t n = test_rng_range(rng, 1, 120);
+      batch_add(b, bs, 0, n, n, NULL, 0, 0, 0, rng);
+    }
+    break;
+  case BATCH_PREFIX_PREFILL:
+    for (int32_t r = test_rng_range(rng, 1, 4); r > 0; r--) {
+      const int32_t n = test_rng_range(rng, 1, 100);
+      batch_add(b, bs, hit, n, hit + n, prefix, prefix_blocks, 0, 0, rng);
+    }
+    break;
+  case BATCH_CHUNKED_LONG: {
+    const int32_t nc = test_rng_range(rng, 600, 880), n = test_rng_range(rng, 32, 120);
+    batch_add(b, bs, nc, n, nc + n + 50, NULL, 0, 0, 0, rng);
+    batch_add(b, bs, 700, 1, 300, NULL, 0, 0, 0, rng); /* a decode alongside */
+    break;
+  }
+  case BATCH_MIXED:
+    batch_add(b, bs, 0, 40, 40, NULL, 0, 0, 0, rng);
+    batch_add(b, bs, hit, 30, hit + 60, prefix, prefix_blocks, 0, 0, rng); /* a partial chunk */
+    batch_add(b, bs, 200, 50, 250, NULL, 0, 0, 0, rng);                    /* the chunk that finishes */
+    for (int32_t r = 0; r < 3; r++) batch_add(b, bs, test_rng_range(rng, 1, 500), 1, 1, NULL, 0, 0, 0, rng);
+    batch_add(b, bs, 300, 1, 100, NULL, 0, 3, 1, rng);
+    break;
+  case BATCH_SPEC_DECODE:
+    for (int32_t r = test_rng_range(rng, 1, 6); r > 0; r--)
+      batch_add(b, bs, test_rng_range(rng, 1, 800), 1, 1, NULL, 0, test_rng_range(rng, 1, 7), test_rng_range(rng, 0, 1),
+                rng);
+    break;
+  case BATCH_SHARED_PREFIX:
+    for (int32_t r = 0; r < 8; r++)
+      batch_add(b, bs, hit + test_rng_range(rng, 0, 100), 1, hit, prefix, prefix_blocks, 0, 0, rng);
+    for (int32_t r = 0; r < 2; r++) batch_add(b, bs, hit + 5, 1, hit, prefix, prefix_blocks, 4, 0, rng);
+    for (int32_t r = 0; r < 2; r++) batch_add(b, bs, hit, 20, hit + 20, prefix, prefix_blocks, 0, 0, rng);
+    break;
+  case BATCH_EMPTY: break;
   }
 }
 
@@ -277,8 +278,9 @@ void attention_run_check(attention_run *run) {
     if (e > err) err = e, worst = i;
   }
   const double tol = attention_tolerance(c->dtype, c->cache_dtype);
-  cr_assert(err <= tol * fmax(scale, 1e-30), "%s: max error %.3g at element %zu (row %zu, head %zu) exceeds %.1g x %.3g",
-            c->name, err, worst, worst / ((size_t)Hq * D), worst / D % Hq, tol, scale);
+  cr_assert(err <= tol * fmax(scale, 1e-30),
+            "%s: max error %.3g at element %zu (row %zu, head %zu) exceeds %.1g x %.3g", c->name, err, worst,
+            worst / ((size_t)Hq * D), worst / D % Hq, tol, scale);
   for (size_t i = 0; i < (size_t)T * Hq; i++) {
     const double got = t.lse[i];
     if (isinf(lse[i])) {

@@ -78,32 +78,32 @@ static inline void rb_generate(test_rng *rng, const rb_params *p, rb_batch *b) {
     const int32_t budget = RB_MAX_TOKENS - tokens;
     int32_t nc, ns, np, ndraft = 0;
     switch (test_rng_range(rng, 0, 4)) {
-      case 0: /* decode */
-      case 1: /* spec decode when drafts are on */
-        np = test_rng_range(rng, 1, RB_MAX_LEN / 2);
-        nc = test_rng_range(rng, np > hit ? np : hit, RB_MAX_LEN - RB_MAX_DRAFTS - 1);
-        ns = 1;
-        if (b->has_drafts && test_rng_unit(rng) < 0.7) {
-          ndraft = test_rng_range(rng, 1, RB_MAX_DRAFTS - 1);
-          int32_t real = 0;
-          for (int32_t i = 0; i < ndraft; i++) {
-            const bool placeholder = test_rng_unit(rng) < 0.25;
-            b->draft_tokens[drafts + i] = placeholder ? -1 : test_rng_range(rng, 0, 32000);
-            real += !placeholder;
-          }
-          ns = real + 1;
+    case 0: /* decode */
+    case 1: /* spec decode when drafts are on */
+      np = test_rng_range(rng, 1, RB_MAX_LEN / 2);
+      nc = test_rng_range(rng, np > hit ? np : hit, RB_MAX_LEN - RB_MAX_DRAFTS - 1);
+      ns = 1;
+      if (b->has_drafts && test_rng_unit(rng) < 0.7) {
+        ndraft = test_rng_range(rng, 1, RB_MAX_DRAFTS - 1);
+        int32_t real = 0;
+        for (int32_t i = 0; i < ndraft; i++) {
+          const bool placeholder = test_rng_unit(rng) < 0.25;
+          b->draft_tokens[drafts + i] = placeholder ? -1 : test_rng_range(rng, 0, 32000);
+          real += !placeholder;
         }
-        break;
-      case 2: /* a whole prompt after a prefix-cache hit */
-        nc = hit;
-        ns = test_rng_range(rng, 1, 64);
-        np = nc + ns;
-        break;
-      default: /* a chunk of a longer prompt: partial, or the one that finishes it */
-        nc = hit + test_rng_range(rng, 0, 128);
-        ns = test_rng_range(rng, 1, 96);
-        np = nc + ns + (test_rng_unit(rng) < 0.5 ? test_rng_range(rng, 1, 64) : 0);
-        break;
+        ns = real + 1;
+      }
+      break;
+    case 2: /* a whole prompt after a prefix-cache hit */
+      nc = hit;
+      ns = test_rng_range(rng, 1, 64);
+      np = nc + ns;
+      break;
+    default: /* a chunk of a longer prompt: partial, or the one that finishes it */
+      nc = hit + test_rng_range(rng, 0, 128);
+      ns = test_rng_range(rng, 1, 96);
+      np = nc + ns + (test_rng_unit(rng) < 0.5 ? test_rng_range(rng, 1, 64) : 0);
+      break;
     }
     if (ns > budget || nc + ns > RB_MAX_LEN) break;
     if (ndraft > 0 && !b->has_drafts) ndraft = 0;
@@ -115,7 +115,8 @@ static inline void rb_generate(test_rng *rng, const rb_params *p, rb_batch *b) {
     int32_t *row = b->block_table + (size_t)r * b->stride;
     for (int32_t i = 0; i < b->stride; i++) row[i] = -1;
     const int32_t nblocks = (nc + ns + bs - 1) / bs;
-    for (int32_t i = 0; i < nblocks; i++) row[i] = (shares && i < prefix_blocks) ? prefix_ids[i] : pool.ids[pool.next++];
+    for (int32_t i = 0; i < nblocks; i++)
+      row[i] = (shares && i < prefix_blocks) ? prefix_ids[i] : pool.ids[pool.next++];
     for (int32_t i = 0; i < RB_MAX_LEN; i++) b->token_ids[(size_t)r * RB_MAX_LEN + i] = test_rng_range(rng, 0, 32000);
     tokens += ns;
     b->num_reqs = r + 1;

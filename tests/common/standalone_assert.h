@@ -25,19 +25,19 @@ __attribute__((unused, noreturn)) static void st_fail(const char *file, int line
 }
 
 /* "" __VA_ARGS__: the optional message is a string literal followed by its arguments */
-#define cr_assert(cond, ...)                                                     \
-  do {                                                                           \
-    if (!(cond)) st_fail(__FILE__, __LINE__, #cond, "" __VA_ARGS__);             \
+#define cr_assert(cond, ...)                                                                                           \
+  do {                                                                                                                 \
+    if (!(cond)) st_fail(__FILE__, __LINE__, #cond, "" __VA_ARGS__);                                                   \
   } while (0)
 #define cr_assert_eq(a, b, ...) cr_assert((a) == (b), __VA_ARGS__)
 #define cr_assert_neq(a, b, ...) cr_assert((a) != (b), __VA_ARGS__)
 #define cr_assert_null(p, ...) cr_assert((p) == NULL, __VA_ARGS__)
 #define cr_assert_not_null(p, ...) cr_assert((p) != NULL, __VA_ARGS__)
-#define cr_skip_test(...)                         \
-  do {                                            \
-    fprintf(stderr, "  skipped: " __VA_ARGS__);   \
-    fputc('\n', stderr);                          \
-    exit(0);                                      \
+#define cr_skip_test(...)                                                                                              \
+  do {                                                                                                                 \
+    fprintf(stderr, "  skipped: " __VA_ARGS__);                                                                        \
+    fputc('\n', stderr);                                                                                               \
+    exit(0);                                                                                                           \
   } while (0)
 
 #endif

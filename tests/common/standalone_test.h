@@ -40,11 +40,11 @@ static void st_register(const char *suite, const char *name, const struct st_sui
 
 /* A suite must be declared (TestSuite) before its tests, as test_runtime.c does. */
 #define TestSuite(suite, ...) static const struct st_suite st_suite_##suite = {__VA_ARGS__}
-#define Test(suite, name, ...)                                                         \
-  static void st_body_##suite##_##name(void);                                         \
-  __attribute__((constructor)) static void st_register_##suite##_##name(void) {       \
-    st_register(#suite, #name, &st_suite_##suite, st_body_##suite##_##name);          \
-  }                                                                                    \
+#define Test(suite, name, ...)                                                                                         \
+  static void st_body_##suite##_##name(void);                                                                          \
+  __attribute__((constructor)) static void st_register_##suite##_##name(void) {                                        \
+    st_register(#suite, #name, &st_suite_##suite, st_body_##suite##_##name);                                           \
+  }                                                                                                                    \
   static void st_body_##suite##_##name(void)
 
 int main(int argc, char **argv) {

@@ -88,8 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 1: {
     name = "uattn_split_decodes_prefills_and_extends";
     uattn_batch_split *out = nulls & 4 ? NULL : output(&o, sizeof *out);
-    st = uattn_split_decodes_prefills_and_extends(num_reqs, q_arg, s_arg, fuzz_count(&in, 0, 80),
-                                                  fuzz_count(&in, 0, 8), out);
+    st = uattn_split_decodes_prefills_and_extends(num_reqs, q_arg, s_arg, fuzz_count(&in, 0, 80), fuzz_count(&in, 0, 8),
+                                                  out);
     break;
   }
   case 2: {
@@ -99,15 +99,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t *num_swaps = nulls & 8 ? NULL : output(&o, sizeof *num_swaps);
     int32_t *order = nulls & 16 ? output(&o, sizeof *order * (size_t)n) : NULL;
     st = uattn_reorder_batch_to_split_decodes_and_prefills(num_reqs, nulls & 1 ? NULL : ints,
-                                                           nulls & 2 ? NULL : ints + n, fuzz_count(&in, 0, 4),
-                                                           swaps, cap, num_swaps, order);
+                                                           nulls & 2 ? NULL : ints + n, fuzz_count(&in, 0, 4), swaps,
+                                                           cap, num_swaps, order);
     break;
   }
   case 3: {
     name = "uattn_count_local_attention_virtual_batches";
     int32_t *nb = nulls & 4 ? NULL : output(&o, sizeof *nb), *ppb = nulls & 8 ? NULL : output(&o, sizeof *ppb);
-    st = uattn_count_local_attention_virtual_batches(fuzz_count(&in, 0, 16), fuzz_count(&in, 0, 8), num_reqs,
-                                                     q_arg, s_arg, nb, ppb);
+    st = uattn_count_local_attention_virtual_batches(fuzz_count(&in, 0, 16), fuzz_count(&in, 0, 8), num_reqs, q_arg,
+                                                     s_arg, nb, ppb);
     break;
   }
   case 4: {
@@ -127,8 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (which & 8) out.block_table = output(&o, sizeof(int32_t) * cap_n * pages);
     if (which & 16) out.req_indices = output(&o, sizeof(int32_t) * cap_n);
     const uattn_local_batches before = out;
-    st = uattn_make_local_attention_virtual_batches(chunk, bs, num_reqs, q_arg, s_arg, nulls & 4 ? NULL : table,
-                                                    stride, nulls & 8 ? NULL : &out);
+    st = uattn_make_local_attention_virtual_batches(chunk, bs, num_reqs, q_arg, s_arg, nulls & 4 ? NULL : table, stride,
+                                                    nulls & 8 ? NULL : &out);
     if (st != UATTN_OK && memcmp(&before, &out, sizeof out)) {
       fprintf(stderr, "fuzz_batch_utils: %s refused but changed *out\n", name);
       abort();
@@ -157,8 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     name = "uattn_split_prefill_chunks";
     uattn_req_range *chunks = nulls & 4 ? NULL : output(&o, sizeof *chunks * cap_n);
     int32_t *num = nulls & 8 ? NULL : output(&o, sizeof *num);
-    st = uattn_split_prefill_chunks(s_arg, num_reqs, fuzz_count(&in, 0, 40), fuzz_count(&in, 0, 8), chunks, cap,
-                                    num);
+    st = uattn_split_prefill_chunks(s_arg, num_reqs, fuzz_count(&in, 0, 40), fuzz_count(&in, 0, 8), chunks, cap, num);
     break;
   }
   case 8: {
@@ -180,7 +179,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   case 10: {
     name = "uattn_count_causal_conv1d_programs";
-    int32_t *programs = nulls & 4 ? NULL : output(&o, sizeof *programs), *len = nulls & 8 ? NULL : output(&o, sizeof *len);
+    int32_t *programs = nulls & 4 ? NULL : output(&o, sizeof *programs),
+            *len = nulls & 8 ? NULL : output(&o, sizeof *len);
     st = uattn_count_causal_conv1d_programs(q_arg, num_reqs, fuzz_count(&in, 0, 10), programs, len);
     break;
   }

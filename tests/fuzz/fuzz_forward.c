@@ -139,15 +139,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uattn_cross cross;
   int32_t *encoder_lens = fuzz_ints(&in, num_reqs, 0, 40), *cross_table = NULL;
   cross.block_table_stride = fuzz_size(&in, 0, 4);
-  const int32_t cross_cols = cross.block_table_stride > 0 && cross.block_table_stride <= 4 ? cross.block_table_stride : 0;
+  const int32_t cross_cols =
+      cross.block_table_stride > 0 && cross.block_table_stride <= 4 ? cross.block_table_stride : 0;
   cross_table = fuzz_ints(&in, num_reqs * cross_cols, -1, BLOCKS);
   cross.encoder_lens = nulls & 128 ? NULL : encoder_lens;
   cross.block_table = cross_table;
   if (fuzz_bool(&in)) t.cross = &cross;
 
   const uint8_t args = fuzz_u8(&in);
-  const uattn_status st = uattn_forward(args & 1 ? NULL : plan, args & 2 ? NULL : &L, args & 4 ? NULL : &t,
-                                        args & 8 ? rt : NULL);
+  const uattn_status st =
+      uattn_forward(args & 1 ? NULL : plan, args & 2 ? NULL : &L, args & 4 ? NULL : &t, args & 8 ? rt : NULL);
   if (st != UATTN_OK) {
     if (!uattn_last_error()[0]) fail("a refused forward gives no message");
     if (!fuzz_untouched(out.ptr, out.bytes) || !fuzz_untouched(lse.ptr, lse.bytes) ||

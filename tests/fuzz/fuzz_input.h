@@ -54,8 +54,8 @@ static inline int32_t fuzz_size(fuzz_input *in, int32_t lo, int32_t hi) {
 
 /* A float: mostly small multiples of 1/8, sometimes zero, negative, NaN or infinite. */
 static inline float fuzz_float(fuzz_input *in) {
-  static const float specials[] = {0.0f, -1.0f, 1e30f, -1e30f, __builtin_inff(), -__builtin_inff(),
-                                   __builtin_nanf(""), 1e-40f};
+  static const float specials[] = {0.0f,  -1.0f, 1e30f, -1e30f, __builtin_inff(), -__builtin_inff(), __builtin_nanf(""),
+                                   1e-40f};
   const uint8_t b = fuzz_u8(in);
   if (b >= 248) return specials[b - 248];
   return (float)((int)b - 64) / 8.0f;

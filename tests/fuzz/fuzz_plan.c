@@ -9,12 +9,12 @@
 #include "fuzz_input.h"
 #include "uattn.h"
 
-#define FUZZ_CHECK(cond, what)                                       \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "fuzz_plan: %s (%s)\n", what, uattn_last_error()); \
-      abort();                                                       \
-    }                                                                \
+#define FUZZ_CHECK(cond, what)                                                                                         \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "fuzz_plan: %s (%s)\n", what, uattn_last_error());                                               \
+      abort();                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 /* An allocator that refuses its n-th request, so the planner's out-of-memory paths run too. */
@@ -68,10 +68,10 @@ static uint64_t info_digest(const uattn_plan *plan) {
   FUZZ_CHECK(in.num_reqs >= 0 && in.num_tokens >= 0 && in.num_logits >= 0, "negative counts in the info");
   const int32_t R = in.num_reqs, T = in.num_tokens;
   uint64_t s = sum_bytes(&in.exact, sizeof in.exact) + sum_bytes(&in.padded, sizeof in.padded);
-  s = s * 3 + SUM(in.num_scheduled, R) + SUM(in.query_start_loc, R + 1) + SUM(in.seq_lens, R) +
-      SUM(in.is_prompt, R) + SUM(in.num_output_tokens, R);
-  s = s * 3 + SUM(in.token_groups, T) + SUM(in.token_offsets, T) + SUM(in.token_positions, T) +
-      SUM(in.token_ids, T) + SUM(in.slot_mapping, T) + SUM(in.token_context_lens, T);
+  s = s * 3 + SUM(in.num_scheduled, R) + SUM(in.query_start_loc, R + 1) + SUM(in.seq_lens, R) + SUM(in.is_prompt, R) +
+      SUM(in.num_output_tokens, R);
+  s = s * 3 + SUM(in.token_groups, T) + SUM(in.token_offsets, T) + SUM(in.token_positions, T) + SUM(in.token_ids, T) +
+      SUM(in.slot_mapping, T) + SUM(in.token_context_lens, T);
   s = s * 3 + SUM(in.logits_indices, in.num_logits) + SUM(in.logits_groups, in.num_logits) +
       SUM(in.new_token_positions, in.num_logits) + SUM(in.invalid_req_indices, in.num_invalid_reqs);
   s = s * 3 + SUM(in.shared_blocks, in.num_shared_blocks) + SUM(in.shared_spans, in.num_shared_spans) +
@@ -90,8 +90,8 @@ static void materialize(uattn_plan *plan, unsigned what) {
   }
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
-  const size_t tq = (size_t)t.shape.query_len, ts = (size_t)t.shape.shared_blocks,
-               tu = (size_t)t.shape.unique_blocks, tl = (size_t)t.shape.logits, bs = (size_t)in.block_size;
+  const size_t tq = (size_t)t.shape.query_len, ts = (size_t)t.shape.shared_blocks, tu = (size_t)t.shape.unique_blocks,
+               tl = (size_t)t.shape.logits, bs = (size_t)in.block_size;
   volatile uint64_t sink = 0;
   if (what & UATTN_SEED_CAUSAL_BIAS) sink += SUM(t.causal_bias, tq * tq);
   if (what & UATTN_SEED_SHARED_BIAS) sink += SUM(t.shared_bias, tq * ts * bs);
@@ -144,8 +144,9 @@ static void decode_step(fuzz_input *in, const uattn_plan_config *c, uattn_step *
     if (!a->table) abort();
     for (int32_t i = 0; i < n * stride; i++) {
       const uint8_t b = fuzz_u8(in);
-      a->table[i] = b < 128 ? (i % stride + (b & 3) * stride) % blocks : b < 240 ? (int32_t)(b % (blocks + 2)) - 1
-                                                                             : fuzz_count(in, -1, blocks);
+      a->table[i] = b < 128   ? (i % stride + (b & 3) * stride) % blocks
+                    : b < 240 ? (int32_t)(b % (blocks + 2)) - 1
+                              : fuzz_count(in, -1, blocks);
     }
   }
   if (nulls & 16) {
@@ -176,8 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_input in = {data, size, 0};
   static const int32_t block_sizes[] = {1, 2, 3, 4, 8, 16, 0, -1};
   uattn_plan_config c = uattn_plan_config_default(block_sizes[fuzz_range(&in, 0, 7)], fuzz_size(&in, 1, 48),
-                                                  fuzz_size(&in, 1, 6), fuzz_size(&in, 1, 64),
-                                                  fuzz_size(&in, 1, 128));
+                                                  fuzz_size(&in, 1, 6), fuzz_size(&in, 1, 64), fuzz_size(&in, 1, 128));
   c.chunk_size = fuzz_count(&in, 0, 3);
   int32_t pad[4] = {0, 0, 0, 0}, dp = 0;
   const uint8_t mode = fuzz_u8(&in);

@@ -14,8 +14,8 @@
 static volatile uint8_t data_sum; /* keeps the reads of an array's data */
 static char dir[] = "/tmp/uattn-fuzz-run-XXXXXX";
 static char json_path[64], npy_path[64];
-static const char *const fixed_names[] = {"q.npy", "k.npy", "v.npy", "kc.npy", "vc.npy", "heads.npy", "x.npy",
-                                          "STEP.json"};
+static const char *const fixed_names[] = {"q.npy",  "k.npy",     "v.npy", "kc.npy",
+                                          "vc.npy", "heads.npy", "x.npy", "STEP.json"};
 
 static void remove_dir(void) {
   char path[96];

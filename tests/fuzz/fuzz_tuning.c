@@ -50,7 +50,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void write_input(const uint8_t *data, size_t size) {
   const struct {
     const char *token, *value;
-  } subs[] = {{"@VENDOR@", host.cpu_vendor}, {"@MODEL@", host.cpu_model}, {"@KERNELS@", host.kernel_set},
+  } subs[] = {{"@VENDOR@", host.cpu_vendor},
+              {"@MODEL@", host.cpu_model},
+              {"@KERNELS@", host.kernel_set},
               {"@VERSION@", host.uattn_version}};
   FILE *f = fopen(path, "wb");
   if (!f) abort();
@@ -99,8 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   bool found = false;
   static const int32_t block_sizes[] = {16, 128, 1, 0};
   for (int i = 0; i < 4; i++)
-    if (uattn_runtime_tuning_lookup(rt, block_sizes[i], 128, (uattn_dtype)(i % 3), &e, &found) == UATTN_OK &&
-        !found && (e.chunk_size || e.query_tile || e.split_min_keys || e.split_keys || e.num_threads))
+    if (uattn_runtime_tuning_lookup(rt, block_sizes[i], 128, (uattn_dtype)(i % 3), &e, &found) == UATTN_OK && !found &&
+        (e.chunk_size || e.query_tile || e.split_min_keys || e.split_keys || e.num_threads))
       fail("a lookup without an entry gives tunables other than the defaults");
   uattn_plan_config pc = uattn_plan_config_default(16, 64, 4, 64, 256);
   uattn_layer layer = uattn_layer_default(2, 1, 128, UATTN_BF16);

@@ -41,7 +41,8 @@ Test(dispatch, buckets_are_listed) {
     cr_assert(all[i].block_size > 0 && all[i].head_dim > 0 && all[i].chunk_size >= 0 && all[i].isa);
     for (int32_t j = 0; j < i; j++) /* no bucket twice for one ISA */
       cr_assert(all[i].block_size != all[j].block_size || all[i].head_dim != all[j].head_dim ||
-                all[i].dtype != all[j].dtype || all[i].chunk_size != all[j].chunk_size || strcmp(all[i].isa, all[j].isa));
+                all[i].dtype != all[j].dtype || all[i].chunk_size != all[j].chunk_size ||
+                strcmp(all[i].isa, all[j].isa));
   }
   free(all);
 }
@@ -156,8 +157,23 @@ static void *report_on_fresh_thread(void *arg) {
  * each part got. The report is per thread: a thread that ran nothing has none. */
 static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, uint64_t seed) {
   unsetenv("UATTN_ISA");
-  const attention_case c = {"bucket step", kind, b->block_size, 8, 2, b->head_dim, b->dtype, b->dtype,
-                            UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER, 0, 0, 0, 0, b->chunk_size, 0, seed};
+  const attention_case c = {"bucket step",
+                            kind,
+                            b->block_size,
+                            8,
+                            2,
+                            b->head_dim,
+                            b->dtype,
+                            b->dtype,
+                            UATTN_LAYOUT_NHD,
+                            UATTN_ATTENTION_DECODER,
+                            0,
+                            0,
+                            0,
+                            0,
+                            b->chunk_size,
+                            0,
+                            seed};
   attention_run run;
   attention_run_build(&run, &c);
   attention_run_check(&run); /* against the oracle, on the bucket */
@@ -233,8 +249,11 @@ Test(dispatch, a_tuning_file_chooses_the_chunked_bucket, .timeout = 300) {
   const int fd = mkstemp(path);
   cr_assert_geq(fd, 0);
   close(fd);
-  const uattn_tuning_entry e = {.block_size = b.block_size, .head_dim = b.head_dim, .cache_dtype = b.dtype,
-                                .chunk_size = b.chunk_size, .num_threads = 1};
+  const uattn_tuning_entry e = {.block_size = b.block_size,
+                                .head_dim = b.head_dim,
+                                .cache_dtype = b.dtype,
+                                .chunk_size = b.chunk_size,
+                                .num_threads = 1};
   cr_assert_eq(uattn_tuning_write(path, &e, 1, NULL, NULL), UATTN_OK, "%s", uattn_last_error());
   uattn_runtime_config cfg = uattn_runtime_config_default();
   cfg.num_threads = 2;
@@ -243,8 +262,23 @@ Test(dispatch, a_tuning_file_chooses_the_chunked_bucket, .timeout = 300) {
   cr_assert_eq(uattn_runtime_load_tuning(rt, path), UATTN_OK, "%s", uattn_last_error());
   unlink(path);
 
-  const attention_case c = {"tuned step", BATCH_SHARED_PREFIX, b.block_size, 8, 2, b.head_dim, b.dtype, b.dtype,
-                            UATTN_LAYOUT_NHD, UATTN_ATTENTION_DECODER, 0, 0, 0, 0, 0 /* chunk: the file's */, 0, 75};
+  const attention_case c = {"tuned step",
+                            BATCH_SHARED_PREFIX,
+                            b.block_size,
+                            8,
+                            2,
+                            b.head_dim,
+                            b.dtype,
+                            b.dtype,
+                            UATTN_LAYOUT_NHD,
+                            UATTN_ATTENTION_DECODER,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0 /* chunk: the file's */,
+                            0,
+                            75};
   attention_run run;
   attention_run_build(&run, &c);
   uattn_tensors tuned = attention_run_forward(&run, rt);

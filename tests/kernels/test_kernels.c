@@ -86,9 +86,9 @@ typedef struct case_limits {
   int32_t head_dim;   /* every job's */
   int32_t block_size; /* most jobs load exactly one block of this many keys in the dtype below */
   uattn_dtype dtype;
-  bool decode;  /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
-  bool large;   /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
-  bool bf16;    /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
+  bool decode;     /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
+  bool large;      /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
+  bool bf16;       /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
 } case_limits;
 
@@ -97,14 +97,15 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   c->rows = test_rng_range(rng, 0, 3) == 0 ? 1 : test_rng_range(rng, 1, 64);
   if (lim->large) c->rows = test_rng_range(rng, 8, 64);
   c->group = test_rng_range(rng, 1, 8);
-  if (lim->decode) c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
+  if (lim->decode)
+    c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
   const int32_t dt = test_rng_range(rng, 0, 2);
   c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
-  c->num_keys = test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700)
-                                                                  : test_rng_range(rng, 1, 256);
+  c->num_keys =
+      test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
   if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
     c->num_keys = lim->block_size, c->dtype = lim->dtype;
   if (lim->bf16) c->dtype = UATTN_BF16;
@@ -207,14 +208,12 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .probs_fp32 = c->probs_fp32,
   };
   if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
-      c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0)
-  {
+      c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0) {
     const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
     float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     set->decode(&job, 1, nx, c->dtype, c->k_src, c->v_src, c->stride, 0, scratch); /* from the source, no panels */
     free(scratch);
-  }
-  else
+  } else
     set->attend[part](&job, c->panel_keys);
   free(scores), free(keys), free(values);
   return r;
@@ -427,8 +426,7 @@ static void need_xsmm(void) {
 Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
   need_xsmm();
   const case_limits large = {.large = true}, any = {0};
-  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (large jobs)", &large, 800 / SPARSE,
-                           20240612);
+  check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (large jobs)", &large, 800 / SPARSE, 20240612);
   check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (any job)", &any, 800 / SPARSE, 20240613);
 }
 
@@ -565,8 +563,8 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
       cr_assert(!memcmp(state[0][0] + x0, state[1][0] + x0, sizeof(float) * nx) &&
                     !memcmp(state[0][1] + x0, state[1][1] + x0, sizeof(float) * nx) &&
                     !memcmp(state[0][2] + x0 * D, state[1][2] + x0 * D, sizeof(float) * nx * D),
-                "%s: case %d (heads %d, rows %d, group %d, D %d, keys %d): head %d differs from its own call", label,
-                i, heads, c.rows, c.group, D, c.num_keys, g);
+                "%s: case %d (heads %d, rows %d, group %d, D %d, keys %d): head %d differs from its own call", label, i,
+                heads, c.rows, c.group, D, c.num_keys, g);
       cr_assert(!memcmp(state[0][2] + (x0 + nx) * D, before + (x0 + nx) * D, sizeof(float) * (hv - nx) * D),
                 "%s: case %d: head %d's call wrote past its rows", label, i, g);
     }
@@ -670,15 +668,16 @@ AVX2_TARGET static void dpbf16_twin(const float *acc, const uint32_t *a, const u
 
 __attribute__((target("avx512f,avx512bf16"))) static void dpbf16_hardware(const float *acc, const uint32_t *a,
                                                                           const uint32_t *b, float *out) {
-  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
-                                         (__m512bh)_mm512_loadu_si512(b)));
+  _mm512_storeu_ps(
+      out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a), (__m512bh)_mm512_loadu_si512(b)));
 }
 #endif
 
 /* A random bf16: mostly of attention's sizes, now and then tiny or denormal (the flushes), never inf or NaN. */
 static uint16_t random_bf16(test_rng *rng, int kind) {
-  const int32_t e = kind == 0 ? test_rng_range(rng, 115, 135) : kind == 1 ? test_rng_range(rng, 0, 2)
-                                                                          : test_rng_range(rng, 0, 254);
+  const int32_t e = kind == 0   ? test_rng_range(rng, 115, 135)
+                    : kind == 1 ? test_rng_range(rng, 0, 2)
+                                : test_rng_range(rng, 0, 254);
   const uint32_t sign = (uint32_t)test_rng_range(rng, 0, 1), mantissa = (uint32_t)test_rng_range(rng, 0, 127);
   return (uint16_t)(sign << 15 | (uint32_t)e << 7 | mantissa);
 }
@@ -692,7 +691,7 @@ static void random_dpbf16_lanes(test_rng *rng, int it, float *acc, uint32_t *a, 
     b[i] = random_bf16(rng, kind) | (uint32_t)random_bf16(rng, kind) << 16;
     const float p = uattn_bf16_to_f32((uint16_t)(a[i] >> 16)) * uattn_bf16_to_f32((uint16_t)(b[i] >> 16));
     const int32_t pick = test_rng_range(rng, 0, 2);
-    acc[i] = pick == 0 ? -p * (1.0f + (float)test_rng_range(rng, -2, 2) * 1e-3f)
+    acc[i] = pick == 0   ? -p * (1.0f + (float)test_rng_range(rng, -2, 2) * 1e-3f)
              : pick == 1 ? uniform(rng, -1.0f, 1.0f) * (kind == 1 ? 1e-37f : 1.0f)
                          : uniform(rng, -1e-38f, 1e-38f);
   }
@@ -710,8 +709,8 @@ Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = 300) {
     dpbf16_twin(acc, a, b, out);
     for (int i = 0; i < 16; i++) {
       const float e = dpbf16_reference(acc[i], a[i], b[i]);
-      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: twin %a, pseudocode %a", acc[i], a[i], b[i],
-                out[i], e);
+      cr_assert(!memcmp(&e, &out[i], 4), "acc %a, pairs %08x %08x: twin %a, pseudocode %a", acc[i], a[i], b[i], out[i],
+                e);
     }
   }
 #endif
@@ -791,8 +790,9 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
    * shape, and for every build that lists it */
-  const uint64_t shape = (((uint64_t)b->dtype * 4099u + (uint64_t)b->block_size) * 4099u + (uint64_t)b->head_dim) *
-                             4099u + (uint64_t)b->chunk_size;
+  const uint64_t shape =
+      (((uint64_t)b->dtype * 4099u + (uint64_t)b->block_size) * 4099u + (uint64_t)b->head_dim) * 4099u +
+      (uint64_t)b->chunk_size;
   check_set_on_random_jobs(&b->set, param->part, b->part_names[param->part], &lim, cases,
                            1000u + 7u * shape + (uint64_t)param->part);
   if (decode && b->set.decode)
@@ -825,7 +825,8 @@ ParameterizedTest(int32_t *index, buckets, dispatch_to_themselves) {
            b->chunk_size, b->isa);
   const uattn_bucket_kernels *better = NULL; /* the best bucket of the shape this CPU runs, where not b */
   for (int32_t i = 0; i < *index && !better; i++)
-    if (same_shape(uattn_bucket_registry[i], b) && uattn_bucket_registry[i]->runs_here()) better = uattn_bucket_registry[i];
+    if (same_shape(uattn_bucket_registry[i], b) && uattn_bucket_registry[i]->runs_here())
+      better = uattn_bucket_registry[i];
   bool itself = false;
   for (int q = UATTN_F32; q <= UATTN_F16; q++) {
     const uattn_bucket_kernels *got;

@@ -19,8 +19,12 @@ Test(planner_examples, docs_batch) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
   const int32_t nc[] = {0, 4, 6, 4}, ns[] = {8, 4, 1, 1}, np[] = {8, 8, 6, 4};
   const int32_t table[] = {0, 1, 2, 3, 4, 5, 6, 7}; /* stride 2 */
-  uattn_step step = {.num_reqs = 4, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                     .block_table = table, .block_table_stride = 2};
+  uattn_step step = {.num_reqs = 4,
+                     .num_computed = nc,
+                     .num_scheduled = ns,
+                     .num_prompt = np,
+                     .block_table = table,
+                     .block_table_stride = 2};
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -88,8 +92,12 @@ Test(planner_examples, indices_and_offsets) {
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   const int32_t nc[] = {0, 0, 0}, ns[] = {1, 2, 3}, np[] = {1, 2, 3}, table[] = {0, 1, 2};
-  uattn_step step = {.num_reqs = 3, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                     .block_table = table, .block_table_stride = 1};
+  uattn_step step = {.num_reqs = 3,
+                     .num_computed = nc,
+                     .num_scheduled = ns,
+                     .num_prompt = np,
+                     .block_table = table,
+                     .block_table_stride = 1};
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -109,8 +117,13 @@ Test(planner_examples, spec_decode_is_causal) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   const int32_t nc[] = {5}, ns[] = {1}, np[] = {3}, table[] = {3, 6};
   const int32_t drafts[] = {5, -1, 7}, offsets[] = {0, 3};
-  uattn_step step = {.num_reqs = 1, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                     .block_table = table, .block_table_stride = 2, .draft_tokens = drafts,
+  uattn_step step = {.num_reqs = 1,
+                     .num_computed = nc,
+                     .num_scheduled = ns,
+                     .num_prompt = np,
+                     .block_table = table,
+                     .block_table_stride = 2,
+                     .draft_tokens = drafts,
                      .draft_offsets = offsets};
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
@@ -136,8 +149,13 @@ Test(planner_examples, async_partial_prompt_samples_its_last_row) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   /* request 0 is a partial prompt (3 of 10 tokens), request 1 a decode */
   const int32_t nc[] = {0, 4}, ns[] = {3, 1}, np[] = {10, 4}, table[] = {0, 1, 2, 3};
-  uattn_step step = {.num_reqs = 2, .num_computed = nc, .num_scheduled = ns, .num_prompt = np,
-                     .block_table = table, .block_table_stride = 2, .async_scheduling = true};
+  uattn_step step = {.num_reqs = 2,
+                     .num_computed = nc,
+                     .num_scheduled = ns,
+                     .num_prompt = np,
+                     .block_table = table,
+                     .block_table_stride = 2,
+                     .async_scheduling = true};
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -207,8 +225,7 @@ static const char *check_every_key_once(const uattn_plan_info *in, const rb_batc
     for (int32_t j = 0; j < in->seq_lens[r]; j++) {
       int32_t want = j <= p ? 1 : 0;
       if (seen[j] != want) {
-        snprintf(msg, cap, "row %d (request %d, position %d) sees key %d %d times, want %d", t, r, p, j, seen[j],
-                 want);
+        snprintf(msg, cap, "row %d (request %d, position %d) sees key %d %d times, want %d", t, r, p, j, seen[j], want);
         return msg;
       }
     }
@@ -231,8 +248,7 @@ static const char *check_split(const uattn_plan_info *in, char *msg, size_t cap)
     for (int32_t k = 0; k < in->num_shared_spans; k++) {
       const uattn_shared_span *sp = &in->shared_spans[k];
       if (sp->shared_index != s) continue;
-      for (int32_t t = sp->token_begin; t < sp->token_end; t++)
-        readers += in->token_context_lens[t] > sp->block_start;
+      for (int32_t t = sp->token_begin; t < sp->token_end; t++) readers += in->token_context_lens[t] > sp->block_start;
     }
     if (readers < 2) {
       snprintf(msg, cap, "shared block %d has %d readers", in->shared_blocks[s], readers);
@@ -242,8 +258,9 @@ static const char *check_split(const uattn_plan_info *in, char *msg, size_t cap)
   for (int32_t k = 0; k < in->num_unique_blocks; k++) {
     const uattn_unique_block *u = &in->unique_blocks[k];
     if (u->usage < 1 || u->usage > in->block_size) return "unique usage out of 1..block_size";
-    if (k > 0 && (in->unique_blocks[k - 1].token > u->token ||
-                  (in->unique_blocks[k - 1].token == u->token && in->unique_blocks[k - 1].block_start >= u->block_start)))
+    if (k > 0 &&
+        (in->unique_blocks[k - 1].token > u->token ||
+         (in->unique_blocks[k - 1].token == u->token && in->unique_blocks[k - 1].block_start >= u->block_start)))
       return "unique blocks not ordered by (token, block_start)";
   }
   return NULL;
@@ -261,7 +278,8 @@ static const char *check_items(const uattn_plan *p, const uattn_plan_info *in, i
     if (n == 1) continue;
     ++*groups;
     if (p->split_begin[i + 1] - p->split_begin[i] != 1) return "a group is split";
-    if (in->query_start_loc[first + n] - in->query_start_loc[first] > UATTN_PREFIX_RUN_MAX_ROWS) return "a prefix run too large";
+    if (in->query_start_loc[first + n] - in->query_start_loc[first] > UATTN_PREFIX_RUN_MAX_ROWS)
+      return "a prefix run too large";
     int32_t key = -1;
     for (int32_t r = first; r < first + n; r++) {
       if (in->is_prompt[r]) return "a prompt in a group";
@@ -291,8 +309,8 @@ Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 
     rb_params prm = rb_random_params(&rng);
     rb_batch b;
     rb_generate(&rng, &prm, &b);
-    uattn_plan_config cfg = uattn_plan_config_default(prm.block_size, prm.num_blocks, RB_MAX_REQS,
-                                                      RB_MAX_TOKENS, RB_MAX_LEN);
+    uattn_plan_config cfg =
+        uattn_plan_config_default(prm.block_size, prm.num_blocks, RB_MAX_REQS, RB_MAX_TOKENS, RB_MAX_LEN);
     if (iter % 3 == 0) cfg.bucketing.mode = UATTN_BUCKETING_SEED;
     uattn_plan *plan;
     cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
@@ -310,8 +328,8 @@ Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 
     /* slots: every row's slot is the block table's, and no two rows write the same slot */
     for (int32_t t = 0; t < in.num_tokens; t++) {
       const int32_t r = in.token_groups[t], p = in.token_positions[t];
-      const int64_t want = (int64_t)b.block_table[r * b.stride + p / prm.block_size] * prm.block_size +
-                           p % prm.block_size;
+      const int64_t want =
+          (int64_t)b.block_table[r * b.stride + p / prm.block_size] * prm.block_size + p % prm.block_size;
       cr_assert_eq(in.slot_mapping[t], want, "iter %d row %d", iter, t);
       for (int32_t t2 = 0; t2 < t; t2++) cr_assert_neq(in.slot_mapping[t2], in.slot_mapping[t]);
     }

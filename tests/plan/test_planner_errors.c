@@ -63,10 +63,10 @@ static void take(const uattn_plan *plan, snapshot *s) {
   cr_assert_eq(uattn_plan_get_info(plan, &s->info), UATTN_OK);
   const uattn_plan_info *in = &s->info;
   cr_assert(in->num_tokens <= 64);
-  const int32_t *rows[] = {in->token_groups, in->token_offsets, in->token_positions, in->token_context_lens,
-                           in->token_ids, in->query_start_loc, in->seq_lens};
-  const int32_t lens[] = {in->num_tokens, in->num_tokens, in->num_tokens, in->num_tokens, in->num_tokens,
-                          in->num_reqs + 1, in->num_reqs};
+  const int32_t *rows[] = {in->token_groups, in->token_offsets,   in->token_positions, in->token_context_lens,
+                           in->token_ids,    in->query_start_loc, in->seq_lens};
+  const int32_t lens[] = {in->num_tokens, in->num_tokens,   in->num_tokens, in->num_tokens,
+                          in->num_tokens, in->num_reqs + 1, in->num_reqs};
   for (int k = 0; k < 7; k++)
     if (rows[k]) copy(s->rows[k], rows[k], sizeof(int32_t) * (size_t)lens[k]);
   copy(s->slots, in->slot_mapping, sizeof(int64_t) * (size_t)in->num_tokens);
@@ -95,10 +95,10 @@ static void teardown(void) { uattn_plan_destroy(plan); }
 /* Runs a bad step: the status must match, the message must say something, the plan must not change. */
 static void expect_refused(const uattn_step *step, uattn_status want, const char *needle) {
   uattn_status st = uattn_plan_step(plan, step);
-  cr_assert_eq(st, want, "got %s (%s), want %s", uattn_status_name(st), uattn_last_error(),
-               uattn_status_name(want));
+  cr_assert_eq(st, want, "got %s (%s), want %s", uattn_status_name(st), uattn_last_error(), uattn_status_name(want));
   cr_assert_neq(strlen(uattn_last_error()), 0, "a refused call says why");
-  if (needle) cr_assert_not_null(strstr(uattn_last_error(), needle), "message '%s' lacks '%s'", uattn_last_error(), needle);
+  if (needle)
+    cr_assert_not_null(strstr(uattn_last_error(), needle), "message '%s' lacks '%s'", uattn_last_error(), needle);
   snapshot after;
   take(plan, &after);
   cr_assert_eq(memcmp(&before, &after, sizeof before), 0, "a refused step changed the plan");

@@ -168,8 +168,10 @@ static void collect(uattn_plan *plan, actuals *s) {
 
   /* the dense tensors, through the seed-format export; the padding around them is checked here */
   uattn_seed_tensors t;
-  cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_USAGE | UATTN_SEED_SHARED_BIAS |
-                                              UATTN_SEED_UNIQUE_BIAS | UATTN_SEED_PADDED_IDS, &t),
+  cr_assert_eq(uattn_plan_materialize(plan,
+                                      UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_USAGE | UATTN_SEED_SHARED_BIAS |
+                                          UATTN_SEED_UNIQUE_BIAS | UATTN_SEED_PADDED_IDS,
+                                      &t),
                UATTN_OK, "%s", uattn_last_error());
   const int32_t tq = t.shape.query_len, ts = t.shape.shared_blocks, tu = t.shape.unique_blocks, bs = in.block_size;
   v = put(s, "shared_usage", T * S);
@@ -181,16 +183,20 @@ static void collect(uattn_plan *plan, actuals *s) {
         const float b = t.shared_bias[((size_t)i * ts + j) * bs + k];
         cr_assert(k < u ? b == 0.0f : (isinf(b) && b < 0), "shared bias [%d,%d,%d] vs usage %d", i, j, k, u);
       }
-      if (i < T && j < S) v[i * S + j] = u;
-      else cr_assert_eq(u, 0, "padding of the usage table is 0");
+      if (i < T && j < S)
+        v[i * S + j] = u;
+      else
+        cr_assert_eq(u, 0, "padding of the usage table is 0");
     }
   if (T <= 64) {
     v = put(s, "causal_mask", T * T);
     for (int32_t i = 0; i < tq; i++)
       for (int32_t j = 0; j < tq; j++) {
         const float b = t.causal_bias[(size_t)i * tq + j];
-        if (i < T && j < T) v[i * T + j] = b == 0.0f;
-        else cr_assert(isinf(b), "padding of the causal bias is -inf");
+        if (i < T && j < T)
+          v[i * T + j] = b == 0.0f;
+        else
+          cr_assert(isinf(b), "padding of the causal bias is -inf");
       }
   }
   const int32_t U = in.exact.unique_blocks;
@@ -209,7 +215,8 @@ static void collect(uattn_plan *plan, actuals *s) {
     cr_assert_eq(t.slot_mapping[i], i < T ? in.slot_mapping[i] : -1);
     cr_assert_eq(t.token_positions[i], i < T ? in.token_positions[i] : -1);
   }
-  for (int32_t i = 0; i < t.shape.logits; i++) cr_assert_eq(t.logits_indices[i], i < in.num_logits ? in.logits_indices[i] : -1);
+  for (int32_t i = 0; i < t.shape.logits; i++)
+    cr_assert_eq(t.logits_indices[i], i < in.num_logits ? in.logits_indices[i] : -1);
 }
 
 static const actual *find(const actuals *s, const char *key) {

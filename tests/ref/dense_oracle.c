@@ -184,8 +184,7 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
     return fail("oracle: heads %d/%d and head_dim %d must be > 0", layer->num_q_heads, layer->num_kv_heads,
                 layer->head_dim);
   if (layer->num_q_heads % layer->num_kv_heads != 0)
-    return fail("oracle: num_q_heads %d is not a multiple of num_kv_heads %d", layer->num_q_heads,
-                layer->num_kv_heads);
+    return fail("oracle: num_q_heads %d is not a multiple of num_kv_heads %d", layer->num_q_heads, layer->num_kv_heads);
   if (!valid_dtype(layer->dtype) || !valid_dtype(layer->cache_dtype))
     return fail("oracle: unknown dtype %d or cache_dtype %d", (int)layer->dtype, (int)layer->cache_dtype);
   if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND)
@@ -205,8 +204,8 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
 }
 
 /* The cache block holding key j of request r of the given table, checked. */
-static int block_of(const int32_t *table, int32_t stride, int32_t r, int32_t j, int32_t block_size,
-                    int32_t num_blocks, const char *which, int32_t *block) {
+static int block_of(const int32_t *table, int32_t stride, int32_t r, int32_t j, int32_t block_size, int32_t num_blocks,
+                    const char *which, int32_t *block) {
   const int32_t col = j / block_size;
   if (!table) return fail("oracle: request %d reads or writes the cache but the %s block table is NULL", r, which);
   if (col >= stride)
@@ -233,10 +232,9 @@ static int check_reads(const oracle_step *s, const uattn_layer *layer, const uat
     /* every key of a block lies in that block, so checking one key per block is checking them all */
     for (int32_t j = 0; j < n; j += s->block_size) {
       int32_t b = 0;
-      int rc = cross ? block_of(t->cross->block_table, t->cross->block_table_stride, r, j, s->block_size,
-                                t->num_blocks, "cross", &b)
-                     : block_of(s->block_table, s->block_table_stride, r, j, s->block_size, t->num_blocks, "step",
-                                &b);
+      int rc = cross ? block_of(t->cross->block_table, t->cross->block_table_stride, r, j, s->block_size, t->num_blocks,
+                                "cross", &b)
+                     : block_of(s->block_table, s->block_table_stride, r, j, s->block_size, t->num_blocks, "step", &b);
       if (rc) return rc;
       any = true;
     }
@@ -255,8 +253,7 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* Copies or converts one head's D elements from a dtype row to a cache_dtype row. */
-static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di,
-                        size_t n) {
+static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di, size_t n) {
   if (sdt == ddt) {
     /* equal dtypes: the bits themselves, so that even a signalling NaN's payload survives */
     const size_t es = oracle_dtype_size(sdt);
@@ -354,8 +351,8 @@ typedef double v4d_mem __attribute__((vector_size(32), aligned(8), may_alias));
 /* S[i][j - klo] = <q_i, k_j> for the TILE items i and keys j in [klo, khi): Qt is the tile's queries
  * transposed [Dp][TILE] and K the widened keys [n][Dp]. Lane i runs over d in order, so it is the plain
  * sequential dot product, whatever else shares the tile. */
-ORACLE_CLONES static void scores_tile(const double *K, const double *Qt, size_t Dp, int32_t klo, int32_t khi,
-                                      double *S, size_t span) {
+ORACLE_CLONES static void scores_tile(const double *K, const double *Qt, size_t Dp, int32_t klo, int32_t khi, double *S,
+                                      size_t span) {
   for (int32_t j = klo; j < khi; j++) {
     const double *kj = K + (size_t)j * Dp;
     v4d acc[TILE / 4] = {{0}};
@@ -372,8 +369,7 @@ ORACLE_CLONES static void scores_tile(const double *K, const double *Qt, size_t 
 }
 
 /* o[d] += w[j] * V[j][d] for j = a, a+1, ..., b-1 in that order, d < Dp (a multiple of 16). */
-ORACLE_CLONES static void weighted_sum(double *o, const double *w, const double *V, size_t Dp, int32_t a,
-                                       int32_t b) {
+ORACLE_CLONES static void weighted_sum(double *o, const double *w, const double *V, size_t Dp, int32_t a, int32_t b) {
   for (size_t d = 0; d < Dp; d += 16) {
     v4d acc[4], v;
     for (int c = 0; c < 4; c++) V4_LOAD(acc[c], o + d + 4 * c);
@@ -488,8 +484,8 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
 
 /* Attention of m <= TILE items (position pos[i], query head head[i], keys [lo[i], hi[i]), queries in w->Qt)
  * against the widened K/V, written to out/lse at row dst[i]. */
-static void tile_attention(const job *jb, work *w, int m, const int32_t *pos, const int32_t *head,
-                           const int32_t *lo, const int32_t *hi, const int32_t *dst) {
+static void tile_attention(const job *jb, work *w, int m, const int32_t *pos, const int32_t *head, const int32_t *lo,
+                           const int32_t *hi, const int32_t *dst) {
   const uattn_layer *layer = jb->layer;
   const size_t D = (size_t)layer->head_dim, Dp = jb->Dp, Hq = (size_t)layer->num_q_heads;
   const double scale = (double)layer->scale, cap = (double)layer->soft_cap;
@@ -682,8 +678,16 @@ static int attention(const oracle_step *s, const uattn_layer *layer, const uattn
     }
   }
 
-  job jb = {.s = s, .layer = layer, .t = t, .order = order, .qstart = qstart, .units = units,
-            .num_units = (int32_t)num_units, .Dp = Dp, .out = out, .lse = lse};
+  job jb = {.s = s,
+            .layer = layer,
+            .t = t,
+            .order = order,
+            .qstart = qstart,
+            .units = units,
+            .num_units = (int32_t)num_units,
+            .Dp = Dp,
+            .out = out,
+            .lse = lse};
   atomic_init(&jb.next, 0);
   /* Threads only share out the units: each item's arithmetic is the same whichever thread runs it. A
    * thread that cannot be started just leaves its share to the others (this one always works). */
@@ -711,15 +715,14 @@ done:
   return rc;
 }
 
-int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out,
-                     double *lse) {
+int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out, double *lse) {
   int64_t num_tokens = 0;
   if (check_step_layer(s, layer, t, &num_tokens)) return -1;
   return attention(s, layer, t, (int32_t)num_tokens, NULL, out, lse);
 }
 
-int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
-                          int32_t num_rows, const int32_t *rows, double *out, double *lse) {
+int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t num_rows,
+                          const int32_t *rows, double *out, double *lse) {
   if (num_rows > 0 && !rows) return fail("oracle: NULL rows");
   return attention(s, layer, t, num_rows, rows, out, lse);
 }

@@ -67,14 +67,13 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
  * cache_dtype, keys j >= num_computed[r] from this step's k/v rows in dtype; cross attention reads keys
  * [0, encoder_lens[r]) through t->cross->block_table. A row with no visible key gets out 0 and lse -inf
  * (lse = sink with a sink). Returns 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
-int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out,
-                     double *lse);
+int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out, double *lse);
 
 /* The same for a sample of rows only (any order, repeats allowed): out [num_rows, Hq, D], lse [num_rows, Hq]
  * for rows[0..num_rows). The answer for a row is bit-identical to oracle_attention's; the cost is that of
  * the sampled rows plus widening the keys of the requests they belong to. */
-int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t,
-                          int32_t num_rows, const int32_t *rows, double *out, double *lse);
+int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t num_rows,
+                          const int32_t *rows, double *out, double *lse);
 
 /* Threads the two functions above use (0, the default: one per online CPU). Results do not depend on it:
  * threads only share out (request, KV head, rows) units whose arithmetic is fixed. Not thread-safe itself. */

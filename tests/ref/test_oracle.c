@@ -38,8 +38,14 @@ typedef struct env {
 } env;
 
 static uattn_layer layer(int32_t hq, int32_t hkv, int32_t d, uattn_dtype dtype) {
-  return (uattn_layer){.num_q_heads = hq, .num_kv_heads = hkv, .head_dim = d, .scale = 1.0f, .dtype = dtype,
-                       .cache_dtype = dtype, .kv_layout = UATTN_LAYOUT_NHD, .attn_type = UATTN_ATTENTION_DECODER};
+  return (uattn_layer){.num_q_heads = hq,
+                       .num_kv_heads = hkv,
+                       .head_dim = d,
+                       .scale = 1.0f,
+                       .dtype = dtype,
+                       .cache_dtype = dtype,
+                       .kv_layout = UATTN_LAYOUT_NHD,
+                       .attn_type = UATTN_ATTENTION_DECODER};
 }
 
 static int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
@@ -95,8 +101,13 @@ static void env_init(env *e, uattn_layer L, int32_t R, const int32_t *nc, const 
   e->t.num_blocks = e->nb;
   e->cross = (uattn_cross){.encoder_lens = e->enc, .block_table = e->cbt, .block_table_stride = e->stride};
   e->t.cross = &e->cross;
-  e->s = (oracle_step){.num_reqs = R, .block_size = bs, .num_computed = e->nc, .num_scheduled = e->ns,
-                       .num_prompt = NULL, .block_table = e->bt, .block_table_stride = e->stride};
+  e->s = (oracle_step){.num_reqs = R,
+                       .block_size = bs,
+                       .num_computed = e->nc,
+                       .num_scheduled = e->ns,
+                       .num_prompt = NULL,
+                       .block_table = e->bt,
+                       .block_table_stride = e->stride};
   e->out = malloc((T * hq * D + 1) * sizeof *e->out);
   e->lse = malloc((T * hq + 1) * sizeof *e->lse);
 }
@@ -167,8 +178,10 @@ static void expect_out(const env *e, int32_t row, int32_t h, const double *want,
 
 static void expect_lse(const env *e, int32_t row, int32_t h, double want, double tol) {
   const double got = lse_at(e, row, h);
-  if (isinf(want)) cr_assert(got == want, "row %d head %d lse = %.17g, expected %g", row, h, got, want);
-  else cr_assert(fabs(got - want) <= tol, "row %d head %d lse = %.17g, expected %.17g", row, h, got, want);
+  if (isinf(want))
+    cr_assert(got == want, "row %d head %d lse = %.17g, expected %g", row, h, got, want);
+  else
+    cr_assert(fabs(got - want) <= tol, "row %d head %d lse = %.17g, expected %.17g", row, h, got, want);
 }
 
 /* ================================================================================================ */
@@ -385,9 +398,7 @@ Test(hand, alibi) {
   zero_keys_step(&e, 1, true);
   env_run(&e);
   for (int32_t h = 0; h < 2; h++) {
-    const struct {
-      int32_t row, p;
-    } rows[2] = {{2, 2}, {3, 5}};
+    const struct { int32_t row, p; } rows[2] = {{2, 2}, {3, 5}};
     for (int k = 0; k < 2; k++) {
       double z = 0, o0 = 0, o1 = 0;
       for (int32_t j = 0; j <= rows[k].p; j++) {
@@ -590,7 +601,11 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
   unsigned char *kc = malloc(elems * es), *vc = malloc(elems * es);
   memset(kc, 0xA5, elems * es);
   memset(vc, 0xA5, elems * es);
-  oracle_step s = {.num_reqs = 2, .block_size = bs, .num_computed = nc, .num_scheduled = ns, .block_table = bt,
+  oracle_step s = {.num_reqs = 2,
+                   .block_size = bs,
+                   .num_computed = nc,
+                   .num_scheduled = ns,
+                   .block_table = bt,
                    .block_table_stride = 3};
   uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = nb};
   cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
@@ -654,7 +669,11 @@ Test(cache, equal_dtypes_copy_bits_and_cross_writes_nothing) {
   memset(kc, 0, sizeof kc);
   memset(vc, 0, sizeof vc);
   const int32_t nc = 2, ns = 1, bt[1] = {0};
-  oracle_step s = {.num_reqs = 1, .block_size = 4, .num_computed = &nc, .num_scheduled = &ns, .block_table = bt,
+  oracle_step s = {.num_reqs = 1,
+                   .block_size = 4,
+                   .num_computed = &nc,
+                   .num_scheduled = &ns,
+                   .block_table = bt,
                    .block_table_stride = 1};
   uattn_tensors t = {.k = &k, .v = &v, .key_cache = kc, .value_cache = vc, .num_blocks = 1};
   cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
@@ -674,7 +693,11 @@ Test(cache, encoder_self_attention_writes_like_the_decoder) {
   L.attn_type = UATTN_ATTENTION_ENCODER;
   float k[2] = {3, 4}, v[2] = {5, 6}, kc[8] = {0}, vc[8] = {0};
   const int32_t nc = 3, ns = 2, bt[2] = {1, 0};
-  oracle_step s = {.num_reqs = 1, .block_size = 4, .num_computed = &nc, .num_scheduled = &ns, .block_table = bt,
+  oracle_step s = {.num_reqs = 1,
+                   .block_size = 4,
+                   .num_computed = &nc,
+                   .num_scheduled = &ns,
+                   .block_table = bt,
                    .block_table_stride = 2};
   uattn_tensors t = {.k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = 2};
   cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
@@ -819,8 +842,8 @@ Test(convert, exhaustive_round_trips) {
 /* Narrowing against its definition: the nearest of all finite values plus 2^(emax+1) (which stands for
  * inf), ties to the even pattern, searched in the sorted table -- no bit manipulation. Inputs: random
  * magnitudes over the whole range, every exact midpoint of a neighbour pair, and the doubles next to it. */
-static void check_nearest(double (*widen)(uint16_t), uint16_t (*narrow)(double), uint16_t max_finite,
-                          double beyond, uint64_t seed) {
+static void check_nearest(double (*widen)(uint16_t), uint16_t (*narrow)(double), uint16_t max_finite, double beyond,
+                          uint64_t seed) {
   const int n = max_finite + 2;
   double *val = malloc((size_t)n * sizeof *val);
   for (int i = 0; i <= max_finite; i++) val[i] = widen((uint16_t)i);
@@ -831,15 +854,20 @@ static void check_nearest(double (*widen)(uint16_t), uint16_t (*narrow)(double),
     const int kind = trial % 3;
     const int i = test_rng_range(&rng, 0, n - 2);
     const double mid = (val[i] + val[i + 1]) / 2; /* exact: one bit more than the format */
-    if (kind == 0) x = mid;
-    else if (kind == 1) x = nextafter(mid, test_rng_next(&rng) & 1 ? INFINITY : 0);
-    else x = val[i] + (val[i + 1] - val[i]) * test_rng_unit(&rng);
+    if (kind == 0)
+      x = mid;
+    else if (kind == 1)
+      x = nextafter(mid, test_rng_next(&rng) & 1 ? INFINITY : 0);
+    else
+      x = val[i] + (val[i + 1] - val[i]) * test_rng_unit(&rng);
     /* nearest by search */
     int lo = 0, hi = n - 1;
     while (hi - lo > 1) {
       const int m = (lo + hi) / 2;
-      if (val[m] <= x) lo = m;
-      else hi = m;
+      if (val[m] <= x)
+        lo = m;
+      else
+        hi = m;
     }
     int want = x - val[lo] < val[hi] - x ? lo : x - val[lo] > val[hi] - x ? hi : (lo % 2 == 0 ? lo : hi);
     if (x >= val[n - 1]) want = n - 1;
@@ -896,8 +924,10 @@ static void plain_attention(const env *e, double *out, double *lse) {
       for (int32_t h = 0; h < Hq; h++) {
         const int32_t g = h / group;
         int32_t lo = 0, hi;
-        if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) hi = e->enc[r];
-        else if (L->attn_type != UATTN_ATTENTION_DECODER) hi = e->nc[r] + e->ns[r];
+        if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER)
+          hi = e->enc[r];
+        else if (L->attn_type != UATTN_ATTENTION_DECODER)
+          hi = e->nc[r] + e->ns[r];
         else {
           hi = p + 1;
           if (L->sliding_window > 0) lo = p - L->sliding_window + 1 > 0 ? p - L->sliding_window + 1 : 0;
@@ -958,7 +988,10 @@ static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, flo
   for (int32_t r = 0; r < R; r++) {
     const int kind = test_rng_range(rng, 0, 4);
     nc[r] = kind == 0 ? 0 : test_rng_range(rng, 0, max_len);
-    ns[r] = kind == 1 ? 1 : kind == 2 ? test_rng_range(rng, 2, 4) : kind == 4 && r > 0 ? 0 : test_rng_range(rng, 1, max_len);
+    ns[r] = kind == 1            ? 1
+            : kind == 2          ? test_rng_range(rng, 2, 4)
+            : kind == 4 && r > 0 ? 0
+                                 : test_rng_range(rng, 1, max_len);
     enc[r] = test_rng_range(rng, 0, max_len);
   }
   env_init(e, L, R, nc, ns, enc, (int32_t[]){1, 2, 4, 16}[test_rng_range(rng, 0, 3)], test_rng_next(rng));
@@ -989,12 +1022,14 @@ static void compare_with_plain(const env *e, int case_no) {
   double *out = malloc((n * (size_t)e->L.head_dim + 1) * sizeof *out), *lse = malloc((n + 1) * sizeof *lse);
   plain_attention(e, out, lse);
   for (size_t i = 0; i < n * (size_t)e->L.head_dim; i++)
-    cr_assert(fabs(e->out[i] - out[i]) <= 1e-13 * (1 + fabs(out[i])), "case %d: out[%zu] = %.17g, plain %.17g",
-              case_no, i, e->out[i], out[i]);
+    cr_assert(fabs(e->out[i] - out[i]) <= 1e-13 * (1 + fabs(out[i])), "case %d: out[%zu] = %.17g, plain %.17g", case_no,
+              i, e->out[i], out[i]);
   for (size_t i = 0; i < n; i++) {
-    if (isinf(lse[i])) cr_assert(e->lse[i] == lse[i], "case %d: lse[%zu] = %g, plain %g", case_no, i, e->lse[i], lse[i]);
-    else cr_assert(fabs(e->lse[i] - lse[i]) <= 1e-13 * (1 + fabs(lse[i])), "case %d: lse[%zu] = %.17g, plain %.17g",
-                   case_no, i, e->lse[i], lse[i]);
+    if (isinf(lse[i]))
+      cr_assert(e->lse[i] == lse[i], "case %d: lse[%zu] = %g, plain %g", case_no, i, e->lse[i], lse[i]);
+    else
+      cr_assert(fabs(e->lse[i] - lse[i]) <= 1e-13 * (1 + fabs(lse[i])), "case %d: lse[%zu] = %.17g, plain %.17g",
+                case_no, i, e->lse[i], lse[i]);
   }
   free(out);
   free(lse);
@@ -1100,14 +1135,14 @@ static void expect_refused(env *e, const oracle_step *s, const char *why, bool w
 }
 
 /* A fresh base, one statement that breaks it, then the verdicts. */
-#define REFUSE_CASE(why, write_fails, attn_fails, ...) \
-  do {                                                 \
-    env e_;                                            \
-    bad_base(&e_);                                     \
-    env *e = &e_;                                      \
-    __VA_ARGS__;                                       \
-    expect_refused(e, &e->s, why, write_fails, attn_fails); \
-    env_free(&e_);                                     \
+#define REFUSE_CASE(why, write_fails, attn_fails, ...)                                                                 \
+  do {                                                                                                                 \
+    env e_;                                                                                                            \
+    bad_base(&e_);                                                                                                     \
+    env *e = &e_;                                                                                                      \
+    __VA_ARGS__;                                                                                                       \
+    expect_refused(e, &e->s, why, write_fails, attn_fails);                                                            \
+    env_free(&e_);                                                                                                     \
   } while (0)
 
 Test(refuse, bad_inputs_fail_with_a_message_and_write_nothing) {

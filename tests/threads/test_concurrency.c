@@ -55,13 +55,14 @@ static bool forward_matches(engine *e, int call) {
   const attention_run *r = &e->run;
   uattn_tensors t = attention_tensors(r);
   const uattn_status st = uattn_forward(r->plan, &r->layer, &t, e->rt);
-  const char *what = st != UATTN_OK                                                   ? uattn_last_error()
-                     : !same_bytes(t.out, e->want.out, r->out_bytes)                 ? "out differs"
-                     : !same_bytes(t.lse, e->want.lse, sizeof(float) * (size_t)r->info.num_tokens *
-                                                                 (size_t)r->c.num_q_heads) ? "lse differs"
-                     : !same_bytes(t.key_cache, e->want.key_cache, r->cache_bytes)   ? "the key cache differs"
-                     : !same_bytes(t.value_cache, e->want.value_cache, r->cache_bytes) ? "the value cache differs"
-                                                                                       : NULL;
+  const char *what =
+      st != UATTN_OK                                  ? uattn_last_error()
+      : !same_bytes(t.out, e->want.out, r->out_bytes) ? "out differs"
+      : !same_bytes(t.lse, e->want.lse, sizeof(float) * (size_t)r->info.num_tokens * (size_t)r->c.num_q_heads)
+          ? "lse differs"
+      : !same_bytes(t.key_cache, e->want.key_cache, r->cache_bytes)     ? "the key cache differs"
+      : !same_bytes(t.value_cache, e->want.value_cache, r->cache_bytes) ? "the value cache differs"
+                                                                        : NULL;
   if (what) snprintf(e->error, sizeof e->error, "%s, call %d: %s", r->c.name, call, what);
   attention_tensors_free(&t);
   return what == NULL;
@@ -157,8 +158,8 @@ static void reload_tuning(engine *engines) {
   uattn_tuning_entry entries[ENGINES];
   for (int i = 0; i < ENGINES; i++) {
     const attention_case *c = &engines[i].run.c;
-    entries[i] = (uattn_tuning_entry){.block_size = c->block_size, .head_dim = c->head_dim,
-                                      .cache_dtype = c->cache_dtype, .num_threads = 1};
+    entries[i] = (uattn_tuning_entry){
+        .block_size = c->block_size, .head_dim = c->head_dim, .cache_dtype = c->cache_dtype, .num_threads = 1};
   }
   cr_assert_eq(uattn_tuning_write(path, entries, ENGINES, NULL, NULL), UATTN_OK, "%s", uattn_last_error());
   uattn_runtime *rt = engines[0].rt;

@@ -43,10 +43,10 @@ static void clear_env(void) {
 
 TestSuite(runtime, .init = clear_env);
 
-#define CHECK_OK(call)                                                                                    \
-  do {                                                                                                    \
-    uattn_status st_ = (call);                                                                            \
-    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error()); \
+#define CHECK_OK(call)                                                                                                 \
+  do {                                                                                                                 \
+    uattn_status st_ = (call);                                                                                         \
+    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error());              \
   } while (0)
 
 static uattn_runtime *create(const uattn_runtime_config *cfg) {
@@ -150,8 +150,7 @@ static void run_counted(uattn_runtime *rt, int calls) {
   for (int i = 0; i < calls; i++) {
     uattn_runtime_run(rt, count_job, c);
     for (int32_t w = 0; w < n; w++)
-      cr_assert_eq(atomic_load(&c->runs[w]), i + 1, "call %d: worker %d ran %d times", i, w,
-                   atomic_load(&c->runs[w]));
+      cr_assert_eq(atomic_load(&c->runs[w]), i + 1, "call %d: worker %d ran %d times", i, w, atomic_load(&c->runs[w]));
   }
   cr_assert_eq(atomic_load(&c->seen_workers), n);
   cr_assert_eq(atomic_load(&c->bad_index), 0);
@@ -169,7 +168,8 @@ Test(runtime, topology_is_plausible) {
   cr_assert(b->cores >= 1 && b->cores <= m->cores && b->pus >= b->cores && b->pus <= m->pus);
   cr_assert(b->packages >= 1 && b->packages <= m->packages && b->numa_nodes >= 1 && b->numa_nodes <= m->numa_nodes);
   cr_assert(!memcmp(u, b, sizeof *u), "no cpuset: usable == binding");
-  cr_assert_eq(b->pus, affinity_count(), "PUs in the binding: hwloc %d, sched_getaffinity %d", b->pus, affinity_count());
+  cr_assert_eq(b->pus, affinity_count(), "PUs in the binding: hwloc %d, sched_getaffinity %d", b->pus,
+               affinity_count());
   int sys_cores = sysfs_cores_in_affinity();
   if (sys_cores > 0) cr_assert_eq(b->cores, sys_cores, "cores in the binding: hwloc %d, sysfs %d", b->cores, sys_cores);
 
@@ -422,12 +422,12 @@ Test(runtime, unpinned_workers) {
  * that every thread of the new process starts bound (a sanitizer's helper thread included: the process's
  * binding is the union of its threads'). A constructor catches the re-executed binary before the test
  * framework starts; it reports through its exit status and a pipe. */
-#define CHILD_CHECK(cond, ...)                 \
-  do {                                         \
-    if (!(cond)) {                             \
-      dprintf(fd, __VA_ARGS__);                \
-      return 1;                                \
-    }                                          \
+#define CHILD_CHECK(cond, ...)                                                                                         \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      dprintf(fd, __VA_ARGS__);                                                                                        \
+      return 1;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 static int bound_child(int fd, int cpu, int other) {
@@ -449,8 +449,8 @@ static int bound_child(int fd, int cpu, int other) {
   c.num_threads = 3;
   CHILD_CHECK(uattn_runtime_create(&c, &rt) == UATTN_OK, "create 3: %s", uattn_last_error());
   uattn_runtime_get_topology(rt, &t);
-  CHILD_CHECK(t.oversubscribed && t.worker_pu[1] == cpu && t.worker_pu[2] == cpu, "workers on %d, %d",
-              t.worker_pu[1], t.worker_pu[2]);
+  CHILD_CHECK(t.oversubscribed && t.worker_pu[1] == cpu && t.worker_pu[2] == cpu, "workers on %d, %d", t.worker_pu[1],
+              t.worker_pu[2]);
   count_ctx *cc = calloc(1, sizeof *cc);
   for (int i = 0; i < 100; i++) {
     uattn_runtime_run(rt, count_job, cc);
@@ -591,7 +591,8 @@ static void *engine_thread(void *arg) {
 
 Test(runtime, several_runtimes_from_several_threads) {
   pthread_t th[4];
-  for (int i = 0; i < 4; i++) cr_assert_eq(pthread_create(&th[i], NULL, engine_thread, (void *)(intptr_t)(i % 2 ? 0 : 50)), 0);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(pthread_create(&th[i], NULL, engine_thread, (void *)(intptr_t)(i % 2 ? 0 : 50)), 0);
   for (int i = 0; i < 4; i++) {
     void *res;
     pthread_join(th[i], &res);
@@ -649,7 +650,8 @@ Test(runtime, concurrent_calls_on_one_runtime_are_serialized) {
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
   cr_assert_eq(atomic_load(&serial_overlaps), 0, "jobs of two engine threads overlapped");
   for (int i = 0; i < 2; i++)
-    for (int w = 0; w < 3; w++) cr_assert_eq(args[i].ctx.runs[w], 500, "engine %d worker %d: %d runs", i, w, args[i].ctx.runs[w]);
+    for (int w = 0; w < 3; w++)
+      cr_assert_eq(args[i].ctx.runs[w], 500, "engine %d worker %d: %d runs", i, w, args[i].ctx.runs[w]);
   uattn_runtime_destroy(rt);
 }
 
@@ -804,8 +806,23 @@ Test(runtime, bad_configs_are_refused) {
   c.spin_us = 2000000;
   expect_refused(&c, UATTN_ERR_INVALID_ARGUMENT, "spin_us 2 s");
 
-  const char *bad[] = {"3-1", "a", "0,,1", ",0", "0,", "1-", "-1", " 0", "0 ", "0-1-2", "0x1", "0:2", "0;1", "1-0",
-                       "+1", "0-", "99999999999999999999"};
+  const char *bad[] = {"3-1",
+                       "a",
+                       "0,,1",
+                       ",0",
+                       "0,",
+                       "1-",
+                       "-1",
+                       " 0",
+                       "0 ",
+                       "0-1-2",
+                       "0x1",
+                       "0:2",
+                       "0;1",
+                       "1-0",
+                       "+1",
+                       "0-",
+                       "99999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     c = uattn_runtime_config_default();
     c.cpuset = bad[i];
@@ -979,10 +996,11 @@ Test(cache_memory, runtime_cache_says_so_where_placement_is_refused) {
   cr_assert(WIFEXITED(status), "the child died (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   const int code = WEXITSTATUS(status);
   if (code != 3)
-    cr_assert_eq(code, 0, "%s", code == 4   ? "the message does not name mbind and uattn_cache_alloc"
-                                : code == 5 ? "a refused call wrote *out"
-                                : code == 6 ? "the refused mapping was not given back"
-                                            : "another status than UATTN_ERR_UNSUPPORTED (10 + status)");
+    cr_assert_eq(code, 0, "%s",
+                 code == 4   ? "the message does not name mbind and uattn_cache_alloc"
+                 : code == 5 ? "a refused call wrote *out"
+                 : code == 6 ? "the refused mapping was not given back"
+                             : "another status than UATTN_ERR_UNSUPPORTED (10 + status)");
   uattn_runtime_destroy(rt);
 }
 #endif

@@ -58,8 +58,10 @@ static void setup(void) {
 /* UATTN_KEEP_SCRATCH=1 keeps each test's files (the step, the runner's outputs) for a look after a failure */
 static void teardown(void) {
   if (!scratch[0]) return;
-  if (*test_env("UATTN_KEEP_SCRATCH", "")) fprintf(stderr, "kept %s\n", scratch);
-  else remove_tree(scratch);
+  if (*test_env("UATTN_KEEP_SCRATCH", ""))
+    fprintf(stderr, "kept %s\n", scratch);
+  else
+    remove_tree(scratch);
 }
 
 static const char *in_scratch(const char *name) {
@@ -191,8 +193,8 @@ Test(npy, accepts_every_spelling_numpy_could_write) {
     cr_assert(memcmp(a.data, x, sizeof x) == 0);
     npy_free(&a);
   }
-  raw_npy(in_scratch("scalar.npy"), 1, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}",
-          "\x2a\0\0\0\0\0\0\0", 8);
+  raw_npy(in_scratch("scalar.npy"), 1, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}", "\x2a\0\0\0\0\0\0\0",
+          8);
   npy_array a;
   char err[256];
   cr_assert_eq(npy_read(in_scratch("scalar.npy"), &a, err, sizeof err), 0, "%s", err);
@@ -692,9 +694,9 @@ static const char *removed_key;
 static void remove_key(cJSON *root) { cJSON_DeleteItemFromObjectCaseSensitive(root, removed_key); }
 
 Test(step_runner, every_missing_required_key_is_named) {
-  const char *required[] = {"block_size", "num_blocks",     "num_q_heads", "num_kv_heads", "head_dim",
-                            "dtype",      "cache_dtype",    "kv_layout",   "scale",        "soft_cap",
-                            "sliding_window", "attn_type", "requests",    "tensors"};
+  const char *required[] = {"block_size",     "num_blocks",  "num_q_heads", "num_kv_heads", "head_dim",
+                            "dtype",          "cache_dtype", "kv_layout",   "scale",        "soft_cap",
+                            "sliding_window", "attn_type",   "requests",    "tensors"};
   for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
     removed_key = required[i];
     char want[128];
@@ -709,12 +711,8 @@ static void drop_block_table(cJSON *root) {
 static void drop_value_cache(cJSON *root) {
   cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "tensors"), "value_cache");
 }
-static void string_block_size(cJSON *root) {
-  cJSON_ReplaceItemInObject(root, "block_size", cJSON_CreateString("16"));
-}
-static void fractional_heads(cJSON *root) {
-  cJSON_ReplaceItemInObject(root, "num_q_heads", cJSON_CreateNumber(4.5));
-}
+static void string_block_size(cJSON *root) { cJSON_ReplaceItemInObject(root, "block_size", cJSON_CreateString("16")); }
+static void fractional_heads(cJSON *root) { cJSON_ReplaceItemInObject(root, "num_q_heads", cJSON_CreateNumber(4.5)); }
 static void huge_blocks(cJSON *root) { cJSON_ReplaceItemInObject(root, "num_blocks", cJSON_CreateNumber(3e9)); }
 static void bad_dtype(cJSON *root) { cJSON_ReplaceItemInObject(root, "dtype", cJSON_CreateString("fp8")); }
 static void bad_layout(cJSON *root) { cJSON_ReplaceItemInObject(root, "kv_layout", cJSON_CreateString("nhd")); }
@@ -783,11 +781,9 @@ Test(step_runner, bad_values_are_named_by_their_key) {
   expect_json_error(block_out_of_range, "block id", "requests[0].block_table[1]: 12 is not a block id", NULL);
   expect_json_error(block_table_short, "short table", "requests[1].block_table: 3 entries cover 12 positions",
                     "needs 14");
-  expect_json_error(block_table_padding_read, "padding read", "requests[3].block_table[1]: -1 is not a block id",
-                    NULL);
+  expect_json_error(block_table_padding_read, "padding read", "requests[3].block_table[1]: -1 is not a block id", NULL);
   expect_json_error(bad_draft, "draft", "requests[2].draft_tokens[0]: -7 must be >= -1", NULL);
-  expect_json_error(shared_written_block, "planner", "uattn_plan_step: broken block table",
-                    "(UATTN_ERR_INCONSISTENT)");
+  expect_json_error(shared_written_block, "planner", "uattn_plan_step: broken block table", "(UATTN_ERR_INCONSISTENT)");
   expect_json_error(tensor_not_string, "tensor type", "tensors.q: must be a file name, got a number", NULL);
   expect_json_error(tensor_absent_file, "absent tensor", "tensors.k: ", "nope/k.npy: cannot open");
 }
@@ -830,8 +826,8 @@ Test(step_runner, tensor_shape_and_dtype_errors) {
   expect_tensor_error(&s, "v.npy", NPY_F4, 2, (int64_t[]){12, 16}, "tensors.v: shape [12, 16] does not match",
                       "(T, num_kv_heads, head_dim)");
   s = base_spec();
-  expect_tensor_error(&s, "q.npy", NPY_U2, 3, (int64_t[]){12, 4, 8}, "tensors.q: ",
-                      "dtype <u2 does not match dtype \"f32\" (<f4)");
+  expect_tensor_error(&s, "q.npy", NPY_U2, 3, (int64_t[]){12, 4, 8},
+                      "tensors.q: ", "dtype <u2 does not match dtype \"f32\" (<f4)");
   s = base_spec();
   expect_tensor_error(&s, "kc.npy", NPY_F4, 3, (int64_t[]){47, 2, 8}, "tensors.key_cache: shape [47, 2, 8]",
                       "(num_blocks * block_size, num_kv_heads, head_dim)");
@@ -1215,7 +1211,7 @@ Test(step_runner, refused_shared_bias_is_a_warning) {
   npy_array a = load("out/shared_usage.npy");
   check_shape(&a, "shared_usage", NPY_I4, 2, (int64_t[]){T, nb});
   npy_free(&a);
-  const char *rest[] = {"out/causal_bias.npy", "out/unique_bias.npy", "out/unique_block_mapping.npy",
-                        "out/shared_blocks.npy", "out/out.npy", "out/plan.json"};
+  const char *rest[] = {"out/causal_bias.npy",   "out/unique_bias.npy", "out/unique_block_mapping.npy",
+                        "out/shared_blocks.npy", "out/out.npy",         "out/plan.json"};
   for (int i = 0; i < 6; i++) cr_assert(file_exists(in_scratch(rest[i])), "%s", rest[i]);
 }

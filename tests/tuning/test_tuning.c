@@ -37,10 +37,10 @@ static void teardown(void) {
 /* One timeout for the whole suite: several values leak in Criterion's runner under LeakSanitizer. */
 TestSuite(tuning, .init = setup, .fini = teardown, .timeout = 120);
 
-#define CHECK_OK(call)                                                                                    \
-  do {                                                                                                    \
-    uattn_status st_ = (call);                                                                            \
-    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error()); \
+#define CHECK_OK(call)                                                                                                 \
+  do {                                                                                                                 \
+    uattn_status st_ = (call);                                                                                         \
+    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error());              \
   } while (0)
 
 static const char *path_of(const char *name) {
@@ -70,7 +70,9 @@ static const uattn_tuning_entry two[2] = {
     {128, 64, UATTN_F32, 0, 256, 0, 0, 0, 0, 0},
 };
 
-static void write_two(const char *path) { CHECK_OK(uattn_tuning_write(path, two, 2, "{\"trace\": \"test\", \"steps\": 3}", NULL)); }
+static void write_two(const char *path) {
+  CHECK_OK(uattn_tuning_write(path, two, 2, "{\"trace\": \"test\", \"steps\": 3}", NULL));
+}
 
 static char *report(const uattn_runtime *rt) {
   size_t len = 0;
@@ -526,7 +528,8 @@ Test(tuning, out_of_range_values_are_refused) {
   }
   cJSON *d = valid_doc();
   cJSON_ReplaceItemInObject(first_entry(d), "cache_dtype", cJSON_CreateString("fp8"));
-  assert_refused(write_doc(d, "dtype.json"), UATTN_ERR_OUT_OF_RANGE, "cache_dtype \"fp8\" is not one of f32, bf16, f16");
+  assert_refused(write_doc(d, "dtype.json"), UATTN_ERR_OUT_OF_RANGE,
+                 "cache_dtype \"fp8\" is not one of f32, bf16, f16");
   d = valid_doc();
   cJSON_DeleteItemFromObject(first_entry(d), "query_tile");
   cJSON_AddNumberToObject(first_entry(d), "query_tile", 1.5);
@@ -568,9 +571,9 @@ Test(tuning, wrong_keys_and_types_are_refused) {
   cJSON_AddItemToArray(cJSON_GetObjectItem(d, "entries"), cJSON_Duplicate(first_entry(d), true));
   assert_refused(write_doc(d, "dup.json"), UATTN_ERR_INVALID_ARGUMENT,
                  "entries[0] and entries[1] are both for block_size 32, head_dim 96, f16");
-  const char *twice =
-      "{\"format\": \"uattn-tuning\", \"format_version\": 1, \"format_version\": 1, \"entries\": []}";
-  assert_refused(write_text(twice, strlen(twice), "twice.json"), UATTN_ERR_INVALID_ARGUMENT, "format_version appears twice");
+  const char *twice = "{\"format\": \"uattn-tuning\", \"format_version\": 1, \"format_version\": 1, \"entries\": []}";
+  assert_refused(write_text(twice, strlen(twice), "twice.json"), UATTN_ERR_INVALID_ARGUMENT,
+                 "format_version appears twice");
 }
 
 Test(tuning, refused_file_keeps_the_previous_one) {

@@ -42,20 +42,20 @@ static bool untouched_bytes(const void *p, size_t n) {
   return true;
 }
 
-#define CHECK_OK(call)                                                                                    \
-  do {                                                                                                    \
-    uattn_status st_ = (call);                                                                            \
-    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error()); \
+#define CHECK_OK(call)                                                                                                 \
+  do {                                                                                                                 \
+    uattn_status st_ = (call);                                                                                         \
+    cr_assert_eq(st_, UATTN_OK, "%s returned %s: %s", #call, uattn_status_name(st_), uattn_last_error());              \
   } while (0)
 
 /* A call that must fail with `want`, say why, and leave the outputs as they were (`untouched`). */
-#define CHECK_FAILS(want, untouched, call)                                                       \
-  do {                                                                                           \
-    uattn_status st_ = (call);                                                                   \
-    cr_assert_eq(st_, (want), "%s returned %s, expected %s (%s)", #call, uattn_status_name(st_), \
-                 uattn_status_name(want), uattn_last_error());                                   \
-    cr_assert_neq(uattn_last_error()[0], '\0', "%s failed without a message", #call);            \
-    cr_assert((untouched), "%s wrote to an output although it failed", #call);                   \
+#define CHECK_FAILS(want, untouched, call)                                                                             \
+  do {                                                                                                                 \
+    uattn_status st_ = (call);                                                                                         \
+    cr_assert_eq(st_, (want), "%s returned %s, expected %s (%s)", #call, uattn_status_name(st_),                       \
+                 uattn_status_name(want), uattn_last_error());                                                         \
+    cr_assert_neq(uattn_last_error()[0], '\0', "%s failed without a message", #call);                                  \
+    cr_assert((untouched), "%s wrote to an output although it failed", #call);                                         \
   } while (0)
 
 static void assert_msg_has(const char *needle) {
@@ -278,9 +278,7 @@ Test(split, bad_inputs) {
 /* ================================================================================================ */
 
 /* Regions as the seed defines them: 2 prefill (no context), 0 decode (short), 1 extend. */
-static int region(int32_t sched, int32_t comp, int32_t thr) {
-  return comp == 0 ? 2 : (sched <= thr ? 0 : 1);
-}
+static int region(int32_t sched, int32_t comp, int32_t thr) { return comp == 0 ? 2 : (sched <= thr ? 0 : 1); }
 
 /* A request of a given region under threshold thr. */
 static void request_of_region(test_rng *rng, int r, int32_t thr, int32_t *sched, int32_t *comp) {
@@ -650,9 +648,9 @@ Test(local_attention, bad_inputs) {
   fill32(lr, 8);
   out.num_batches = out.pages_per_batch = out.max_query_len = out.max_seq_len = S32;
   const uattn_local_batches saved = out;
-#define UNTOUCHED                                                                                                  \
-  (untouched32(lq, 9) && untouched32(lk, 8) && untouched32(lc, 8) && untouched32(lbt, 16) && untouched32(lr, 8) && \
-   out.num_batches == S32 && out.pages_per_batch == S32 && out.max_query_len == S32 && out.max_seq_len == S32 &&   \
+#define UNTOUCHED                                                                                                      \
+  (untouched32(lq, 9) && untouched32(lk, 8) && untouched32(lc, 8) && untouched32(lbt, 16) && untouched32(lr, 8) &&     \
+   out.num_batches == S32 && out.pages_per_batch == S32 && out.max_query_len == S32 && out.max_seq_len == S32 &&       \
    nb == S32 && pages == S32)
   out.capacity = 7;
   CHECK_FAILS(UATTN_ERR_CAPACITY, UNTOUCHED,
@@ -1350,8 +1348,7 @@ static void check_golden_reorder(const cJSON *c, int k, void *better) {
   check_reordered(sched, comp, n, thr, swaps, num, order, k);
   /* same regions at every position as the seed's result (the order inside a region may differ) */
   for (int32_t i = 0; i < n; i++)
-    cr_assert_eq(region(sched[order[i]], comp[order[i]], thr),
-                 region(sched[seed_batch[i]], comp[seed_batch[i]], thr));
+    cr_assert_eq(region(sched[order[i]], comp[order[i]], thr), region(sched[seed_batch[i]], comp[seed_batch[i]], thr));
   cr_assert_leq(num, jint(c, "seed_swaps"), "case %d", k);
   *(int *)better += num < jint(c, "seed_swaps");
 }
@@ -1379,8 +1376,8 @@ static void check_golden_local_attention(const cJSON *c, int k, void *unused) {
                              .num_computed = lc,
                              .block_table = lbt,
                              .req_indices = lr};
-  CHECK_OK(uattn_make_local_attention_virtual_batches(jint(c, "chunk"), jint(c, "block_size"), n, qsl, seq, bt, cols,
-                                                      &out));
+  CHECK_OK(
+      uattn_make_local_attention_virtual_batches(jint(c, "chunk"), jint(c, "block_size"), n, qsl, seq, bt, cols, &out));
   const cJSON *e = cJSON_GetObjectItem(c, "expect");
   int32_t m = jints(e, "seq_lens", want, GOLDEN_CAP);
   cr_assert_eq(out.num_batches, m, "case %d: %d virtual batches, the seed has %d", k, out.num_batches, m);
@@ -1439,8 +1436,8 @@ static void check_golden_dcp(const cJSON *c, int k, void *unused) {
   int32_t seq[64], want[512], out[512];
   int32_t n = jints(c, "seq_lens", seq, 64);
   int32_t m = jints(c, "expect", want, 512);
-  CHECK_OK(uattn_compute_dcp_local_seq_lens(seq, n, jint(c, "dcp_size"), jint(c, "rank"), jint(c, "interleave"), out,
-                                            512));
+  CHECK_OK(
+      uattn_compute_dcp_local_seq_lens(seq, n, jint(c, "dcp_size"), jint(c, "rank"), jint(c, "interleave"), out, 512));
   assert_i32s(out, want, m, "dcp", k);
 }
 
