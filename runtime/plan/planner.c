@@ -256,6 +256,24 @@ static int32_t block_readers(int32_t nc, int32_t ns, int32_t cached, bool prompt
   return ns - first;
 }
 
+/* A request of the step as the block walks see it: its new and cached tokens and its block table row. A
+ * prompt (its sequence not past the prompt) reads its new tokens' keys from this step's k/v, so only the
+ * tokens before them count as cached; any other request reads all of them from the cache. */
+typedef struct request_view {
+  int32_t nc, ns, seq_len, cached;
+  bool prompt;
+  const int32_t *blocks;
+} request_view;
+
+static request_view request_at(const uattn_step *s, const int32_t *ns_of, int32_t r) {
+  request_view v = {.nc = s->num_computed[r], .ns = ns_of[r]};
+  v.seq_len = v.nc + v.ns;
+  v.prompt = v.seq_len <= s->num_prompt[r];
+  v.cached = v.prompt ? v.nc : v.seq_len;
+  v.blocks = s->block_table + (int64_t)r * s->block_table_stride;
+  return v;
+}
+
 static void next_stamp(uattn_plan *p) {
   if (++p->stamp == 0) { /* wrapped: old stamps could collide, so forget them */
     memset(p->blocks.stamp, 0, (size_t)p->config.num_blocks * sizeof *p->blocks.stamp);
@@ -271,10 +289,9 @@ static uattn_status validate_blocks(uattn_plan *p, const uattn_step *s, const in
   next_stamp(p);
   const uint32_t stamp = p->stamp;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t nc = s->num_computed[r], ns = ns_of[r], seq_len = nc + ns;
-    const bool prompt = seq_len <= s->num_prompt[r];
-    const int32_t cached = prompt ? nc : seq_len;
-    const int32_t *row = s->block_table + (int64_t)r * s->block_table_stride;
+    const request_view q = request_at(s, ns_of, r);
+    const int32_t nc = q.nc, ns = q.ns, seq_len = q.seq_len, cached = q.cached, *row = q.blocks;
+    const bool prompt = q.prompt;
     const int32_t nrow = uattn_ceil_div_i32(seq_len, bs);
     for (int32_t o = 0; o < nrow; o++) {
       const int32_t id = row[o], start = o * bs;
@@ -321,13 +338,10 @@ static void count_split(uattn_plan *p, const uattn_step *s, const int32_t *ns_of
   uattn_block_scratch *b = &p->blocks;
   memset(n, 0, sizeof *n);
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t nc = s->num_computed[r], ns = ns_of[r], seq_len = nc + ns;
-    const bool prompt = seq_len <= s->num_prompt[r];
-    const int32_t cached = prompt ? nc : seq_len;
-    const int32_t *row = s->block_table + (int64_t)r * s->block_table_stride;
-    const int32_t nctx = uattn_ceil_div_i32(cached, bs);
+    const request_view q = request_at(s, ns_of, r);
+    const int32_t nctx = uattn_ceil_div_i32(q.cached, bs);
     for (int32_t o = 0; o < nctx; o++) {
-      const int32_t id = row[o];
+      const int32_t id = q.blocks[o];
       if (b->readers[id] > 1) {
         n->shared_spans++;
         if (b->index[id] == -1) {
@@ -369,10 +383,9 @@ static void write_requests_and_tokens(uattn_plan *p, const uattn_step *s, const 
   int32_t row = 0;
   p->query_start_loc[0] = 0;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t nc = s->num_computed[r], ns = ns_of[r], seq_len = nc + ns;
-    const bool prompt = seq_len <= s->num_prompt[r];
-    const int32_t cached = prompt ? nc : seq_len;
-    const int32_t *blocks = s->block_table + (int64_t)r * s->block_table_stride;
+    const request_view q = request_at(s, ns_of, r);
+    const int32_t nc = q.nc, ns = q.ns, seq_len = q.seq_len, cached = q.cached, *blocks = q.blocks;
+    const bool prompt = q.prompt;
     const int32_t *ids = s->token_ids ? s->token_ids + (int64_t)r * s->token_ids_stride : NULL;
     p->num_scheduled[r] = ns;
     p->seq_lens[r] = seq_len;
