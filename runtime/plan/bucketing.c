@@ -75,7 +75,7 @@ static bool keep_bucket(const uattn_plan_config *c, int32_t q, int32_t s, int32_
   return s > 0 || q <= u;
 }
 
-uattn_status uattn_buckets_build(uattn_plan *p) {
+uattn_status uattn_batch_buckets_build(uattn_plan *p) {
   const uattn_plan_config *c = &p->config;
   int32_t qr[UATTN_RANGE_MAX], sr[UATTN_RANGE_MAX], ur[UATTN_RANGE_MAX];
   int32_t nq = bucket_range(1, c->max_num_batched_tokens, c->max_num_seqs, qr);
@@ -91,10 +91,10 @@ uattn_status uattn_buckets_build(uattn_plan *p) {
     ns = m;
   }
   size_t cap = (size_t)nq * ns * nu * 2;
-  p->buckets.capacity = cap;
-  p->buckets.shapes = uattn_alloc_bytes(&p->alloc, cap * sizeof *p->buckets.shapes);
-  p->buckets.causal = uattn_alloc_bytes(&p->alloc, cap * sizeof *p->buckets.causal);
-  if (!p->buckets.shapes || !p->buckets.causal)
+  p->batch_buckets.capacity = cap;
+  p->batch_buckets.shapes = uattn_alloc_bytes(&p->alloc, cap * sizeof *p->batch_buckets.shapes);
+  p->batch_buckets.causal = uattn_alloc_bytes(&p->alloc, cap * sizeof *p->batch_buckets.causal);
+  if (!p->batch_buckets.shapes || !p->batch_buckets.causal)
     return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory building the bucket list");
   /* loops in sorted order (query, shared, unique, causal): the list comes out sorted */
   int32_t n = 0;
@@ -103,17 +103,17 @@ uattn_status uattn_buckets_build(uattn_plan *p) {
       for (int32_t k = 0; k < nu; k++)
         for (int causal = 0; causal < 2; causal++)
           if (keep_bucket(c, qr[i], sr[j], ur[k], causal)) {
-            p->buckets.shapes[n] = (uattn_bucket){qr[i], sr[j], ur[k], 0};
-            p->buckets.causal[n] = causal;
+            p->batch_buckets.shapes[n] = (uattn_bucket){qr[i], sr[j], ur[k], 0};
+            p->batch_buckets.causal[n] = causal;
             n++;
           }
-  p->buckets.count = n;
+  p->batch_buckets.count = n;
   return UATTN_OK;
 }
 
-void uattn_buckets_release(uattn_plan *p) {
-  uattn_alloc_release(&p->alloc, p->buckets.shapes, p->buckets.capacity * sizeof *p->buckets.shapes);
-  uattn_alloc_release(&p->alloc, p->buckets.causal, p->buckets.capacity * sizeof *p->buckets.causal);
+void uattn_batch_buckets_release(uattn_plan *p) {
+  uattn_alloc_release(&p->alloc, p->batch_buckets.shapes, p->batch_buckets.capacity * sizeof *p->batch_buckets.shapes);
+  uattn_alloc_release(&p->alloc, p->batch_buckets.causal, p->batch_buckets.capacity * sizeof *p->batch_buckets.causal);
 }
 
 /* The seed's padding of the logits dimension: to max_num_seqs when it fits, else exact. */
@@ -136,8 +136,8 @@ static uattn_status dp_pad(const uattn_plan_config *c, int32_t *v, const char *w
   return UATTN_OK;
 }
 
-uattn_status uattn_bucket_select(const uattn_plan *p, bool contains_prompts, const uattn_bucket *exact,
-                                 uattn_bucket *padded, bool *fallback) {
+uattn_status uattn_batch_bucket_select(const uattn_plan *p, bool contains_prompts, const uattn_bucket *exact,
+                                       uattn_bucket *padded, bool *fallback) {
   const uattn_plan_config *c = &p->config;
   uattn_bucket out = *exact;
   *fallback = false;
@@ -145,13 +145,13 @@ uattn_status uattn_bucket_select(const uattn_plan *p, bool contains_prompts, con
   case UATTN_BUCKETING_NONE: break;
   case UATTN_BUCKETING_SEED: {
     int32_t i = 0;
-    for (; i < p->buckets.count; i++)
-      if (p->buckets.causal[i] == contains_prompts && p->buckets.shapes[i].query_len >= exact->query_len &&
-          p->buckets.shapes[i].shared_blocks >= exact->shared_blocks &&
-          p->buckets.shapes[i].unique_blocks >= exact->unique_blocks)
+    for (; i < p->batch_buckets.count; i++)
+      if (p->batch_buckets.causal[i] == contains_prompts && p->batch_buckets.shapes[i].query_len >= exact->query_len &&
+          p->batch_buckets.shapes[i].shared_blocks >= exact->shared_blocks &&
+          p->batch_buckets.shapes[i].unique_blocks >= exact->unique_blocks)
         break;
-    if (i < p->buckets.count) {
-      out = p->buckets.shapes[i];
+    if (i < p->batch_buckets.count) {
+      out = p->batch_buckets.shapes[i];
     } else {
       *fallback = true; /* the seed warns and runs the exact shape; the plan counts it */
     }
@@ -188,7 +188,7 @@ uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, b
   UATTN_CHECK_PTR(count, "count");
   if (plan->config.bucketing.mode != UATTN_BUCKETING_SEED)
     return uattn_fail(UATTN_ERR_UNSUPPORTED, "the plan was not created with UATTN_BUCKETING_SEED: it has no list");
-  const int32_t n = plan->buckets.count;
+  const int32_t n = plan->batch_buckets.count;
   if (!buckets && cap == 0) { /* a size query */
     *count = n;
     return UATTN_OK;
@@ -196,9 +196,9 @@ uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, b
   if (cap < n) return uattn_fail(UATTN_ERR_CAPACITY, "the plan has %d buckets; the output holds %d", n, cap);
   UATTN_CHECK_PTR(buckets, "buckets");
   for (int32_t i = 0; i < n; i++) {
-    buckets[i] = plan->buckets.shapes[i];
+    buckets[i] = plan->batch_buckets.shapes[i];
     buckets[i].logits = plan->config.max_num_seqs;
-    if (causal) causal[i] = plan->buckets.causal[i];
+    if (causal) causal[i] = plan->batch_buckets.causal[i];
   }
   *count = n;
   return UATTN_OK;

@@ -108,7 +108,7 @@ static void plan_free(uattn_plan *p) {
   uattn_buf_release(&p->alloc, &p->unique_blocks);
   uattn_buf_release(&p->alloc, &p->span_cursor);
   uattn_buf_release(&p->alloc, &p->spans_by_req);
-  uattn_buckets_release(p);
+  uattn_batch_buckets_release(p);
   uattn_seed_buffers_release(p);
   uattn_allocator hooks = p->alloc.hooks;
   hooks.free(hooks.user, p);
@@ -159,7 +159,7 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
   if (!st) st = plan_array(p, (void **)&p->field, (n), sizeof *p->field);
   UATTN_PLAN_ARRAYS(UATTN_ALLOC)
 #undef UATTN_ALLOC
-  if (!st && config->bucketing.mode == UATTN_BUCKETING_SEED) st = uattn_buckets_build(p);
+  if (!st && config->bucketing.mode == UATTN_BUCKETING_SEED) st = uattn_batch_buckets_build(p);
   if (!st) st = reserve_context(p);
   if (st) {
     plan_free(p);
@@ -633,7 +633,7 @@ uattn_status uattn_plan_step(uattn_plan *p, const uattn_step *s) {
   const int32_t num_logits = count_logits(s, ns_of);
   uattn_bucket exact = {shape.num_tokens, n.shared_blocks, n.unique_span, num_logits}, padded;
   bool fallback = false;
-  if ((st = uattn_bucket_select(p, shape.contains_prompts, &exact, &padded, &fallback))) return st;
+  if ((st = uattn_batch_bucket_select(p, shape.contains_prompts, &exact, &padded, &fallback))) return st;
 
   if ((st = uattn_buf_reserve(&p->alloc, &p->shared_blocks, (size_t)n.shared_blocks * sizeof(int32_t))) ||
       (st = uattn_buf_reserve(&p->alloc, &p->span_cursor, (size_t)n.shared_blocks * sizeof(int32_t))) ||

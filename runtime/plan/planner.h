@@ -16,12 +16,12 @@ typedef struct uattn_block_scratch {
   uint8_t *written; /* 1 if a request writes this step's K/V into it */
 } uattn_block_scratch;
 
-typedef struct uattn_bucket_table {
+typedef struct uattn_batch_bucket_table {
   uattn_bucket *shapes; /* sorted by (query_len, shared_blocks, unique_blocks, causal) */
   bool *causal;
   int32_t count;
   size_t capacity;
-} uattn_bucket_table;
+} uattn_batch_bucket_table;
 
 /* The seed-format tensors of uattn_plan_materialize; grown on demand. */
 typedef struct uattn_seed_buffers {
@@ -77,18 +77,18 @@ struct uattn_plan {
     int32_t first, reqs;
   } * cost_keys; /* scratch for sorting the items */
 
-  uattn_bucket_table buckets;
+  uattn_batch_bucket_table batch_buckets;
   uattn_seed_buffers seed;
   uattn_plan_info info;
   uattn_plan_stats stats;
 };
 
 /* bucketing.c */
-uattn_status uattn_buckets_build(uattn_plan *plan);
-void uattn_buckets_release(uattn_plan *plan);
+uattn_status uattn_batch_buckets_build(uattn_plan *plan);
+void uattn_batch_buckets_release(uattn_plan *plan);
 /* Pads the exact shape by the plan's policy; sets *fallback when no bucket fits. */
-uattn_status uattn_bucket_select(const uattn_plan *plan, bool contains_prompts, const uattn_bucket *exact,
-                                 uattn_bucket *padded, bool *fallback);
+uattn_status uattn_batch_bucket_select(const uattn_plan *plan, bool contains_prompts, const uattn_bucket *exact,
+                                       uattn_bucket *padded, bool *fallback);
 
 /* seed_tensors.c */
 void uattn_seed_buffers_release(uattn_plan *plan);
