@@ -414,6 +414,12 @@ typedef enum uattn_dtype {
   UATTN_F32 = 0,
   UATTN_BF16 = 1, /* the upper 16 bits of an IEEE fp32 */
   UATTN_F16 = 2,  /* IEEE binary16 */
+  /* 8-bit floats, for KV caches only (uattn_layer.cache_dtype; q, k, v and out stay f32/bf16/f16). A cache
+   * holds fp8(x / scale) of each value x, scale the layer's k_scale or v_scale, rounded to nearest even and
+   * saturated to the largest finite value (infinities too); NaN stays NaN (S.1111.111 in both). Every read
+   * uses fp8 * scale in fp32. */
+  UATTN_FP8_E4M3 = 3, /* the "fn" variant: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, max 448 */
+  UATTN_FP8_E5M2 = 4, /* 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like, max finite 57344 */
 } uattn_dtype;
 
 typedef enum uattn_kv_layout {
@@ -451,6 +457,10 @@ typedef struct uattn_layer {
    * (fp32 FMAs with V widened: the other levels' arithmetic for that product). Other levels always keep P
    * in fp32. */
   bool probs_fp32;
+  /* fp8 caches only (ignored otherwise): the per-layer scales of the keys and the values, finite and > 0
+   * (uattn_layer_default: 1). The cache write stores fp8(k / k_scale) and fp8(v / v_scale); the attention
+   * reads fp8 * k_scale and fp8 * v_scale. */
+  float k_scale, v_scale;
 } uattn_layer;
 
 /* A layer with the given heads and dtype, scale 1/sqrt(head_dim), NHD layout, decoder attention. */

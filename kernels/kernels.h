@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "convert.h"
 #include "state.h"
 #include "uattn.h"
 
@@ -70,7 +71,8 @@ static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors,
   return (size_t)heads * (size_t)vectors * ((size_t)head_dim + UATTN_DECODE_MAX_KEYS);
 }
 
-/* Whether a set's decode kernel takes a layer's cache blocks, for a decode row of `group` query heads. */
+/* Whether a set's decode kernel takes a layer's cache blocks, for a decode row of `group` query heads (every
+ * cache dtype: the decode kernels widen each, fp8 included). */
 static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
   return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
 }

@@ -32,9 +32,21 @@ V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   *e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   *o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
 }
-/* 16 elements of dtype t as f32, in order */
+/* 16 elements of dtype t as f32, in order (fp8 as avx2/body.h's widen8_fp8, by F16C: exact) */
 V16_INLINE v16 v16_widen(uattn_dtype t, const void *src) {
   if (t == UATTN_F32) return _mm512_loadu_ps(src);
+  if (uattn_dtype_is_fp8(t)) {
+    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128(src));
+    if (t == UATTN_FP8_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(h, 8));
+    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
+    const __m256i f16 =
+        _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8));
+    const __m512 x = _mm512_mul_ps(_mm512_cvtph_ps(f16), _mm512_set1_ps(256.0f));
+    /* AVX-512F only (the set's target): the NaN codes compared as 32-bit lanes, the quiet NaN bits or'ed in */
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_cvtepu16_epi32(mag), _mm512_set1_epi32(0x7f));
+    return _mm512_castsi512_ps(
+        _mm512_mask_or_epi32(_mm512_castps_si512(x), nan, _mm512_castps_si512(x), _mm512_set1_epi32(0x7fc00000)));
+  }
   const __m256i h = _mm256_loadu_si256(src);
   if (t == UATTN_F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

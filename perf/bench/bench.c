@@ -6,7 +6,8 @@
  * dot-product peak, the physical limit of bf16 work there. Medians of several runs, each on cold caches.
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
- *               [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
+ *               [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]
+ *               [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,8 @@ enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
 
 typedef struct options {
   int runs, threads, block_size, json;
-  uattn_dtype dtype;
+  uattn_dtype dtype, cache_dtype; /* q/k/v/out; the caches (--cache-dtype, default --dtype's) */
+  bool cache_dtype_set;
   uattn_kv_layout layout;
   const char *scenario; /* a part of the case names to run; NULL: all */
   const char *plot;
@@ -93,8 +95,8 @@ static int parse_args(int argc, char **argv, options *o) {
   const char *presets = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    static const char *const with_value[] = {"--runs",     "--threads", "--block-size", "--dtype", "--preset",
-                                             "--scenario", "--case",    "--plot",       "--layout"};
+    static const char *const with_value[] = {"--runs",   "--threads",  "--block-size", "--dtype", "--cache-dtype",
+                                             "--preset", "--scenario", "--case",       "--plot",  "--layout"};
     int takes_value = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) takes_value |= !strcmp(a, with_value[k]);
     if (takes_value && !v) return bad_usage("%s needs a value", a);
@@ -105,8 +107,10 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf(
           "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
-          "                   [--block-size N] [--dtype bf16|f16|f32] [--layout nhd|hnd] [--json] [--plot FILE.png] "
-          "[--list]\n");
+          "                   [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]\n"
+          "                   [--layout nhd|hnd] [--json] [--plot FILE.png] [--list]\n"
+          "--dtype: q, k, v and out (default bf16); --cache-dtype: the KV caches (default: --dtype's), whose\n"
+          "element size the read bytes count\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -117,7 +121,12 @@ static int parse_args(int argc, char **argv, options *o) {
       if (parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
         return bad_usage("--block-size wants 1 to %d, not '%s'", MAX_BLOCK_SIZE, v);
     } else if (!strcmp(a, "--dtype")) {
-      if (!uattn_dtype_parse(v, false, &o->dtype)) return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
+      if (!uattn_dtype_parse(v, false, &o->dtype) || o->dtype > UATTN_F16)
+        return bad_usage("--dtype wants bf16, f16 or f32, not '%s'", v);
+    } else if (!strcmp(a, "--cache-dtype")) {
+      if (!uattn_dtype_parse(v, false, &o->cache_dtype))
+        return bad_usage("--cache-dtype wants f32, bf16, f16, fp8_e4m3 or fp8_e5m2, not '%s'", v);
+      o->cache_dtype_set = true;
     } else if (!strcmp(a, "--layout")) {
       if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
       o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
@@ -137,6 +146,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (rc) return rc;
   } else
     o->preset[0] = true;
+  if (!o->cache_dtype_set) o->cache_dtype = o->dtype;
   int matched = 0;
   for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
@@ -149,7 +159,8 @@ static int parse_args(int argc, char **argv, options *o) {
   return -1;
 }
 
-/* Random elements of the dtype, magnitudes in [1/16, 1), either sign, drawn as bit patterns. */
+/* Random elements of the dtype, magnitudes in [1/16, 1), either sign, drawn as bit patterns (fp8: the
+ * exponent field is the bias minus 1..4, the mantissa's bits random; never a NaN). */
 static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
   for (size_t i = 0; i < n; i++) {
     uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
@@ -159,6 +170,10 @@ static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
     const uint32_t f32 = sign << 31 | (127 - exponent) << 23 | (uint32_t)(z & 0x7fffff);
     if (dt == UATTN_F32)
       ((uint32_t *)x)[i] = f32;
+    else if (dt == UATTN_FP8_E4M3)
+      ((uint8_t *)x)[i] = (uint8_t)(sign << 7 | (7 - exponent) << 3 | (uint32_t)(z & 7));
+    else if (dt == UATTN_FP8_E5M2)
+      ((uint8_t *)x)[i] = (uint8_t)(sign << 7 | (15 - exponent) << 2 | (uint32_t)(z & 3));
     else if (dt == UATTN_BF16)
       ((uint16_t *)x)[i] = (uint16_t)(f32 >> 16);
     else
@@ -209,26 +224,28 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
       uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens, s.max_model_len);
   uattn_plan *plan = NULL;
   const size_t elem = uattn_dtype_size(o->dtype), bs = (size_t)o->block_size, D = (size_t)p->head_dim;
+  const size_t celem = uattn_dtype_size(o->cache_dtype);
   const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
   void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
   void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
   void *kc = NULL, *vc = NULL; /* on 2 MiB pages, as an engine should give them (the read limit is measured so) */
   int rc = -1;
-  if (uattn_cache_alloc(cache_elems * elem, &kc) || uattn_cache_alloc(cache_elems * elem, &vc)) goto done;
+  if (uattn_cache_alloc(cache_elems * celem, &kc) || uattn_cache_alloc(cache_elems * celem, &vc)) goto done;
   if (!q || !out || !k || !v) goto done;
   if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
     snprintf(err, sizeof err, "%s", uattn_last_error());
     goto done;
   }
   uint64_t rng = 1;
-  fill_random(kc, cache_elems, o->dtype, &rng);
-  fill_random(vc, cache_elems, o->dtype, &rng);
+  fill_random(kc, cache_elems, o->cache_dtype, &rng);
+  fill_random(vc, cache_elems, o->cache_dtype, &rng);
   fill_random(q, T * (size_t)p->hq * D, o->dtype, &rng);
   fill_random(k, T * (size_t)p->hkv * D, o->dtype, &rng);
   fill_random(v, T * (size_t)p->hkv * D, o->dtype, &rng);
   uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
   L.soft_cap = p->soft_cap;
   L.kv_layout = o->layout;
+  L.cache_dtype = o->cache_dtype; /* fp8: k_scale = v_scale = 1 (the default); the values are in range */
   const uattn_tensors t = {.q = q,
                            .k = k,
                            .v = v,
@@ -241,7 +258,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
   if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels))
     snprintf(err, sizeof err, "%s", uattn_last_error());
-  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, &res->work) == 0)
+  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, (int32_t)celem, &res->work) == 0)
     rc = 0;
   res->preset = p;
   res->c = c;
@@ -249,7 +266,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
 done:
   if (rc) fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, err);
   uattn_plan_destroy(plan);
-  uattn_cache_free(kc, cache_elems * elem), uattn_cache_free(vc, cache_elems * elem);
+  uattn_cache_free(kc, cache_elems * celem), uattn_cache_free(vc, cache_elems * celem);
   free(q), free(out), free(k), free(v);
   bench_step_free(&s);
   return rc;
@@ -298,10 +315,10 @@ static void load_average(char *buf, size_t size) {
 static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo, const case_result *res,
                         int n, const char *load0, const char *load1) {
   printf(
-      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v and caches, block %d, %s; medians of %d "
+      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v, %s caches, block %d, %s; medians of %d "
       "cold-cache runs\n",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, uattn_dtype_name(o->dtype),
-      o->block_size, layout_names[o->layout], o->runs);
+      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->runs);
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
@@ -364,14 +381,16 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
   char b1[32], b2[32];
   printf(
       "{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
-      "\"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n \"limits\": {\"read_gbs_1\": "
+      "\"cache_dtype\": \"%s\", \"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n "
+      "\"limits\": {\"read_gbs_1\": "
       "%.2f, "
       "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
       "\"bf16_dot_gflops_1\": %s, "
       "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
-      uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype), o->block_size,
-      layout_names[o->layout], load0, load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
-      lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+      uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype),
+      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], load0, load1, lim->read_gbs_1,
+      lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all, lim->bf16_dot ? "true" : "false",
+      json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
       json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];

@@ -181,7 +181,7 @@ void bench_step_free(bench_step *s) {
 }
 
 int bench_count_work(const uattn_plan *plan, const uattn_step *step, int32_t num_blocks, const bench_preset *p,
-                     int32_t elem_bytes, bench_work *out) {
+                     int32_t elem_bytes, int32_t cache_elem_bytes, bench_work *out) {
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
   /* keys_used[b]: how many keys of block b some row reads from the cache */
@@ -204,10 +204,11 @@ int bench_count_work(const uattn_plan *plan, const uattn_step *step, int32_t num
   for (int32_t b = 0; b < num_blocks; b++) cached_keys += keys_used[b];
   free(keys_used);
   const double kv_row = (double)p->hkv * p->head_dim * elem_bytes, q_row = (double)p->hq * p->head_dim * elem_bytes;
+  const double cache_row = (double)p->hkv * p->head_dim * cache_elem_bytes;
   out->tokens = in.num_tokens;
-  out->cache_bytes = cached_keys * kv_row * 2;
-  /* q and out, k and v in, k and v into the cache */
-  out->io_bytes = in.num_tokens * (2 * q_row + 4 * kv_row);
+  out->cache_bytes = cached_keys * cache_row * 2;
+  /* q and out, k and v in, k and v into the cache (in the cache's dtype) */
+  out->io_bytes = in.num_tokens * (2 * q_row + 2 * kv_row + 2 * cache_row);
   out->flops = pairs * p->hq * 4.0 * p->head_dim;
   return 0;
 }

@@ -67,8 +67,9 @@ typedef struct bench_work {
 } bench_work;
 
 /* For a decoder layer without a sliding window (every preset): a row at position p sees p + 1 keys.
- * elem_bytes: the size of one element of the caches and tensors. Returns 0, or -1 when out of memory. */
+ * elem_bytes: the size of one element of q, k, v and out; cache_elem_bytes: of the caches (1 for fp8, so an
+ * fp8 decode's read bandwidth is counted in the bytes it actually reads). Returns 0, or -1 when out of memory. */
 int bench_count_work(const uattn_plan *plan, const uattn_step *step, int32_t num_blocks, const bench_preset *p,
-                     int32_t elem_bytes, bench_work *out);
+                     int32_t elem_bytes, int32_t cache_elem_bytes, bench_work *out);
 
 #endif

@@ -23,7 +23,7 @@ static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 static const struct {
   const char *descr;
   size_t size;
-} npy_types[] = {{"<f4", 4}, {"<u2", 2}, {"<f2", 2}, {"<i4", 4}, {"<i8", 8}};
+} npy_types[] = {{"<f4", 4}, {"<u2", 2}, {"<f2", 2}, {"<i4", 4}, {"<i8", 8}, {"|u1", 1}};
 #define NPY_NUM_TYPES (sizeof npy_types / sizeof *npy_types)
 
 const char *npy_dtype_descr(npy_dtype dtype) { return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].descr : "?"; }
@@ -214,7 +214,7 @@ static int dtype_from_descr(const char *descr, npy_dtype *out, char *err, size_t
                    "big-endian data ('%s') is not supported: save it little-endian, e.g. "
                    "a.astype(a.dtype.newbyteorder('<'))",
                    descr);
-  return set_err(err, errlen, "dtype '%s' is not supported (supported: <f4, <u2, <f2, <i4, <i8)", descr);
+  return set_err(err, errlen, "dtype '%s' is not supported (supported: <f4, <u2, <f2, <i4, <i8, |u1)", descr);
 }
 
 /* Element count and byte size of a shape, refusing what does not fit in size_t. */

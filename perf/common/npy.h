@@ -1,6 +1,6 @@
 /* A small reader and writer of NumPy .npy files (format versions 1, 2 and 3), for the tools and tests that
  * exchange tensors with Python. Only what an engine dump needs: little-endian <f4, <u2 (bf16 bits), <f2,
- * <i4 and <i8, C order. Anything else is refused with a message, never guessed at. */
+ * <i4 and <i8, and |u1 (fp8 bits; one byte has no byte order), C order. Anything else is refused with a message, never guessed at. */
 #ifndef UATTN_NPY_H
 #define UATTN_NPY_H
 
@@ -15,6 +15,7 @@ typedef enum npy_dtype {
   NPY_F2 = 2, /* <f2 IEEE binary16 */
   NPY_I4 = 3, /* <i4 int32 */
   NPY_I8 = 4, /* <i8 int64 */
+  NPY_U1 = 5, /* |u1 uint8; fp8 caches travel as their bits */
 } npy_dtype;
 
 typedef struct npy_array {

@@ -28,7 +28,17 @@ static void warn_unknown_key(const char *path) {
   fprintf(stderr, "uattn-run: warning: ignoring unknown key %s\n", path);
 }
 
-static npy_dtype npy_of(uattn_dtype d) { return d == UATTN_F32 ? NPY_F4 : d == UATTN_BF16 ? NPY_U2 : NPY_F2; }
+/* bf16 and fp8 travel as their bits: NumPy has no such dtypes */
+static npy_dtype npy_of(uattn_dtype d) {
+  switch (d) {
+  case UATTN_F32: return NPY_F4;
+  case UATTN_BF16: return NPY_U2;
+  case UATTN_F16: return NPY_F2;
+  case UATTN_FP8_E4M3:
+  case UATTN_FP8_E5M2: return NPY_U1;
+  }
+  return NPY_F4;
+}
 
 /* ---- the config ---------------------------------------------------------------------------------------- */
 
@@ -36,7 +46,7 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
   static const char *const known[] = {"block_size",     "num_blocks",  "num_q_heads",  "num_kv_heads", "head_dim",
                                       "dtype",          "cache_dtype", "kv_layout",    "scale",        "soft_cap",
                                       "sliding_window", "attn_type",   "causal_width", "chunk_size",   "threads",
-                                      "requests",       "tensors"};
+                                      "requests",       "tensors",     "k_scale",      "v_scale"};
   if (uattn_json_check_keys(r, o, "", known, sizeof known / sizeof *known) ||
       uattn_json_int(r, o, "", "block_size", true, 0, 1, INT32_MAX, &s->block_size) ||
       uattn_json_int(r, o, "", "num_blocks", true, 0, 1, INT32_MAX, &s->num_blocks) ||
@@ -69,6 +79,20 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
     return -1;
   s->scale = (float)scale;
   s->soft_cap = (float)soft_cap;
+  /* q, k, v and out are what an engine computes in; fp8 is a storage format for the caches only */
+  if (s->dtype == UATTN_FP8_E4M3 || s->dtype == UATTN_FP8_E5M2)
+    return fail(r, "dtype: %s is a cache dtype only (q, k, v and out are f32, bf16 or f16)",
+                uattn_dtype_name(s->dtype));
+  /* The fp8 scales (uattn.h: finite and > 0; 1 when absent). Read whatever the cache dtype, so that a bad
+   * value is never silently carried along; the library ignores them for other caches. The lower bound is
+   * fp32's smallest positive value: a smaller one would become 0 as a float. */
+  double ks = 1.0, vs = 1.0;
+  if ((cJSON_GetObjectItemCaseSensitive(o, "k_scale") &&
+       uattn_json_number(r, o, "", "k_scale", 0x1p-149, 3.4e38, &ks)) ||
+      (cJSON_GetObjectItemCaseSensitive(o, "v_scale") && uattn_json_number(r, o, "", "v_scale", 0x1p-149, 3.4e38, &vs)))
+    return -1;
+  s->k_scale = (float)ks;
+  s->v_scale = (float)vs;
   return 0;
 }
 

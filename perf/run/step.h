@@ -25,6 +25,7 @@ typedef struct step {
   uattn_kv_layout layout;
   uattn_attention_type attn_type;
   float scale, soft_cap;
+  float k_scale, v_scale; /* fp8 caches: "k_scale" / "v_scale", 1 when absent */
   int32_t sliding_window, causal_width, chunk_size;
   int32_t threads; /* workers of the runtime; 0 (absent) = one per core, or $UATTN_NUM_THREADS */
 

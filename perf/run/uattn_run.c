@@ -37,10 +37,12 @@ static const char usage_text[] =
     "                  unique_bias, unique_block_mapping, shared_blocks (.npy)\n"
     "  -h, --help      this text\n"
     "\n"
-    "STEP.json keys: block_size num_blocks num_q_heads num_kv_heads head_dim dtype cache_dtype (f32|bf16|f16)\n"
-    "kv_layout (NHD|HND) scale soft_cap sliding_window attn_type (decoder|encoder) [causal_width chunk_size\n"
-    "threads] requests [{num_computed num_scheduled num_prompt block_table [draft_tokens]}] tensors {q k v\n"
-    "key_cache value_cache [sinks alibi_slopes]}; tensor paths are relative to STEP.json.\n"
+    "STEP.json keys: block_size num_blocks num_q_heads num_kv_heads head_dim dtype (f32|bf16|f16) cache_dtype\n"
+    "(f32|bf16|f16|fp8_e4m3|fp8_e5m2) kv_layout (NHD|HND) scale soft_cap sliding_window attn_type\n"
+    "(decoder|encoder) [causal_width chunk_size threads k_scale v_scale] requests [{num_computed num_scheduled\n"
+    "num_prompt block_table [draft_tokens]}] tensors {q k v key_cache value_cache [sinks alibi_slopes]}; tensor\n"
+    "paths are relative to STEP.json. bf16 tensors are <u2 arrays of their bits, fp8 caches |u1 arrays of\n"
+    "theirs; k_scale and v_scale (fp8 caches: the cache holds fp8(x / scale)) default to 1, finite and > 0.\n"
     "Exit status: 0, or 2 with one line on stderr naming the key or file at fault.\n";
 
 /* ---- errors ------------------------------------------------------------------------------------------ */
@@ -320,6 +322,8 @@ static uattn_layer make_layer(const run *r) {
   l.alibi_slopes = r->s.t[STEP_ALIBI].a.data;
   l.causal_width = r->s.causal_width;
   l.chunk_size = r->s.chunk_size;
+  l.k_scale = r->s.k_scale;
+  l.v_scale = r->s.v_scale;
   return l;
 }
 

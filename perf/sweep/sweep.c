@@ -44,8 +44,8 @@ static void usage(FILE *f) {
       "\n"
       "options:\n"
       "  -o DIR              output folder (default uattn-sweep; created)\n"
-      "  --bucket BS:HD:DT   a kernel bucket: block size, head dim, cache dtype f32|bf16|f16 (repeat it; default\n"
-      "                      16:128:bf16 and 128:128:bf16)\n"
+      "  --bucket BS:HD:DT   a kernel bucket: block size, head dim, cache dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2\n"
+      "                      (q, k, v in bf16 for fp8; repeat it; default 16:128:bf16 and 128:128:bf16)\n"
       "  --heads HQ:HKV      query and KV heads (default 32:8)\n"
       "  --runs N            timed passes per configuration, median (default 3; twice that head to head)\n"
       "  --min-gain F        keep a value only when it is F faster than the best so far (default 0.03)\n"
@@ -289,10 +289,16 @@ static void fill_random(void *p, size_t n, uattn_dtype d, uint64_t *rng) {
       ((float *)p)[i] = f;
     else if (d == UATTN_BF16)
       ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
+    else if (uattn_dtype_is_fp8(d))
+      ((uint8_t *)p)[i] = uattn_f32_to_fp8(d, f);
     else
       ((uint16_t *)p)[i] = (uint16_t)((z & 0x8000u) | (uint16_t)((13 + (z >> 20) % 2) << 10) | ((z >> 32) & 0x3FF));
   }
 }
+
+/* q, k, v and out of a bucket's layers: the cache dtype, but bf16 for an fp8 cache (fp8 is a cache dtype only,
+ * and the models whose caches engines quantize to fp8 are bf16 ones). */
+static uattn_dtype input_dtype(uattn_dtype cache) { return uattn_dtype_is_fp8(cache) ? UATTN_BF16 : cache; }
 
 static int bench_init(bench *be, const options *o, const sweep_workload *w, bucket b) {
   memset(be, 0, sizeof *be);
@@ -301,12 +307,14 @@ static int bench_init(bench *be, const options *o, const sweep_workload *w, buck
     fprintf(stderr, "uattn-sweep: out of memory laying out the workload for block size %d\n", b.block_size);
     return -1;
   }
-  const size_t es = uattn_dtype_size(b.dtype), tokens = (size_t)w->max_num_batched_tokens, D = (size_t)b.head_dim;
+  const uattn_dtype in = input_dtype(b.dtype);
+  const size_t es = uattn_dtype_size(b.dtype), is = uattn_dtype_size(in);
+  const size_t tokens = (size_t)w->max_num_batched_tokens, D = (size_t)b.head_dim;
   const size_t cache = (size_t)be->layout.num_blocks * (size_t)b.block_size * (size_t)o->hkv * D;
-  be->q = malloc(tokens * (size_t)o->hq * D * es);
-  be->out = malloc(tokens * (size_t)o->hq * D * es);
-  be->k = malloc(tokens * (size_t)o->hkv * D * es);
-  be->v = malloc(tokens * (size_t)o->hkv * D * es);
+  be->q = malloc(tokens * (size_t)o->hq * D * is);
+  be->out = malloc(tokens * (size_t)o->hq * D * is);
+  be->k = malloc(tokens * (size_t)o->hkv * D * is);
+  be->v = malloc(tokens * (size_t)o->hkv * D * is);
   be->key_cache = malloc(cache * es);
   be->value_cache = malloc(cache * es);
   be->samples = malloc(sizeof(double) * (size_t)o->runs * MAX_CANDIDATES);
@@ -316,9 +324,9 @@ static int bench_init(bench *be, const options *o, const sweep_workload *w, buck
     return -1;
   }
   uint64_t rng = 99;
-  fill_random(be->q, tokens * (size_t)o->hq * D, b.dtype, &rng);
-  fill_random(be->k, tokens * (size_t)o->hkv * D, b.dtype, &rng);
-  fill_random(be->v, tokens * (size_t)o->hkv * D, b.dtype, &rng);
+  fill_random(be->q, tokens * (size_t)o->hq * D, in, &rng);
+  fill_random(be->k, tokens * (size_t)o->hkv * D, in, &rng);
+  fill_random(be->v, tokens * (size_t)o->hkv * D, in, &rng);
   fill_random(be->key_cache, cache, b.dtype, &rng);
   fill_random(be->value_cache, cache, b.dtype, &rng);
   return 0;
@@ -356,7 +364,7 @@ static double time_pass(bench *be, const config *c) {
     fprintf(stderr, "\nuattn-sweep: plan: %s\n", uattn_last_error());
     return -1;
   }
-  uattn_layer L = uattn_layer_default(o->hq, o->hkv, be->b.head_dim, be->b.dtype);
+  uattn_layer L = uattn_layer_default(o->hq, o->hkv, be->b.head_dim, input_dtype(be->b.dtype));
   L.cache_dtype = be->b.dtype;
   L.causal_width = o->cand[T_TILE][c->v[T_TILE]];
   L.chunk_size = o->cand[T_CHUNK][c->v[T_CHUNK]];

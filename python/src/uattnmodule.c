@@ -75,9 +75,9 @@ static PyObject *raise_status(uattn_status st) {
 
 /* ---- arrays --------------------------------------------------------------------------------------- */
 
-enum kind { K_OTHER = 0, K_F32, K_F16, K_BF16, K_U16, K_F64, K_I32, K_I64, K_BOOL };
+enum kind { K_OTHER = 0, K_F32, K_F16, K_BF16, K_U16, K_F64, K_I32, K_I64, K_BOOL, K_U8 };
 static const char *kind_name[] = {"another dtype", "float32", "float16", "bfloat16", "uint16",
-                                  "float64",       "int32",   "int64",   "bool"};
+                                  "float64",       "int32",   "int64",   "bool",     "uint8"};
 
 #define MAX_DIMS 8
 
@@ -113,6 +113,7 @@ static enum kind kind_of_format(const char *fmt, Py_ssize_t itemsize) {
   case 'e': return itemsize == 2 ? K_F16 : K_OTHER;
   case 'H': return itemsize == 2 ? K_U16 : K_OTHER;
   case '?': return itemsize == 1 ? K_BOOL : K_OTHER;
+  case 'B': return itemsize == 1 ? K_U8 : K_OTHER; /* fp8 caches travel as their bits */
   case 'b':
   case 'h':
   case 'i':
@@ -127,7 +128,7 @@ static enum kind kind_of_dl(dl_dtype t) {
   if (t.code == DL_FLOAT) return t.bits == 32 ? K_F32 : t.bits == 16 ? K_F16 : t.bits == 64 ? K_F64 : K_OTHER;
   if (t.code == DL_BFLOAT) return t.bits == 16 ? K_BF16 : K_OTHER;
   if (t.code == DL_INT) return t.bits == 32 ? K_I32 : t.bits == 64 ? K_I64 : K_OTHER;
-  if (t.code == DL_UINT) return t.bits == 16 ? K_U16 : K_OTHER;
+  if (t.code == DL_UINT) return t.bits == 16 ? K_U16 : t.bits == 8 ? K_U8 : K_OTHER;
   return K_OTHER;
 }
 
@@ -317,14 +318,32 @@ static int parse_dtype(PyObject *obj, const char *arg, uattn_dtype *out) {
     *out = UATTN_BF16;
   else if (s && (!strcmp(s, "f16") || !strcmp(s, "float16")))
     *out = UATTN_F16;
+  else if (s && (!strcmp(s, "fp8_e4m3") || !strcmp(s, "float8_e4m3fn")))
+    *out = UATTN_FP8_E4M3;
+  else if (s && (!strcmp(s, "fp8_e5m2") || !strcmp(s, "float8_e5m2")))
+    *out = UATTN_FP8_E5M2;
   else {
-    PyErr_Format(PyExc_ValueError, "%s: expected \"f32\", \"bf16\" or \"f16\", got %R", arg, obj);
+    PyErr_Format(PyExc_ValueError,
+                 "%s: expected \"f32\", \"bf16\", \"f16\", \"fp8_e4m3\" or \"fp8_e5m2\" (fp8: cache_dtype only), "
+                 "got %R",
+                 arg, obj);
     return -1;
   }
   return 0;
 }
 
-static const char *dtype_str(uattn_dtype d) { return d == UATTN_F32 ? "f32" : d == UATTN_BF16 ? "bf16" : "f16"; }
+static const char *dtype_str(uattn_dtype d) {
+  switch (d) {
+  case UATTN_F32: return "f32";
+  case UATTN_BF16: return "bf16";
+  case UATTN_F16: return "f16";
+  case UATTN_FP8_E4M3: return "fp8_e4m3";
+  case UATTN_FP8_E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
+
+static bool is_fp8(uattn_dtype d) { return d == UATTN_FP8_E4M3 || d == UATTN_FP8_E5M2; }
 
 static const char *attn_type_names[] = {"decoder", "encoder", "encoder_only", "encoder_decoder"};
 
@@ -535,16 +554,17 @@ static int copy_head_values(PyObject *obj, const char *name, int32_t n, float **
 }
 
 static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"num_q_heads",  "num_kv_heads", "head_dim",       "dtype", "cache_dtype",  "kv_layout",
-                           "scale",        "soft_cap",     "sliding_window", "sinks", "alibi_slopes", "attn_type",
-                           "causal_width", "chunk_size",   "probs_fp32",     NULL};
+  static char *kwlist[] = {"num_q_heads",  "num_kv_heads", "head_dim",       "dtype",   "cache_dtype",  "kv_layout",
+                           "scale",        "soft_cap",     "sliding_window", "sinks",   "alibi_slopes", "attn_type",
+                           "causal_width", "chunk_size",   "probs_fp32",     "k_scale", "v_scale",      NULL};
   int hq, hkv, d, window = 0, causal_width = 0, chunk = 0, probs_fp32 = 0;
+  double k_scale = 1.0, v_scale = 1.0;
   PyObject *dtype_o = NULL, *cache_o = Py_None, *scale_o = Py_None, *sinks_o = Py_None, *alibi_o = Py_None;
   const char *layout = "NHD", *attn = "decoder";
   double soft_cap = 0.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiip:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiipdd:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
                                    &layout, &scale_o, &soft_cap, &window, &sinks_o, &alibi_o, &attn, &causal_width,
-                                   &chunk, &probs_fp32))
+                                   &chunk, &probs_fp32, &k_scale, &v_scale))
     return -1;
   /* immutable once made: a forward on another thread may be reading it with the GIL released */
   if (self->layer.num_q_heads) {
@@ -562,8 +582,25 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   if (dtype_o && parse_dtype(dtype_o, "dtype", &dtype)) return -1;
   cache_dtype = dtype;
   if (cache_o != Py_None && parse_dtype(cache_o, "cache_dtype", &cache_dtype)) return -1;
+  if (is_fp8(dtype)) {
+    PyErr_Format(PyExc_ValueError, "dtype: \"%s\" is a cache dtype only (q, k, v and out are f32, bf16 or f16)",
+                 dtype_str(dtype));
+    return -1;
+  }
+  /* checked whatever the cache dtype (the library ignores them for other caches): a bad scale is a mistake
+   * either way, and a float that rounds to 0 or inf would store infinities */
+  const float ks = (float)k_scale, vs = (float)v_scale;
+  if (!(isfinite(ks) && ks > 0) || !(isfinite(vs) && vs > 0)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "k_scale, v_scale: expected finite numbers > 0 (as float32), got %g, %g", k_scale,
+             v_scale);
+    PyErr_SetString(PyExc_ValueError, msg);
+    return -1;
+  }
   uattn_layer L = uattn_layer_default(hq, hkv, d, dtype);
   L.cache_dtype = cache_dtype;
+  L.k_scale = ks;
+  L.v_scale = vs;
   if (!strcmp(layout, "NHD"))
     L.kv_layout = UATTN_LAYOUT_NHD;
   else if (!strcmp(layout, "HND"))
@@ -632,20 +669,21 @@ static PyObject *Layer_get(LayerObject *self, void *which) {
   case 11: return PyUnicode_FromString(attn_type_names[L->attn_type]);
   case 12: return PyLong_FromLong(L->causal_width);
   case 13: return PyLong_FromLong(L->chunk_size);
+  case 15: return PyFloat_FromDouble(L->k_scale);
+  case 16: return PyFloat_FromDouble(L->v_scale);
   default: return PyBool_FromLong(L->probs_fp32);
   }
 }
 
 #define LAYER_ATTR(name, i)                                                                                            \
   { name, (getter)Layer_get, NULL, NULL, (void *)(intptr_t)(i) }
-static PyGetSetDef Layer_getset[] = {LAYER_ATTR("num_q_heads", 0),    LAYER_ATTR("num_kv_heads", 1),
-                                     LAYER_ATTR("head_dim", 2),       LAYER_ATTR("dtype", 3),
-                                     LAYER_ATTR("cache_dtype", 4),    LAYER_ATTR("kv_layout", 5),
-                                     LAYER_ATTR("scale", 6),          LAYER_ATTR("soft_cap", 7),
-                                     LAYER_ATTR("sliding_window", 8), LAYER_ATTR("sinks", 9),
-                                     LAYER_ATTR("alibi_slopes", 10),  LAYER_ATTR("attn_type", 11),
-                                     LAYER_ATTR("causal_width", 12),  LAYER_ATTR("chunk_size", 13),
-                                     LAYER_ATTR("probs_fp32", 14),    {NULL}};
+static PyGetSetDef Layer_getset[] = {
+    LAYER_ATTR("num_q_heads", 0),   LAYER_ATTR("num_kv_heads", 1),  LAYER_ATTR("head_dim", 2),
+    LAYER_ATTR("dtype", 3),         LAYER_ATTR("cache_dtype", 4),   LAYER_ATTR("kv_layout", 5),
+    LAYER_ATTR("scale", 6),         LAYER_ATTR("soft_cap", 7),      LAYER_ATTR("sliding_window", 8),
+    LAYER_ATTR("sinks", 9),         LAYER_ATTR("alibi_slopes", 10), LAYER_ATTR("attn_type", 11),
+    LAYER_ATTR("causal_width", 12), LAYER_ATTR("chunk_size", 13),   LAYER_ATTR("probs_fp32", 14),
+    LAYER_ATTR("k_scale", 15),      LAYER_ATTR("v_scale", 16),      {NULL}};
 
 static PyObject *Layer_repr(LayerObject *self) {
   const uattn_layer *L = &self->layer;
@@ -663,10 +701,13 @@ static PyTypeObject Layer_Type = {
     .tp_doc =
         "Layer(num_q_heads, num_kv_heads, head_dim, dtype=\"bf16\", cache_dtype=None, kv_layout=\"NHD\",\n"
         "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
-        "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False)\n\n"
+        "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False, k_scale=1.0,\n"
+        "      v_scale=1.0)\n\n"
         "One attention layer (uattn_layer); immutable. scale None: 1/sqrt(head_dim); cache_dtype None: "
-        "dtype. sinks and alibi_slopes ([num_q_heads]) are copied. probs_fp32: keep P in fp32 where the "
-        "kernels would round it to bf16 (bf16 dot-product CPUs).",
+        "dtype; \"fp8_e4m3\" (\"float8_e4m3fn\") and \"fp8_e5m2\" (\"float8_e5m2\") are cache dtypes only, "
+        "their caches uint8 arrays of the codes: the cache holds fp8(k / k_scale) and fp8(v / v_scale) and is "
+        "read as fp8 * scale (k_scale, v_scale: finite, > 0). sinks and alibi_slopes ([num_q_heads]) are "
+        "copied. probs_fp32: keep P in fp32 where the kernels would round it to bf16 (bf16 dot-product CPUs).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Layer_init,
     .tp_dealloc = (destructor)Layer_dealloc,
@@ -1020,6 +1061,11 @@ static enum kind kind_of_dtype(uattn_dtype d, enum kind *alt, const char **desc)
     *alt = K_OTHER;
     *desc = "float16";
     return K_F16;
+  case UATTN_FP8_E4M3:
+  case UATTN_FP8_E5M2:
+    *alt = K_OTHER;
+    *desc = "uint8 (the fp8 cache's codes)";
+    return K_U8;
   default:
     *alt = K_BF16;
     *desc = "bf16 (uint16 bits, or a bfloat16 tensor)";

@@ -188,3 +188,74 @@ def test_bf16_probability_precision(probs_fp32):
     sim = PagedSim(hq=8, hkv=2, d=128, dtype="bf16", seed=6, probs_fp32=probs_fp32)
     assert sim.layer.probs_fp32 is probs_fp32
     run_mixed(sim)
+
+
+def fp8_table(fmt):
+    """The 256 codes of an fp8 format as float64, decoded from the bit fields here (not by uattn)."""
+    c = np.arange(256)
+    sign = np.where(c >> 7, -1.0, 1.0)
+    if fmt == "fp8_e4m3":  # the fn variant: bias 7, no infinities, NaN = S.1111.111
+        e, m = (c >> 3) & 15, c & 7
+        val = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10))
+        val[(c & 0x7F) == 0x7F] = np.nan
+    else:  # bias 15, IEEE-like: S.11111.00 inf, S.11111.xx NaN
+        e, m = (c >> 2) & 31, c & 3
+        val = np.where(e == 0, m * 2.0 ** -16, (4 + m) * 2.0 ** (e - 17))
+        val[e == 31] = np.where(m[e == 31] == 0, np.inf, np.nan)
+    return sign * val
+
+
+@pytest.mark.parametrize("fmt,layout", [("fp8_e4m3", "NHD"), ("fp8_e5m2", "HND")])
+def test_fp8_caches_with_scales(fmt, layout):
+    """fp8 caches as uint8 arrays of codes, k_scale 0.5 and v_scale 3 on the Layer: a decode (its own new key
+    read back from the cache) and a prompt. The step's k/v are exactly code * scale, so the cache after the
+    step is known bit for bit and the dense float64 attention on the dequantized cache is exact: what is left
+    is fp32 accumulation."""
+    rng = np.random.default_rng(29)
+    bs, hq, hkv, d, nb, ks, vs = 16, 4, 2, 32, 8, 0.5, 3.0
+    table = fp8_table(fmt)
+    safe = np.flatnonzero(np.isfinite(table) & (np.abs(table) >= 2.0 ** -6) & (np.abs(table) <= 2.0))
+    plan = uattn.Plan(bs, nb, 4, 64, 128)
+    layer = uattn.Layer(hq, hkv, d, dtype="f32", cache_dtype=fmt, kv_layout=layout, k_scale=ks, v_scale=vs)
+    assert (layer.cache_dtype, layer.k_scale, layer.v_scale) == (fmt, ks, vs)
+    shape = (nb * bs, hkv, d) if layout == "NHD" else (nb, hkv, bs, d)
+    kc = rng.choice(safe, size=shape).astype(np.uint8)
+    vc = rng.choice(safe, size=shape).astype(np.uint8)
+    blocks = np.array([[2, 5], [1, 0]], np.int32)
+    info = plan.step([20, 0], [1, 5], [5, 5], blocks)  # a decode at position 20, a 5-token prompt
+    T = info.num_tokens
+    kcodes = rng.choice(safe, size=(T, hkv, d)).astype(np.uint8)
+    vcodes = rng.choice(safe, size=(T, hkv, d)).astype(np.uint8)
+    k = (table[kcodes] * ks).astype(np.float32)
+    v = (table[vcodes] * vs).astype(np.float32)
+    q = rng.uniform(-1, 1, (T, hq, d)).astype(np.float32)
+    want_k, want_v = kc.copy(), vc.copy()
+    out = uattn.forward(plan, layer, q, k, v, kc, vc)
+
+    def rows(cache, slots):  # [n, hkv, d] at the given slots, whatever the layout
+        if layout == "NHD":
+            return cache[slots]
+        return cache[slots // bs, :, slots % bs]
+
+    def put(cache, slots, x):
+        if layout == "NHD":
+            cache[slots] = x
+        else:
+            cache[slots // bs, :, slots % bs] = x
+
+    qsl, pos = info.query_start_loc, info.token_positions
+    slots = np.array([blocks[r, p // bs] * bs + p % bs for r in range(2) for p in pos[qsl[r]:qsl[r + 1]]])
+    put(want_k, slots, kcodes)
+    put(want_v, slots, vcodes)
+    assert np.array_equal(kc, want_k) and np.array_equal(vc, want_v)  # fp8(k / k_scale), bit for bit
+    for r, n in enumerate([21, 5]):
+        p = np.arange(n)
+        s = blocks[r, p // bs] * bs + p % bs
+        keys, values = table[rows(kc, s)] * ks, table[rows(vc, s)] * vs
+        ref, _ = dense_attention(q[qsl[r]:qsl[r + 1]].astype(np.float64), keys, values, pos[qsl[r]:qsl[r + 1]],
+                                 layer.scale)
+        assert np.abs(out[qsl[r]:qsl[r + 1]] - ref).max() < 2e-5 * max(1.0, np.abs(ref).max())
+    with pytest.raises(ValueError, match="cache dtype only"):
+        uattn.Layer(hq, hkv, d, dtype=fmt)
+    with pytest.raises(ValueError, match="k_scale"):
+        uattn.Layer(hq, hkv, d, dtype="f32", cache_dtype=fmt, k_scale=0.0)

@@ -8,6 +8,20 @@
  *  - unique: context blocks read by one row, reduced per row;
  * then the seed's merge with its fmin/feps guards (and per-head sinks in the denominator). The two seed
  * defects are fixed by the plan: a decode row's keys all come from the cache, usages are per row.
+ *
+ * fp8 caches (uattn.h: UATTN_FP8_E4M3, UATTN_FP8_E5M2) hold fp8(k / k_scale) and fp8(v / v_scale), and the
+ * attention reads fp8 * k_scale and fp8 * v_scale, by folding the scales rather than applying them per key
+ * (the kernels, whose loads widen the raw fp8 values exactly, stay as they are):
+ *  - keys: every part that reads the cache (shared, chunked shared, unique, split-K ranges, cross attention's
+ *    encoder keys) gets the score scale scale * k_scale instead of scale, on its queries or, for the sets that
+ *    take unscaled queries, on its scores, so its scores are scale * <q, fp8 * k_scale> up to one rounding;
+ *  - values: sum_j p_j (v_j * v_scale) = v_scale * sum_j p_j v_j, so the unnormalized output of each such
+ *    part is multiplied by v_scale where a row's parts are merged into out (merge_tile, and merge_splits_job
+ *    for split-K), which is linear in them; m, l and so lse are untouched.
+ * The causal part reads this step's keys and values from k and v (uattn.h: a prompt row reads this step's
+ * keys from k/v), so a prompt row sees its own step's keys unquantized while a decode row reads its new
+ * key back from the cache, quantized: as vLLM does. Its queries keep the plain scale and its output no
+ * v_scale.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -36,6 +50,7 @@ uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32
   l.cache_dtype = dtype;
   l.kv_layout = UATTN_LAYOUT_NHD;
   l.attn_type = UATTN_ATTENTION_DECODER;
+  l.k_scale = l.v_scale = 1.0f;
   return l;
 }
 
@@ -54,6 +69,19 @@ static uattn_status validate_layer(const uattn_layer *L) {
   if (!uattn_dtype_valid(L->dtype) || !uattn_dtype_valid(L->cache_dtype))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: dtype %d / cache_dtype %d is not a uattn_dtype",
                       (int)L->dtype, (int)L->cache_dtype);
+  if (uattn_dtype_is_fp8(L->dtype))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: dtype %s is for KV caches only (cache_dtype): q, k, v and out are f32, bf16 or f16",
+                      uattn_dtype_name(L->dtype));
+  /* scale * k_scale is the cache parts' score scale (the fp8 folding below), so it must be finite too */
+  if (uattn_dtype_is_fp8(L->cache_dtype) &&
+      (!isfinite(L->k_scale) || !(L->k_scale > 0.0f) || !isfinite(L->scale * L->k_scale)))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: k_scale = %g must be finite and > 0 for an %s cache (and scale * k_scale finite)",
+                      (double)L->k_scale, uattn_dtype_name(L->cache_dtype));
+  if (uattn_dtype_is_fp8(L->cache_dtype) && (!isfinite(L->v_scale) || !(L->v_scale > 0.0f)))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: v_scale = %g must be finite and > 0 for an %s cache",
+                      (double)L->v_scale, uattn_dtype_name(L->cache_dtype));
   if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: kv_layout %d is not a uattn_kv_layout", (int)L->kv_layout);
   if (!isfinite(L->scale)) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
@@ -189,18 +217,45 @@ static size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
   return (((size_t)block * c->kv_heads + head) * c->block_size + off) * c->head_dim;
 }
 
+/* One head's vector into an fp8 cache: fp8(x / scale), x widened to fp32 and divided in fp32 (uattn.h). A
+ * division, not a multiplication by 1 / scale, which would round twice. */
+static void quantize(uattn_dtype from, const void *src, uattn_dtype to, uint8_t *dst, int32_t D, float scale) {
+  float x[4096]; /* head_dim <= 4096 (validated) */
+  uattn_widen(from, src, x, (size_t)D);
+  for (int32_t d = 0; d < D; d++) dst[d] = uattn_f32_to_fp8(to, x[d] / scale);
+}
+
 static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c) {
   const size_t in_size = uattn_dtype_size(L->dtype), c_size = uattn_dtype_size(c->dtype);
   const int32_t D = L->head_dim, H = L->num_kv_heads;
+  const bool fp8 = uattn_dtype_is_fp8(c->dtype);
   for (int32_t row = 0; row < in->num_tokens; row++) {
     const int64_t slot = in->slot_mapping[row];
     if (slot < 0) continue;
     for (int32_t h = 0; h < H; h++) {
       const size_t src = ((size_t)row * H + h) * D * in_size, dst = cache_offset(c, slot, h) * c_size;
+      if (fp8) {
+        quantize(L->dtype, (const char *)t->k + src, c->dtype, (uint8_t *)c->k + dst, D, L->k_scale);
+        quantize(L->dtype, (const char *)t->v + src, c->dtype, (uint8_t *)c->v + dst, D, L->v_scale);
+        continue;
+      }
       uattn_convert(L->dtype, (const char *)t->k + src, c->dtype, c->k + dst, (size_t)D);
       uattn_convert(L->dtype, (const char *)t->v + src, c->dtype, c->v + dst, (size_t)D);
     }
   }
+}
+
+/* The fp8 folding (the header comment): the score scale of the parts that read the cache, and the v_scale of
+ * their outputs; on other caches the layer's scale, and no factor at all (bits unchanged). */
+static float cache_score_scale(const uattn_layer *L) {
+  return uattn_dtype_is_fp8(L->cache_dtype) ? L->scale * L->k_scale : L->scale;
+}
+
+/* The parts' unnormalized outputs that read the cache (shared, unique), times v_scale on an fp8 cache. */
+static void fold_v_scale(const uattn_layer *L, uattn_state *parts, int32_t n) {
+  if (!uattn_dtype_is_fp8(L->cache_dtype)) return;
+  for (int32_t k = 0; k < n; k++)
+    for (int32_t d = 0; d < L->head_dim; d++) parts[k].o[d] *= L->v_scale;
 }
 
 /* ---- the decode kernel ------------------------------------------------------------------------------ */
@@ -362,7 +417,8 @@ static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int
       .l = w->state_l + idx,
       .o = w->state_o + idx * D,
       .scores = w->scores,
-      .scale = c->L->scale,
+      /* the causal part reads this step's k; the others the cache (fp8: the folded k_scale) */
+      .scale = acc == ACC_CAUSAL ? c->L->scale : cache_score_scale(c->L),
       .probs_fp32 = c->L->probs_fp32,
   };
   return job;
@@ -614,8 +670,9 @@ PART_FN void merge_tile(const step_ctx *c) {
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t g = 0; g < c->w->group; g++) {
       const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
-      const uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
-                                    acc_state(c->w, ACC_UNIQUE, x, g, D)};
+      uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
+                              acc_state(c->w, ACC_UNIQUE, x, g, D)};
+      fold_v_scale(L, parts + 1, 2); /* the tile is done with them: scaled in place */
       const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
@@ -692,8 +749,9 @@ static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
     job->splits = (float *)(p + job->scratch_bytes);
 }
 
-/* The tile's scaled queries in its slots, and its partial states cleared. */
-static void begin_tile(const forward_job *job, const step_ctx *c) {
+/* The tile's queries in its slots, times `scale`: the layer's, or for the parts that read an fp8 cache
+ * cache_score_scale's. */
+static void widen_queries(const forward_job *job, const step_ctx *c, float scale) {
   const uattn_layer *L = job->L;
   workspace *w = c->w;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
@@ -705,9 +763,14 @@ static void begin_tile(const forward_job *job, const step_ctx *c) {
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
       /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels.unscaled_q) */
       if (!w->kern->unscaled_q)
-        for (int32_t d = 0; d < D; d++) q[d] *= L->scale;
+        for (int32_t d = 0; d < D; d++) q[d] *= scale;
     }
-  for (int acc = 0; acc < NUM_ACCS; acc++) reset_acc(w, acc, c->slot, c->rows, D);
+}
+
+/* The tile's scaled queries in its slots (scale as widen_queries), and its partial states cleared. */
+static void begin_tile(const forward_job *job, const step_ctx *c, float scale) {
+  widen_queries(job, c, scale);
+  for (int acc = 0; acc < NUM_ACCS; acc++) reset_acc(c->w, acc, c->slot, c->rows, job->L->head_dim);
 }
 
 /* The tile's rows done: merged into out, or, in a split unit, its shared and unique states kept in the
@@ -761,17 +824,24 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
 static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
                      int32_t end) {
   const uattn_plan_info *in = job->sched.info;
+  const uattn_layer *L = job->L;
   const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
+  /* whether causal_part reads this step's keys: then the cache parts' queries of an fp8 cache, scaled by
+   * cache_score_scale, are widened again after it (on other caches the two scales are the same) */
+  const bool causal = L->attn_type != UATTN_ATTENTION_ENCODER_DECODER && end - first == 1 &&
+                      (L->attn_type != UATTN_ATTENTION_DECODER || in->is_prompt[first]);
+  const bool rescale = causal && uattn_dtype_is_fp8(L->cache_dtype);
   for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
-    begin_tile(job, &c);
-    if (job->L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
+    begin_tile(job, &c, causal ? L->scale : cache_score_scale(L));
+    if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
       cross_part(&c);
     } else if (end - first > 1) { /* a prefix run: no causal part */
       shared_part_prefix_run(&c, first, end);
       unique_part(&c);
     } else {
       causal_part(&c); /* split units are decodes: nothing to do here */
+      if (rescale) widen_queries(job, &c, cache_score_scale(L));
       shared_part(&c);
       unique_part(&c);
     }
@@ -788,7 +858,7 @@ static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t s
   const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
   for (int32_t g = 0; g < Hkv; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
-    begin_tile(job, &c);
+    begin_tile(job, &c, cache_score_scale(job->L)); /* cache-only rows (fp8 caches never come here yet) */
   }
   const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row0, rows, 0);
   shared_part_all_heads(&c0);
@@ -895,6 +965,7 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
             uattn_state_merge(&parts[1 + acc], &b, D);
           }
         }
+        fold_v_scale(L, parts + 1, 2); /* split 0's slots, read once: scaled in place */
         const int32_t head = g * G + h;
         const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
         uattn_narrow(L->dtype, row_out,

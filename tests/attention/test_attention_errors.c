@@ -83,6 +83,27 @@ Test(attention_errors, layer) {
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "attn_type");
 }
 
+/* fp8 is a cache dtype only, and an fp8 cache needs usable scales: a zero, negative, NaN or infinite
+ * k_scale / v_scale would store or read infinities and NaNs for finite inputs. The caches here are f32-sized,
+ * larger than an fp8 layer needs, which is allowed; nothing may be written. */
+Test(attention_errors, fp8_dtypes_and_scales) {
+  const uattn_dtype fp8[2] = {UATTN_FP8_E4M3, UATTN_FP8_E5M2};
+  const float bad[] = {0.0f, -0.0f, -1.0f, NAN, INFINITY, -INFINITY};
+  for (int f = 0; f < 2; f++) {
+    uattn_layer L = run.layer;
+    L.dtype = fp8[f]; /* q, k, v and out in fp8 */
+    expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "dtype");
+    L.cache_dtype = fp8[f];
+    expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "dtype");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      L = run.layer, L.cache_dtype = fp8[f], L.k_scale = bad[i];
+      expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "k_scale");
+      L = run.layer, L.cache_dtype = fp8[f], L.v_scale = bad[i];
+      expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "v_scale");
+    }
+  }
+}
+
 Test(attention_errors, a_plan_for_another_block_size) {
   uattn_tensors x = t;
   x.block_size = 32;

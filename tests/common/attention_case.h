@@ -32,6 +32,7 @@ typedef struct attention_case {
   int32_t chunk_size, causal_width;
   uint64_t seed;
   int32_t split_min_keys, split_keys; /* plan tunables; 0 = defaults */
+  float k_scale, v_scale;             /* the layer's, for fp8 caches; 0 = the default, 1 */
 } attention_case;
 
 /* Everything one case builds; kept so a test can run uattn_forward again with other settings. */

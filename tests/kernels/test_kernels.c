@@ -75,6 +75,8 @@ static void store_elem(uattn_dtype t, void *dst, size_t i, float f) {
     ((float *)dst)[i] = f;
   } else if (t == UATTN_BF16) {
     ((uint16_t *)dst)[i] = uattn_f32_to_bf16(f);
+  } else if (uattn_dtype_is_fp8(t)) { /* raw codes: the kernels widen them; the forward applies the scales */
+    ((uint8_t *)dst)[i] = uattn_f32_to_fp8(t, f);
   } else {
     ((uint16_t *)dst)[i] = uattn_f32_to_f16(f);
   }
@@ -101,8 +103,8 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
-  const int32_t dt = test_rng_range(rng, 0, 2);
-  c->dtype = dt == 0 ? UATTN_F32 : dt == 1 ? UATTN_BF16 : UATTN_F16;
+  /* every cache dtype, fp8 ones included (raw codes) */
+  c->dtype = (uattn_dtype)test_rng_range(rng, UATTN_F32, UATTN_FP8_E5M2);
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
   c->num_keys =
       test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
@@ -962,6 +964,34 @@ Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
           cr_assert(!memcmp(&a, &want, 4) && !memcmp(&b, &want, 4), "dtype %d, 0x%04x: %a %a, want %a", t,
                     src[(size_t)i * D + d], a, b, want);
         }
+      }
+  }
+  free(src), free(keys), free(values);
+}
+
+/* Every fp8 code of both formats through the avx2 loads (the 8 x 8 byte tiles and the row widening) and
+ * the decode kernels' widenings (avx2 widen8; avx512 v16_widen, zmm where the CPU has it): exactly
+ * convert.h's value, NaN for NaN. */
+Test(kernels, fp8_widening_is_exact_for_every_code) {
+  need_avx2();
+  enum { D = 64, KEYS = 64 }; /* 4096 elements: every code 16 times, at every position mod 8 and 16 */
+  uint8_t *src = malloc(D * KEYS);
+  for (uint32_t i = 0; i < D * KEYS; i++) src[i] = (uint8_t)(i * 7u + i / 256u);
+  const size_t floats = uattn_kernels_avx2.panel_floats(KEYS, D);
+  float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
+  int32_t ks, vs;
+  uattn_avx2_layout(KEYS, D, &ks, &vs);
+  const float *kp = aligned64(keys), *vp = aligned64(values);
+  for (int t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
+    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, keys, values);
+    for (int32_t i = 0; i < KEYS; i++)
+      for (int32_t d = 0; d < D; d++) {
+        const uint8_t code = src[(size_t)i * D + d];
+        const float want = uattn_fp8_to_f32((uattn_dtype)t, code);
+        float got[2] = {kp[(size_t)d * ks + i], vp[(size_t)i * vs + d]};
+        for (int x = 0; x < 2; x++)
+          cr_assert(isnan(want) ? isnan(got[x]) && signbit(got[x]) == signbit(want) : !memcmp(&got[x], &want, 4),
+                    "dtype %d, code 0x%02x: %a, want %a", t, code, got[x], want);
       }
   }
   free(src), free(keys), free(values);

@@ -123,11 +123,79 @@ uint16_t oracle_double_to_f16(double x) { return (uint16_t)narrow(x, 5, 10); }
 uint16_t oracle_float_to_bf16(float x) { return oracle_double_to_bf16((double)x); }
 uint16_t oracle_float_to_f16(float x) { return oracle_double_to_f16((double)x); }
 
+/* ---- fp8 ---------------------------------------------------------------------------------------------- */
+
+int oracle_is_fp8(uattn_dtype t) { return t == UATTN_FP8_E4M3 || t == UATTN_FP8_E5M2; }
+
+double oracle_fp8_to_double(uattn_dtype t, uint8_t b) {
+  const int sign = b >> 7;
+  double mag;
+  if (t == UATTN_FP8_E4M3) {
+    const int exp = (b >> 3) & 0xF, man = b & 7;
+    if (exp == 0xF && man == 7) return sign ? -NAN : NAN; /* the "fn" variant's only NaN; no infinities */
+    /* subnormal: man/8 * 2^(1-7); normal: (1 + man/8) * 2^(exp-7) */
+    mag = exp == 0 ? ldexp((double)man, -9) : ldexp((double)(8 + man), exp - 10);
+  } else if (t == UATTN_FP8_E5M2) {
+    const int exp = (b >> 2) & 0x1F, man = b & 3;
+    if (exp == 0x1F) return man ? (sign ? -NAN : NAN) : (sign ? -INFINITY : INFINITY);
+    /* subnormal: man/4 * 2^(1-15); normal: (1 + man/4) * 2^(exp-15) */
+    mag = exp == 0 ? ldexp((double)man, -16) : ldexp((double)(4 + man), exp - 17);
+  } else {
+    return NAN;
+  }
+  return sign ? -mag : mag;
+}
+
+/* The 128 non-negative codes of each format decoded once (t - UATTN_FP8_E4M3 selects the format). */
+static double fp8_values[2][128];
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+
+static void fp8_init(void) {
+  for (int f = 0; f < 2; f++)
+    for (int c = 0; c < 128; c++)
+      fp8_values[f][c] = oracle_fp8_to_double((uattn_dtype)(UATTN_FP8_E4M3 + f), (uint8_t)c);
+}
+
+uint8_t oracle_double_to_fp8(uattn_dtype t, double x) {
+  if (!oracle_is_fp8(t)) return 0;
+  pthread_once(&fp8_once, fp8_init);
+  const double *v = fp8_values[t - UATTN_FP8_E4M3];
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return sign | 0x7F;
+  const double ax = fabs(x);
+  /* Beyond the largest finite value (infinities too) the format saturates. Decided here, not by the
+   * search: far out (3.4e38 against 57344) the distances to the top codes round to the same double, and
+   * the tie rule would pick the wrong one. */
+  int top = 127;
+  while (!isfinite(v[top])) top--; /* E4M3's NaN, E5M2's NaNs and inf */
+  if (ax >= v[top]) return sign | (uint8_t)top;
+  /* The search: codes of x's sign only, so a value that rounds to zero keeps its sign (-0 is 0x80). Below
+   * the largest finite value both neighbours are within one binade of x, so their distances are exact. */
+  int best = -1;
+  double best_d = INFINITY;
+  for (int c = 0; c <= top; c++) {
+    const double d = fabs(v[c] - ax);
+    if (best < 0 || d < best_d || (d == best_d && (c & 1) == 0)) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return sign | (uint8_t)best;
+}
+
+uint8_t oracle_quantize_fp8(uattn_dtype t, double x, float scale) {
+  /* x came from an f32/bf16/f16 input, so (float)x is exact; the division is the library's, in fp32 */
+  const float y = (float)x / scale;
+  return oracle_double_to_fp8(t, (double)y);
+}
+
 size_t oracle_dtype_size(uattn_dtype dtype) {
   switch (dtype) {
   case UATTN_F32: return 4;
   case UATTN_BF16:
   case UATTN_F16: return 2;
+  case UATTN_FP8_E4M3:
+  case UATTN_FP8_E5M2: return 1;
   }
   return 0;
 }
@@ -137,6 +205,8 @@ double oracle_load(const void *base, uattn_dtype dtype, size_t i) {
   case UATTN_F32: return (double)((const float *)base)[i];
   case UATTN_BF16: return oracle_bf16_to_double(((const uint16_t *)base)[i]);
   case UATTN_F16: return oracle_f16_to_double(((const uint16_t *)base)[i]);
+  case UATTN_FP8_E4M3:
+  case UATTN_FP8_E5M2: return oracle_fp8_to_double(dtype, ((const uint8_t *)base)[i]);
   }
   return NAN;
 }
@@ -146,6 +216,8 @@ void oracle_store(void *base, uattn_dtype dtype, size_t i, double x) {
   case UATTN_F32: ((float *)base)[i] = (float)x; break; /* C's conversion rounds to nearest even */
   case UATTN_BF16: ((uint16_t *)base)[i] = oracle_double_to_bf16(x); break;
   case UATTN_F16: ((uint16_t *)base)[i] = oracle_double_to_f16(x); break;
+  case UATTN_FP8_E4M3:
+  case UATTN_FP8_E5M2: ((uint8_t *)base)[i] = oracle_double_to_fp8(dtype, x); break;
   }
 }
 
@@ -169,6 +241,15 @@ size_t oracle_cache_offset(const uattn_layer *layer, int32_t block_size, int64_t
 /* ================================================================================================ */
 
 static bool valid_dtype(uattn_dtype d) { return d == UATTN_F32 || d == UATTN_BF16 || d == UATTN_F16; }
+static bool valid_cache_dtype(uattn_dtype d) { return valid_dtype(d) || oracle_is_fp8(d); }
+static bool valid_scale(float x) { return isfinite(x) && x > 0; }
+
+/* A decoder request that is not a prompt (the planner's is_prompt: seq_len <= num_prompt) on an fp8 cache:
+ * the forward reads all its keys from the cache, this step's too (see dense_oracle.h). */
+static bool reads_all_from_cache(const oracle_step *s, const uattn_layer *layer, int32_t r) {
+  return oracle_is_fp8(layer->cache_dtype) && layer->attn_type == UATTN_ATTENTION_DECODER &&
+         (int64_t)s->num_computed[r] + s->num_scheduled[r] > s->num_prompt[r];
+}
 
 static bool is_cross(const uattn_layer *layer) { return layer->attn_type == UATTN_ATTENTION_ENCODER_DECODER; }
 
@@ -185,8 +266,15 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
                 layer->head_dim);
   if (layer->num_q_heads % layer->num_kv_heads != 0)
     return fail("oracle: num_q_heads %d is not a multiple of num_kv_heads %d", layer->num_q_heads, layer->num_kv_heads);
-  if (!valid_dtype(layer->dtype) || !valid_dtype(layer->cache_dtype))
+  if (!valid_dtype(layer->dtype) || !valid_cache_dtype(layer->cache_dtype))
     return fail("oracle: unknown dtype %d or cache_dtype %d", (int)layer->dtype, (int)layer->cache_dtype);
+  if (oracle_is_fp8(layer->cache_dtype)) {
+    if (!valid_scale(layer->k_scale) || !valid_scale(layer->v_scale))
+      return fail("oracle: fp8 cache with k_scale %g, v_scale %g (finite and > 0 needed)", (double)layer->k_scale,
+                  (double)layer->v_scale);
+    if (layer->attn_type == UATTN_ATTENTION_DECODER && s->num_reqs > 0 && !s->num_prompt)
+      return fail("oracle: an fp8 cache needs num_prompt (decode rows read their own keys from the cache)");
+  }
   if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND)
     return fail("oracle: unknown kv_layout %d", (int)layer->kv_layout);
   if (layer->attn_type < UATTN_ATTENTION_DECODER || layer->attn_type > UATTN_ATTENTION_ENCODER_DECODER)
@@ -227,7 +315,9 @@ static int check_reads(const oracle_step *s, const uattn_layer *layer, const uat
   }
   bool any = false;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t n = cross ? t->cross->encoder_lens[r] : s->num_computed[r];
+    const int32_t n = cross                               ? t->cross->encoder_lens[r]
+                      : reads_all_from_cache(s, layer, r) ? s->num_computed[r] + s->num_scheduled[r]
+                                                          : s->num_computed[r];
     if (n < 0) return fail("oracle: request %d: encoder_len %d < 0", r, n);
     /* every key of a block lies in that block, so checking one key per block is checking them all */
     for (int32_t j = 0; j < n; j += s->block_size) {
@@ -252,8 +342,15 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Copies or converts one head's D elements from a dtype row to a cache_dtype row. */
-static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di, size_t n) {
+/* Copies or converts one head's D elements from a dtype row to a cache_dtype row (an fp8 one through
+ * scale). */
+static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di, size_t n,
+                        float scale) {
+  if (oracle_is_fp8(ddt)) {
+    for (size_t d = 0; d < n; d++)
+      ((uint8_t *)dst)[di + d] = oracle_quantize_fp8(ddt, oracle_load(src, sdt, si + d), scale);
+    return;
+  }
   if (sdt == ddt) {
     /* equal dtypes: the bits themselves, so that even a signalling NaN's payload survives */
     const size_t es = oracle_dtype_size(sdt);
@@ -306,8 +403,8 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
   for (size_t row = 0; row < n; row++) {
     for (size_t g = 0; g < hkv; g++) {
       const size_t src = (row * hkv + g) * d, dst = oracle_cache_offset(layer, s->block_size, slots[row], (int32_t)g);
-      convert_row(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype, dst, d);
-      convert_row(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype, dst, d);
+      convert_row(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype, dst, d, layer->k_scale);
+      convert_row(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype, dst, d, layer->v_scale);
     }
   }
   free(slots);
@@ -457,16 +554,19 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
     w->g = g;
     w->loaded = 0;
   }
+  const bool fp8 = oracle_is_fp8(layer->cache_dtype), all_cached = !cross && reads_all_from_cache(s, layer, r);
+  /* an fp8 code is read times its scale (1 for other caches, which multiplies exactly) */
+  const double ks = fp8 ? (double)layer->k_scale : 1.0, vs = fp8 ? (double)layer->v_scale : 1.0;
   for (int32_t j = w->loaded; j < n; j++) {
     double *kj = w->K + (size_t)j * Dp, *vj = w->V + (size_t)j * Dp;
-    if (cross || j < s->num_computed[r]) {
+    if (cross || all_cached || j < s->num_computed[r]) {
       const int32_t *table = cross ? t->cross->block_table : s->block_table;
       const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
       const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
       const size_t off = oracle_cache_offset(layer, bs, slot, g);
       for (size_t d = 0; d < D; d++) {
-        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, off + d);
-        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, off + d);
+        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, off + d) * ks;
+        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, off + d) * vs;
       }
     } else {
       /* this step's own token: its k/v row in the input dtype, not the (possibly narrower) cached copy */

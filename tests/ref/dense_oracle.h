@@ -41,11 +41,27 @@ uint16_t oracle_double_to_f16(double x);
 uint16_t oracle_float_to_bf16(float x);
 uint16_t oracle_float_to_f16(float x);
 
+/* fp8 (uattn.h's UATTN_FP8_E4M3 / UATTN_FP8_E5M2), written from the formats' definitions, not from the
+ * library's conversions. Decoding reads the bit fields: sign, exponent (bias 7 / 15), mantissa, subnormals
+ * at exponent field 0; E4M3 (the "fn" variant) has no infinities and one NaN per sign (S.1111.111), E5M2 has
+ * IEEE infinities (S.11111.00) and NaNs (S.11111.xx, xx != 0). */
+double oracle_fp8_to_double(uattn_dtype t, uint8_t b);
+/* The nearest fp8 value to x by a search over the 256 decoded codes (not by bit manipulation, so that it
+ * cannot share a rounding library's mistakes): the closest finite code of x's sign, a tie going to the code
+ * whose mantissa's last bit is 0 (round to nearest even); anything beyond the largest finite value,
+ * infinities included, saturates to it (448 / 57344); a NaN gives 0x7F with x's sign. */
+uint8_t oracle_double_to_fp8(uattn_dtype t, double x);
+/* What a cache write stores for the value x of a layer with this k_scale or v_scale: x / scale in fp32,
+ * then oracle_double_to_fp8. */
+uint8_t oracle_quantize_fp8(uattn_dtype t, double x, float scale);
+/* true for UATTN_FP8_E4M3 and UATTN_FP8_E5M2. */
+int oracle_is_fp8(uattn_dtype t);
+
 /* ---- typed element access, for building inputs and reading outputs ---------------------------------- */
-size_t oracle_dtype_size(uattn_dtype dtype); /* 4, 2, 2; 0 for an unknown dtype */
-/* Element i of an array of `dtype`, widened to double. */
+size_t oracle_dtype_size(uattn_dtype dtype); /* 4, 2, 2, 1, 1; 0 for an unknown dtype */
+/* Element i of an array of `dtype`, widened to double (an fp8 code's own value, not times a scale). */
 double oracle_load(const void *base, uattn_dtype dtype, size_t i);
-/* Stores x rounded to `dtype` (round-to-nearest-even) as element i. */
+/* Stores x rounded to `dtype` (round-to-nearest-even; fp8: oracle_double_to_fp8, no scale) as element i. */
 void oracle_store(void *base, uattn_dtype dtype, size_t i, double x);
 /* x rounded to `dtype` and widened back: the value an input actually holds once stored. */
 double oracle_round(uattn_dtype dtype, double x);
@@ -65,7 +81,12 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
 /* out [T, Hq, D] and lse [T, Hq] (lse may be NULL) in double, T = sum of num_scheduled. Reads the caches
  * AFTER the update (call oracle_write_cache first). Keys j < num_computed[r] come from the cache in
  * cache_dtype, keys j >= num_computed[r] from this step's k/v rows in dtype; cross attention reads keys
- * [0, encoder_lens[r]) through t->cross->block_table. A row with no visible key gets out 0 and lse -inf
+ * [0, encoder_lens[r]) through t->cross->block_table. An fp8 cache is read as code * k_scale (v_scale), and
+ * there the forward's rule for a decoder request that is not a prompt (num_computed + num_scheduled >
+ * num_prompt, so num_prompt is required) is followed: all its keys, this step's too, come from the cache,
+ * quantized, as the forward reads them (the step's own k/v would differ by up to 2^-4 of each value, too
+ * much to hide in a tolerance); prompt rows read this step's keys from k/v, unquantized, as the forward's
+ * causal part does. A row with no visible key gets out 0 and lse -inf
  * (lse = sink with a sink). Returns 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
 int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out, double *lse);
 

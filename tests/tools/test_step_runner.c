@@ -4,7 +4,7 @@
  * every malformed header we could think of, each refused with its reason and without a leak.
  * uattn-run ($UATTN_RUN, the built binary): every kind of bad input exits 2 with one line naming the key or
  * file, and whole steps — f32; bf16 with an f16 HND cache, sinks, ALiBi, soft cap and a sliding window;
- * encoder — are compared with a dense attention computed here in double, straight from the semantics
+ * fp8 caches with scales; encoder — are compared with a dense attention computed here in double, straight from the semantics
  * (DESIGN.md §1), never from the plan. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -21,6 +21,7 @@
 
 #include "common/npy.h"
 #include "common/support.h"
+#include "ref/dense_oracle.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -360,6 +361,7 @@ typedef struct spec {
   int32_t drafts[MAX_REQS][4];
   int ndrafts[MAX_REQS]; /* -1: no draft_tokens key */
   bool sinks, alibi;
+  double k_scale, v_scale; /* fp8 caches; 0: no key in the JSON (the default, 1) */
   /* data, as exact values k/64 (|k| <= 128) so every dtype holds them exactly */
   int32_t T, qsl[MAX_REQS + 1], eff[MAX_REQS];
   float *q, *k, *v, *kc, *vc, sink[16], slope[16]; /* caches as [slot][h][d] whatever the layout */
@@ -455,6 +457,8 @@ static cJSON *spec_json(const spec *s) {
   cJSON_AddNumberToObject(o, "soft_cap", s->soft_cap);
   cJSON_AddNumberToObject(o, "sliding_window", s->window);
   cJSON_AddStringToObject(o, "attn_type", s->attn);
+  if (s->k_scale > 0) cJSON_AddNumberToObject(o, "k_scale", s->k_scale);
+  if (s->v_scale > 0) cJSON_AddNumberToObject(o, "v_scale", s->v_scale);
   cJSON *reqs = cJSON_AddArrayToObject(o, "requests");
   for (int r = 0; r < s->nreq; r++) {
     cJSON *q = cJSON_CreateObject();
@@ -492,12 +496,30 @@ static uint16_t to_f16(float x) { /* exact values only, which is all the test ma
   return (uint16_t)(((b >> 16) & 0x8000u) | (uint32_t)e << 10 | ((b & 0x7fffffu) >> 13));
 }
 
-static npy_dtype npy_of(const char *dtype) {
-  return !strcmp(dtype, "f32") ? NPY_F4 : !strcmp(dtype, "bf16") ? NPY_U2 : NPY_F2;
+static bool is_fp8(const char *dtype) { return !strncmp(dtype, "fp8_", 4); }
+
+static uattn_dtype fp8_of(const char *dtype) { return !strcmp(dtype, "fp8_e4m3") ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2; }
+
+/* The fp8 code holding x / scale, for values that are exactly code * scale (all the fp8 test makes): the
+ * expected cache is then exact, and so is the dense attention on the float values. */
+static uint8_t to_fp8(float x, const char *dtype, float scale) {
+  const uattn_dtype t = fp8_of(dtype);
+  const uint8_t b = oracle_quantize_fp8(t, x, scale);
+  cr_assert_eq(oracle_fp8_to_double(t, b) * scale, (double)x, "%g is not exact in %s times %g", x, dtype, scale);
+  return b;
 }
 
-/* x in dtype, as the bytes a file holds */
-static void *encode(const float *x, size_t n, const char *dtype) {
+static npy_dtype npy_of(const char *dtype) {
+  return is_fp8(dtype) ? NPY_U1 : !strcmp(dtype, "f32") ? NPY_F4 : !strcmp(dtype, "bf16") ? NPY_U2 : NPY_F2;
+}
+
+/* x in dtype, as the bytes a file holds (an fp8 cache's through its scale) */
+static void *encode_scaled(const float *x, size_t n, const char *dtype, float scale) {
+  if (is_fp8(dtype)) {
+    uint8_t *y = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++) y[i] = to_fp8(x[i], dtype, scale);
+    return y;
+  }
   if (!strcmp(dtype, "f32")) {
     float *y = malloc(sizeof(float) * (n ? n : 1));
     memcpy(y, x, sizeof(float) * n);
@@ -508,8 +530,10 @@ static void *encode(const float *x, size_t n, const char *dtype) {
   return y;
 }
 
-/* a [slot][h][d] cache in the spec's layout and dtype */
-static void *encode_cache(const spec *s, const float *c, int64_t *shape, int *ndim) {
+static void *encode(const float *x, size_t n, const char *dtype) { return encode_scaled(x, n, dtype, 1.0f); }
+
+/* a [slot][h][d] cache in the spec's layout and dtype; scale: an fp8 cache's k_scale or v_scale */
+static void *encode_cache(const spec *s, const float *c, double scale, int64_t *shape, int *ndim) {
   const size_t n = (size_t)s->nb * s->bs * s->hkv * s->d;
   float *perm = malloc(sizeof(float) * n);
   const bool nhd = !strcmp(s->layout, "NHD");
@@ -528,7 +552,7 @@ static void *encode_cache(const spec *s, const float *c, int64_t *shape, int *nd
     shape[0] = s->nb, shape[1] = s->hkv, shape[2] = s->bs, shape[3] = s->d;
     *ndim = 4;
   }
-  void *out = encode(perm, n, s->cache_dtype);
+  void *out = encode_scaled(perm, n, s->cache_dtype, scale > 0 ? (float)scale : 1.0f);
   free(perm);
   return out;
 }
@@ -560,7 +584,7 @@ static void spec_write(const spec *s) {
   save_encoded("v.npy", s->dtype, 3, ks, s->v);
   int64_t cs[4];
   int nd;
-  void *kc = encode_cache(s, s->kc, cs, &nd), *vc = encode_cache(s, s->vc, cs, &nd);
+  void *kc = encode_cache(s, s->kc, s->k_scale, cs, &nd), *vc = encode_cache(s, s->vc, s->v_scale, cs, &nd);
   save("kc.npy", npy_of(s->cache_dtype), nd, cs, kc);
   save("vc.npy", npy_of(s->cache_dtype), nd, cs, vc);
   free(kc);
@@ -984,7 +1008,7 @@ static void run_and_check(spec *s, const char *extra, double tol) {
   updated_caches(s, kc, vc);
   int64_t cs[4];
   int nd;
-  void *want_k = encode_cache(s, kc, cs, &nd), *want_v = encode_cache(s, vc, cs, &nd);
+  void *want_k = encode_cache(s, kc, s->k_scale, cs, &nd), *want_v = encode_cache(s, vc, s->v_scale, cs, &nd);
   npy_array gk = load("out/key_cache.npy"), gv = load("out/value_cache.npy");
   check_shape(&gk, "key_cache.npy", npy_of(s->cache_dtype), nd, cs);
   check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, cs);
@@ -1092,6 +1116,55 @@ Test(step_runner, bf16_with_f16_hnd_cache_sinks_alibi_soft_cap_window) {
   spec_fill(&s, 13);
   run_and_check(&s, NULL, 1.0 / 64); /* out is rounded to bf16 (8 bits) before the runner widens it */
   spec_free(&s);
+}
+
+/* Values that are exactly an fp8 code of both formats times scale: m * 2^e (m in 4..7, e in [-8, -2], so
+ * 3 significant bits inside both formats' normal ranges), either sign, or 0. */
+static void fp8_exact(test_rng *rng, float *x, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++) {
+    const int m = test_rng_range(rng, 3, 7), e = test_rng_range(rng, -8, -2), sign = test_rng_range(rng, 0, 1);
+    x[i] = m == 3 ? 0.0f : (float)((sign ? -1 : 1) * ldexp(m, e) * scale);
+  }
+}
+
+/* fp8 caches end to end: |u1 cache files in and out, k_scale / v_scale from the JSON (0.5 and 3, so a
+ * swapped or missing scale shows), every path of base_spec (causal, shared, unique; the decode and the
+ * verification read their own new keys back from the fp8 cache). The keys and values are exactly
+ * representable (fp8_exact), so the cache after the step is known bit for bit and the dense attention on
+ * the float values is exact: f32 accumulation is all that is left (1e-5). */
+Test(step_runner, fp8_caches) {
+  const char *const formats[] = {"fp8_e4m3", "fp8_e5m2"}, *const layouts[] = {"NHD", "HND"};
+  for (int f = 0; f < 2; f++) {
+    spec s = base_spec();
+    s.cache_dtype = formats[f];
+    s.layout = layouts[f];
+    s.k_scale = 0.5;
+    s.v_scale = 3.0;
+    spec_fill(&s, 15 + (uint64_t)f);
+    test_rng rng = {99 + (uint64_t)f};
+    const size_t kv = (size_t)s.T * s.hkv * s.d, cache = (size_t)s.nb * s.bs * s.hkv * s.d;
+    fp8_exact(&rng, s.k, kv, s.k_scale);
+    fp8_exact(&rng, s.v, kv, s.v_scale);
+    fp8_exact(&rng, s.kc, cache, s.k_scale);
+    fp8_exact(&rng, s.vc, cache, s.v_scale);
+    run_and_check(&s, NULL, 1e-5);
+    spec_free(&s);
+  }
+}
+
+static void fp8_cache_zero_k_scale(cJSON *o) {
+  cJSON_ReplaceItemInObject(o, "cache_dtype", cJSON_CreateString("fp8_e4m3"));
+  cJSON_AddNumberToObject(o, "k_scale", 0);
+}
+static void negative_v_scale(cJSON *o) { cJSON_AddNumberToObject(o, "v_scale", -1); }
+static void string_k_scale(cJSON *o) { cJSON_AddStringToObject(o, "k_scale", "1"); }
+static void fp8_dtype(cJSON *o) { cJSON_ReplaceItemInObject(o, "dtype", cJSON_CreateString("fp8_e5m2")); }
+
+Test(step_runner, bad_fp8_keys_are_named) {
+  expect_json_error(fp8_cache_zero_k_scale, "k_scale", "k_scale: 0 is not a usable value", NULL);
+  expect_json_error(negative_v_scale, "v_scale", "v_scale: -1 is not a usable value", NULL);
+  expect_json_error(string_k_scale, "k_scale type", "k_scale: must be a number", NULL);
+  expect_json_error(fp8_dtype, "fp8 dtype", "dtype: fp8_e5m2 is a cache dtype only", NULL);
 }
 
 Test(step_runner, f16_step) {
