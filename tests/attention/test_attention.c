@@ -171,20 +171,8 @@ static double error_against_oracle(attention_run *run, double *scale_out) {
   const attention_case *c = &run->c;
   const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
   uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
-  int32_t effective[RB_MAX_REQS]; /* as attention_run_check counts them */
-  for (int32_t r = 0; r < run->batch.num_reqs; r++) {
-    const int32_t b0 = run->batch.draft_offsets[r], b1 = run->batch.draft_offsets[r + 1];
-    int32_t real = 0;
-    for (int32_t k = b0; k < b1; k++) real += run->batch.draft_tokens[k] != -1;
-    effective[r] = (run->batch.has_drafts && b1 > b0) ? real + 1 : run->batch.num_scheduled[r];
-  }
-  const oracle_step s = {.num_reqs = run->batch.num_reqs,
-                         .block_size = c->block_size,
-                         .num_computed = run->batch.num_computed,
-                         .num_scheduled = effective,
-                         .num_prompt = run->batch.num_prompt,
-                         .block_table = run->batch.block_table,
-                         .block_table_stride = run->batch.stride};
+  int32_t effective[RB_MAX_REQS];
+  const oracle_step s = attention_oracle_step(run, effective);
   double *out = malloc(sizeof(double) * (n + 1));
   double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
   cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());

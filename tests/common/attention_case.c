@@ -250,27 +250,30 @@ double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype) {
   return dtype != cache_dtype ? 2 * tol : tol;
 }
 
-void attention_run_check(attention_run *run) {
-  const attention_case *c = &run->c;
-  const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;
-  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
-
+oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB_MAX_REQS]) {
   /* the oracle takes the step as the scheduler gave it, with the drafts' effective token counts (real
    * drafts + 1), counted here rather than taken from the planner under test */
-  int32_t effective[RB_MAX_REQS];
   for (int32_t r = 0; r < run->batch.num_reqs; r++) {
     const int32_t b0 = run->batch.draft_offsets[r], b1 = run->batch.draft_offsets[r + 1];
     int32_t real = 0;
     for (int32_t k = b0; k < b1; k++) real += run->batch.draft_tokens[k] != -1;
     effective[r] = (run->batch.has_drafts && b1 > b0) ? real + 1 : run->batch.num_scheduled[r];
   }
-  const oracle_step s = {.num_reqs = run->batch.num_reqs,
-                         .block_size = c->block_size,
-                         .num_computed = run->batch.num_computed,
-                         .num_scheduled = effective,
-                         .num_prompt = run->batch.num_prompt,
-                         .block_table = run->batch.block_table,
-                         .block_table_stride = run->batch.stride};
+  return (oracle_step){.num_reqs = run->batch.num_reqs,
+                       .block_size = run->c.block_size,
+                       .num_computed = run->batch.num_computed,
+                       .num_scheduled = effective,
+                       .num_prompt = run->batch.num_prompt,
+                       .block_table = run->batch.block_table,
+                       .block_table_stride = run->batch.stride};
+}
+
+void attention_run_check(attention_run *run) {
+  const attention_case *c = &run->c;
+  const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;
+  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
+  int32_t effective[RB_MAX_REQS];
+  const oracle_step s = attention_oracle_step(run, effective);
   cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
   cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run->cache_bytes), 0, "%s: the key cache differs", c->name);
   cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run->cache_bytes), 0, "%s: the value cache differs", c->name);

@@ -63,6 +63,8 @@ uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt)
 /* Runs uattn_forward and the oracle and checks outputs, lse and both caches, with the tolerance of the
  * case's dtypes. Fails the calling test on any mismatch. */
 void attention_run_check(attention_run *run);
+/* The run's step as the dense oracle takes it (effective: the requests' token counts, drafts counted). */
+oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB_MAX_REQS]);
 
 /* Max |x - ref| / max(|ref|) style tolerance for a dtype pair (see attention_case.c for why). */
 double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype);
