@@ -130,6 +130,23 @@ typedef struct uattn_plan_config {
    * 8192 and 4096. */
   int32_t split_min_keys;
   int32_t split_keys;
+  /* Context parallelism (vLLM's decode context parallelism): the KV cache of every request is spread over
+   * cp_size ranks, and this plan is rank cp_rank's view of the step. With N = cp_size and I = cp_interleave,
+   * position p of a request lives on rank (p / I) % N at local position (p / (I * N)) * I + p % I: runs of I
+   * positions dealt to the ranks in turn. The step passed to uattn_plan_step keeps the step's global counts
+   * (num_computed, num_scheduled, num_prompt, drafts) while its block table is the rank's own, over local
+   * positions. The plan writes only the rank's share of this step's tokens (slot_mapping -1 for the others)
+   * and every query row attends to the local keys at the global positions it may see; uattn_forward gives
+   * the partial output and its lse (a row with no local key: zeros, lse -inf), and uattn_merge_states of
+   * the ranks' partials in rank order is the whole attention. q, k and v are the step's, whole, on every
+   * rank. Sinks count on rank 0 only. Cross attention spreads the encoder keys the same way:
+   * uattn_cross.encoder_lens stay global, its block table is the rank's own over local positions. ALiBi
+   * needs true distances between positions that are not evenly spaced on a rank: with cp_size > 1 its
+   * kernel calls take runs of keys whose positions are (at most cp_interleave keys, a slower path). 0 means
+   * the defaults: cp_size 1, cp_rank 0, cp_interleave 1; cp_size 1 plans exactly as without these fields. */
+  int32_t cp_size;
+  int32_t cp_rank;
+  int32_t cp_interleave;
 } uattn_plan_config;
 
 /* A config with the given cache geometry and limits and defaults for the rest (no bucketing). */
@@ -204,9 +221,10 @@ typedef struct uattn_plan_info {
   const int32_t *token_offsets;   /* row - query_start_loc[request] */
   const int32_t *token_positions; /* absolute position */
   const int32_t *token_ids;       /* NULL when the step gave none */
-  const int64_t *slot_mapping;    /* cache slot this row's K/V is written to */
+  const int64_t *slot_mapping;    /* cache slot this row's K/V is written to; -1: another CP rank's token */
   /* keys of the row read from the cache: min(position + 1, cached) where cached is num_computed for a
-   * prompt (its new keys come from the causal part) and seq_len otherwise (its keys are in the cache) */
+   * prompt (its new keys come from the causal part) and seq_len otherwise (its keys are in the cache); with
+   * context parallelism the rank's share of them, a count of local positions */
   const int32_t *token_context_lens;
   /* The causal part: a row of a prompt request reads this step's keys of its request up to and including
    * its own row; a row of any other request reads none (all its keys are in the cache). */

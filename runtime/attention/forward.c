@@ -22,6 +22,17 @@
  * keys from k/v), so a prompt row sees its own step's keys unquantized while a decode row reads its new
  * key back from the cache, quantized: as vLLM does. Its queries keep the plain scale and its output no
  * v_scale.
+ *
+ * Context parallelism (uattn.h: uattn_plan_config.cp_size > 1): the rank's cache holds its share of every
+ * request at local positions, the plan's context lengths and block starts count local keys, and this step's
+ * keys the rank holds are gathered from k/v (consecutive local positions, so the causal part stays one
+ * panel at a time). The kernels place key i at key_pos0 + i; a row's causal and window bounds are monotone
+ * in the local position, so they are given in local terms: visible counts of local keys, and for a window
+ * each row's query position moved to where the kernel's window test (key > query - window) cuts the local
+ * keys where the global one does (begin_tile). ALiBi needs the true distance between a key and the query,
+ * which local positions do not give: with ALiBi every kernel call takes only a run of keys at consecutive
+ * global positions (at most cp_interleave of them), at its global position, with the global query
+ * positions (pieces; the decode kernel and all-heads units are not used then). Sinks are rank 0's.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -187,7 +198,8 @@ static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan
       const int32_t len = c->encoder_lens[r];
       if (len < 0)
         return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tensors.cross->encoder_lens[%d] = %d must be >= 0", r, len);
-      const int32_t nb = uattn_ceil_div_i32(len, t->block_size);
+      /* the rank's share under context parallelism */
+      const int32_t nb = uattn_ceil_div_i32(uattn_cp_local_len(pc, len), t->block_size);
       if (nb > c->block_table_stride)
         return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
                           "cross attention: request %d has %d encoder keys, past its block-table row (stride %d)", r,
@@ -293,6 +305,11 @@ typedef struct workspace {
   float *state_o;           /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */
   float *state_m, *state_l; /* [4 parts][slots, group] */
   int32_t *visible;         /* [slots]: keys of the current panel each row sees */
+  /* context parallelism only (cp_floats > 0), else NULL: */
+  size_t cp_floats;
+  float *gather;       /* [2][panel, D] elements of the layer's dtype: the rank's keys and values of the step */
+  int32_t *query_pos;  /* [slots]: the rows' query positions as the kernels get them (begin_tile) */
+  int32_t *piece_from; /* [slots]: the rows' visible counts of a whole block, while it is cut in pieces */
 } workspace;
 
 /* The workspace's accumulators of partial states: one per part of the attention (uattn_part) and the scratch
@@ -304,7 +321,8 @@ static uattn_part kernel_part(int acc) {
   return acc == ACC_CAUSAL ? UATTN_PART_CAUSAL : acc == ACC_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
 }
 
-static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k) {
+static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k,
+                            bool cp) {
   w->kern = k;
   w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
@@ -321,12 +339,13 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
                                                    all ? all_heads_max_rows(L) * w->group : w->group, L->head_dim);
     w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
   }
+  w->cp_floats = cp ? 2 * (size_t)w->panel * L->head_dim + 2 * (size_t)w->slots : 0;
 }
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) *
-             (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D + NUM_ACCS * tg * 2) +
+  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D +
+                          NUM_ACCS * tg * 2 + w->cp_floats) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
@@ -341,6 +360,9 @@ static void workspace_carve(workspace *w, void *memory, int32_t D) {
   w->state_o = f, f += NUM_ACCS * tg * D;
   w->state_m = f, f += NUM_ACCS * tg;
   w->state_l = f, f += NUM_ACCS * tg;
+  w->gather = w->cp_floats ? f : NULL, f += w->cp_floats ? 2 * (size_t)w->panel * D : 0;
+  w->query_pos = w->cp_floats ? (int32_t *)f : NULL, f += w->cp_floats ? w->slots : 0;
+  w->piece_from = w->cp_floats ? (int32_t *)f : NULL, f += w->cp_floats ? w->slots : 0;
   w->visible = (int32_t *)f;
 }
 
@@ -385,8 +407,10 @@ typedef struct step_ctx {
   workspace *w;
   int32_t kv_head, req, row0, rows; /* the tile: rows [row0, row0 + rows) of request req */
   int32_t slot;                     /* the workspace slot of row0 (see tile_slot) */
-  int32_t qs, qe, num_computed;     /* the request's rows and cached keys */
+  int32_t qs, qe, num_computed;     /* the request's rows and cached keys (the rank's, local) */
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
+  const uattn_plan_config *cp;      /* context parallelism: the plan's config (cp_size > 1), else NULL */
+  bool pieces;                      /* ALiBi under context parallelism: kernel calls on runs of keys */
 } step_ctx;
 
 /* Where a row of the tile keeps its query, states and visible count in the workspace: the tile's rows in
@@ -404,7 +428,7 @@ static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int
       .group = w->group,
       .head_dim = D,
       .q = w->q + (size_t)first * w->group * D,
-      .query_pos = c->in->token_positions + row_lo,
+      .query_pos = c->cp && !c->pieces ? w->query_pos + first : c->in->token_positions + row_lo,
       .visible = w->visible + first,
       .num_keys = num_keys,
       .key_pos0 = key_pos0,
@@ -442,23 +466,61 @@ static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
   return cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * uattn_dtype_size(c->cache.dtype);
 }
 
-/* Widens `count` keys and values of a cache block for the tile's KV head into the panels. */
-static void load_block(const step_ctx *c, int32_t block, int32_t count) {
+/* Widens `count` keys and values of a cache block, from its key `first` on, for the tile's KV head into the
+ * panels. */
+static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
   size_t stride;
-  const size_t off = block_source(c, block, &stride);
+  const size_t off = block_source(c, block, &stride) + (size_t)first * stride * uattn_dtype_size(c->cache.dtype);
   c->w->kern->load(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, count, c->cache.head_dim, c->w->panel,
                    c->w->keys, c->w->values);
 }
 
-/* Attends the tile's rows in [row_lo, row_hi) to the block now in the panels, each row seeing usage(row) of
- * its keys, into `acc`. */
-static void attend_rows(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block_start,
-                        int32_t (*usage)(const step_ctx *, int32_t row, int32_t block_start)) {
+/* ALiBi under context parallelism (the header comment): the first `count` keys of a block, cut into runs of
+ * consecutive global positions, each loaded and attended at its global position, every row seeing of a run
+ * what it sees of the block (its visible count of the block, kept in piece_from). */
+static void attend_block_pieces(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
+                                int32_t block_start, int32_t count) {
+  const int32_t I = c->cp->cp_interleave;
+  int32_t seen = 0; /* keys of the block any of the rows sees */
+  for (int32_t row = row_lo; row < row_hi; row++) {
+    const int32_t x = tile_slot(c, row);
+    c->w->piece_from[x] = c->w->visible[x];
+    if (c->w->visible[x] > seen) seen = c->w->visible[x];
+  }
+  if (seen > count) seen = count;
+  for (int32_t a = 0, b; a < seen; a = b) {
+    b = a + I - (block_start + a) % I;
+    if (b > seen) b = seen;
+    for (int32_t row = row_lo; row < row_hi; row++) {
+      const int32_t x = tile_slot(c, row), v = c->w->piece_from[x] - a;
+      c->w->visible[x] = v < 0 ? 0 : (v > b - a ? b - a : v);
+    }
+    load_block(c, block, a, b - a);
+    attend_panel(c, acc, row_lo, row_hi, b - a, uattn_cp_global_pos(c->cp, block_start + a));
+  }
+}
+
+/* Attends the tile's rows in [row_lo, row_hi) (their visible counts already in w->visible) to the first
+ * `count` keys of a cache block, into `acc`. */
+static void attend_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block, int32_t block_start,
+                         int32_t count) {
+  if (c->pieces) {
+    attend_block_pieces(c, acc, row_lo, row_hi, block, block_start, count);
+    return;
+  }
+  load_block(c, block, 0, count);
+  attend_panel(c, acc, row_lo, row_hi, c->in->block_size, block_start);
+}
+
+/* Attends the tile's rows in [row_lo, row_hi) to the first `count` keys of a cache block, each row seeing
+ * usage(row) of them, into `acc`. */
+static void attend_rows(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block, int32_t block_start,
+                        int32_t count, int32_t (*usage)(const step_ctx *, int32_t row, int32_t block_start)) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   if (row_lo >= row_hi) return;
   for (int32_t row = row_lo; row < row_hi; row++) c->w->visible[tile_slot(c, row)] = usage(c, row, block_start);
-  attend_panel(c, acc, row_lo, row_hi, c->in->block_size, block_start);
+  attend_block(c, acc, row_lo, row_hi, block, block_start, count);
 }
 
 /* Keys of a context block a row sees: decoder rows by their own context length (per-row usage);
@@ -469,6 +531,44 @@ static int32_t context_usage(const step_ctx *c, int32_t row, int32_t block_start
   return u < 0 ? 0 : (u > c->in->block_size ? c->in->block_size : u);
 }
 
+/* The causal part under context parallelism, over this step's keys of the request in rows [qs, key_end)
+ * of k/v: those the rank holds, gathered a panel at a time (in pieces also cut where their positions jump)
+ * and placed at their local positions (in pieces their global ones). */
+static void causal_part_cp(const step_ctx *c, int32_t key_end) {
+  const uattn_layer *L = c->L;
+  const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
+  const int32_t D = L->head_dim, Hkv = L->num_kv_heads, nc = c->in->token_positions[c->qs];
+  const size_t esz = uattn_dtype_size(L->dtype), row_bytes = (size_t)D * esz;
+  char *gk = (char *)c->w->gather, *gv = gk + (size_t)c->w->panel * row_bytes;
+  int32_t local = c->num_computed; /* the local position of the next key the rank holds */
+  for (int32_t k = c->qs; k < key_end;) {
+    int32_t n = 0, pos0 = 0;
+    for (; k < key_end && n < c->w->panel; k++) {
+      const int32_t pos = nc + (k - c->qs);
+      if (!uattn_cp_owns(c->cp, pos)) {
+        if (c->pieces && n > 0) break;
+        continue;
+      }
+      if (n == 0) pos0 = pos;
+      const size_t off = ((size_t)k * Hkv + c->kv_head) * row_bytes;
+      memcpy(gk + (size_t)n * row_bytes, (const char *)c->t->k + off, row_bytes);
+      memcpy(gv + (size_t)n * row_bytes, (const char *)c->t->v + off, row_bytes);
+      n++;
+    }
+    if (n == 0) continue;
+    c->w->kern->load(L->dtype, gk, gv, (size_t)D, n, D, c->w->panel, c->w->keys, c->w->values);
+    const int32_t key_pos0 = c->pieces ? pos0 : local;
+    for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
+      const int32_t pos = c->in->token_positions[row];
+      /* a decoder row sees the keys at or before its position */
+      const int32_t hi = !decoder ? n : c->pieces ? pos + 1 - key_pos0 : uattn_cp_local_len(c->cp, pos + 1) - local;
+      c->w->visible[tile_slot(c, row)] = hi < 0 ? 0 : (hi > n ? n : hi);
+    }
+    attend_panel(c, ACC_CAUSAL, c->row0, c->row0 + c->rows, n, key_pos0);
+    local += n;
+  }
+}
+
 PART_FN void causal_part(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
@@ -477,6 +577,10 @@ PART_FN void causal_part(const step_ctx *c) {
   const size_t esz = uattn_dtype_size(L->dtype);
   /* keys: this step's rows of the request; a decoder tile needs those up to its last row */
   const int32_t key_end = decoder ? c->row0 + c->rows : c->qe;
+  if (c->cp) {
+    causal_part_cp(c, key_end);
+    return;
+  }
   for (int32_t k0 = c->qs; k0 < key_end; k0 += c->w->panel) {
     const int32_t n = key_end - k0 < c->w->panel ? key_end - k0 : c->w->panel;
     const size_t off = ((size_t)k0 * Hkv + c->kv_head) * D * esz;
@@ -518,8 +622,8 @@ PART_FN void shared_part(const step_ctx *c) {
       if (current_chunk >= 0) merge_chunk(c);
       current_chunk = sp->shared_index / chunk;
     }
-    load_block(c, in->shared_blocks[sp->shared_index], in->block_size);
-    attend_rows(c, acc, sp->token_begin, sp->token_end, sp->block_start, context_usage);
+    attend_rows(c, acc, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index], sp->block_start,
+                in->block_size, context_usage);
   }
   if (current_chunk >= 0) merge_chunk(c);
 }
@@ -561,15 +665,15 @@ PART_FN void shared_part_prefix_run(const step_ctx *c, int32_t first, int32_t en
       if (current_chunk >= 0) merge_chunk(c);
       current_chunk = next / chunk;
     }
-    load_block(c, in->shared_blocks[next], in->block_size);
-    attend_panel(c, acc, lo, hi, in->block_size, block_start);
+    attend_block(c, acc, lo, hi, in->shared_blocks[next], block_start, in->block_size);
   }
   if (current_chunk >= 0) merge_chunk(c);
 }
 
-/* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode). */
+/* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode) and the
+ * keys of a block are at consecutive positions (not in pieces). */
 static bool decodes_from_cache(const step_ctx *c) {
-  return uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
+  return !c->pieces && uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
 }
 
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
@@ -602,8 +706,7 @@ PART_FN void unique_part(const step_ctx *c) {
         decode_unique_block(c, row, u);
         continue;
       }
-      load_block(c, u->block, in->block_size);
-      attend_rows(c, ACC_UNIQUE, row, row + 1, u->block_start, context_usage);
+      attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
     }
 }
 
@@ -644,20 +747,27 @@ PART_FN void unique_part_all_heads(const step_ctx *c) {
     }
 }
 
+/* The encoder keys of the tile's request in the caches: all of them, or with context parallelism the
+ * rank's share (uattn.h: encoder_lens are global, the cross block table the rank's own). */
+static int32_t encoder_keys(const step_ctx *c) {
+  const int32_t len = c->t->cross->encoder_lens[c->req];
+  return c->cp ? uattn_cp_local_len(c->cp, len) : len;
+}
+
 static int32_t cross_usage(const step_ctx *c, int32_t row, int32_t block_start) {
   (void)row;
-  const int32_t u = c->t->cross->encoder_lens[c->req] - block_start;
+  const int32_t u = encoder_keys(c) - block_start;
   return u > c->in->block_size ? c->in->block_size : u;
 }
 
 /* Cross attention: every encoder key, through the cross block table, into the shared part. */
 PART_FN void cross_part(const step_ctx *c) {
   const uattn_cross *x = c->t->cross;
-  const int32_t bs = c->in->block_size, len = x->encoder_lens[c->req];
+  const int32_t bs = c->in->block_size, len = encoder_keys(c);
   for (int32_t b = 0; b * bs < len; b++) {
     const int32_t block = x->block_table[(int64_t)c->req * x->block_table_stride + b];
-    load_block(c, block, len - b * bs < bs ? len - b * bs : bs);
-    attend_rows(c, ACC_SHARED, c->row0, c->row0 + c->rows, b * bs, cross_usage);
+    attend_rows(c, ACC_SHARED, c->row0, c->row0 + c->rows, block, b * bs, len - b * bs < bs ? len - b * bs : bs,
+                cross_usage);
   }
 }
 
@@ -767,9 +877,20 @@ static void widen_queries(const forward_job *job, const step_ctx *c, float scale
     }
 }
 
+/* Under context parallelism outside pieces, the query position the kernels get for a row at global position
+ * pos (the header comment): with a window W the kernel sees local keys from query - W + 1 on, which must be
+ * the first local key past pos - W; without one (and without ALiBi) the kernels do not read it. */
+static int32_t local_query_pos(const step_ctx *c, int32_t pos) {
+  const int32_t W = c->L->attn_type == UATTN_ATTENTION_DECODER ? c->L->sliding_window : 0;
+  return W > 0 ? uattn_cp_local_len(c->cp, pos - W + 1 > 0 ? pos - W + 1 : 0) + W - 1 : pos;
+}
+
 /* The tile's scaled queries in its slots (scale as widen_queries), and its partial states cleared. */
 static void begin_tile(const forward_job *job, const step_ctx *c, float scale) {
   widen_queries(job, c, scale);
+  if (c->cp && !c->pieces)
+    for (int32_t i = 0; i < c->rows; i++)
+      c->w->query_pos[c->slot + i] = local_query_pos(c, c->in->token_positions[c->row0 + i]);
   for (int acc = 0; acc < NUM_ACCS; acc++) reset_acc(c->w, acc, c->slot, c->rows, job->L->head_dim);
 }
 
@@ -812,9 +933,11 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
                 .slot = slot,
                 .qs = in->query_start_loc[first],
                 .qe = in->query_start_loc[end],
-                .num_computed = in->token_positions[in->query_start_loc[first]],
+                .num_computed = uattn_cp_local_len(sched->config, in->token_positions[in->query_start_loc[first]]),
                 .key_lo = 0,
-                .key_hi = INT32_MAX};
+                .key_hi = INT32_MAX,
+                .cp = sched->config->cp_size > 1 ? sched->config : NULL};
+  c.pieces = c.cp && job->L->alibi_slopes;
   if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
     c.key_lo = split * sched->split_keys, c.key_hi = c.key_lo + sched->split_keys;
   return c;
@@ -875,7 +998,8 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
   const uattn_plan_info *in = job->sched.info;
   const uattn_layer *L = job->L;
   const int32_t r = job->sched.item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
-  return L->attn_type == UATTN_ATTENTION_DECODER && all_heads_layout(L, job->shape.kern, in->block_size) &&
+  const bool pieces = job->sched.config->cp_size > 1 && L->alibi_slopes; /* step_ctx.pieces */
+  return L->attn_type == UATTN_ATTENTION_DECODER && !pieces && all_heads_layout(L, job->shape.kern, in->block_size) &&
          job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
          rows * L->num_kv_heads <= job->shape.slots;
 }
@@ -988,6 +1112,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   /* the runtime's tuning file fills what the layer leaves to the defaults (its values were checked when
    * the file was loaded) */
   uattn_layer tuned = *L;
+  if (sched.config->cp_rank > 0) tuned.sinks = NULL; /* a sink is counted once over the ranks: by rank 0 */
   const uattn_tuning_entry *tuning = uattn_tuning_find(rt, t->block_size, L->head_dim, L->cache_dtype);
   if (tuning) {
     if (!tuned.causal_width) tuned.causal_width = tuning->query_tile;
@@ -1008,7 +1133,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
                      .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim}};
-  workspace_shape(&job.shape, in, L, kernels);
+  workspace_shape(&job.shape, in, L, kernels, sched.config->cp_size > 1);
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
   job.max_workers = uattn_runtime_workers(rt);

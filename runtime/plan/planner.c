@@ -34,6 +34,9 @@ uattn_plan_config uattn_plan_config_default(int32_t block_size, int32_t num_bloc
   c.shared_bias_byte_limit = UATTN_DEFAULT_SHARED_BIAS_LIMIT;
   c.split_min_keys = UATTN_DEFAULT_SPLIT_MIN_KEYS;
   c.split_keys = UATTN_DEFAULT_SPLIT_KEYS;
+  c.cp_size = 1;
+  c.cp_rank = 0;
+  c.cp_interleave = 1;
   return c;
 }
 
@@ -56,7 +59,21 @@ static uattn_status validate_config(const uattn_plan_config *c) {
   if (c->split_min_keys < 0 || c->split_keys < 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.split_min_keys (%d) and split_keys (%d) must be >= 0",
                       c->split_min_keys, c->split_keys);
+  /* context parallelism: 0 means the default of each */
+  if (c->cp_size < 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.cp_size = %d must be >= 1 ranks (0 = 1)", c->cp_size);
+  const int32_t cp_size = c->cp_size ? c->cp_size : 1;
+  if (c->cp_rank < 0 || c->cp_rank >= cp_size)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.cp_rank = %d must be in [0, cp_size = %d)", c->cp_rank,
+                      cp_size);
+  if (c->cp_interleave < 0)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "config.cp_interleave = %d must be >= 1 positions a rank holds in a row (0 = 1)",
+                      c->cp_interleave);
   int32_t slots;
+  if (!uattn_mul_i32(cp_size, c->cp_interleave ? c->cp_interleave : 1, &slots))
+    return uattn_fail(UATTN_ERR_OVERFLOW, "config: cp_size * cp_interleave (%d * %d) overflows int32", cp_size,
+                      c->cp_interleave);
   if (!uattn_mul_i32(c->num_blocks, c->block_size, &slots))
     return uattn_fail(UATTN_ERR_OVERFLOW, "config: num_blocks * block_size (%d * %d) overflows int32", c->num_blocks,
                       c->block_size);
@@ -151,6 +168,8 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
   if (p->config.shared_bias_byte_limit == 0) p->config.shared_bias_byte_limit = UATTN_DEFAULT_SHARED_BIAS_LIMIT;
   if (p->config.split_min_keys == 0) p->config.split_min_keys = UATTN_DEFAULT_SPLIT_MIN_KEYS;
   if (p->config.split_keys == 0) p->config.split_keys = UATTN_DEFAULT_SPLIT_KEYS;
+  if (p->config.cp_size == 0) p->config.cp_size = 1;
+  if (p->config.cp_interleave == 0) p->config.cp_interleave = 1;
   p->alloc = alloc;
 
   size_t nb = (size_t)config->num_blocks, nr = (size_t)config->max_num_seqs + 1,
@@ -225,12 +244,12 @@ static uattn_status validate_requests(const uattn_plan *p, const uattn_step *s, 
     if (seq_len > c->max_model_len)
       return uattn_fail(UATTN_ERR_CAPACITY, "request %d: sequence length %lld exceeds the plan's max_model_len %d", r,
                         (long long)seq_len, c->max_model_len);
-    int64_t blocks_needed = (seq_len + c->block_size - 1) / c->block_size;
-    if (blocks_needed > s->block_table_stride)
+    /* the block table holds the rank's local positions (all of them without context parallelism) */
+    const int32_t local_len = uattn_cp_local_len(c, (int32_t)seq_len);
+    if (uattn_ceil_div_i32(local_len, c->block_size) > s->block_table_stride)
       return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
-                        "request %d: position %lld is past its block-table row (stride %d holds %lld positions)", r,
-                        (long long)seq_len - 1, s->block_table_stride,
-                        (long long)s->block_table_stride * c->block_size);
+                        "request %d: local position %d is past its block-table row (stride %d holds %lld positions)", r,
+                        local_len - 1, s->block_table_stride, (long long)s->block_table_stride * c->block_size);
     if (s->token_ids && seq_len > s->token_ids_stride)
       return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
                         "request %d: position %lld is past its token-id row (token_ids_stride %d)", r,
@@ -247,31 +266,41 @@ static uattn_status validate_requests(const uattn_plan *p, const uattn_step *s, 
   return UATTN_OK;
 }
 
-/* Query tokens of a request that read the context block starting at `start`. Their context length is
- * min(position + 1, cached), non-decreasing in the row, so they are the request's last ones. */
-static int32_t block_readers(int32_t nc, int32_t ns, int32_t cached, bool prompt, int32_t start) {
-  if (start >= cached) return 0;
-  if (prompt) return ns;                       /* every row's context is all num_computed keys */
-  int32_t first = start > nc ? start - nc : 0; /* first row whose position reaches the block */
-  return ns - first;
-}
-
 /* A request of the step as the block walks see it: its new and cached tokens and its block table row. A
  * prompt (its sequence not past the prompt) reads its new tokens' keys from this step's k/v, so only the
- * tokens before them count as cached; any other request reads all of them from the cache. */
+ * tokens before them count as cached; any other request reads all of them from the cache. The block table
+ * and so the walks are over the rank's local positions (schedule.h: context parallelism), the rows over
+ * global ones. */
 typedef struct request_view {
-  int32_t nc, ns, seq_len, cached;
+  int32_t nc, ns, seq_len, cached;                 /* global positions */
+  int32_t local_computed, local_len, local_cached; /* the rank's share of nc, seq_len and cached */
   bool prompt;
   const int32_t *blocks;
 } request_view;
 
-static request_view request_at(const uattn_step *s, const int32_t *ns_of, int32_t r) {
+static request_view request_at(const uattn_plan *p, const uattn_step *s, const int32_t *ns_of, int32_t r) {
   request_view v = {.nc = s->num_computed[r], .ns = ns_of[r]};
   v.seq_len = v.nc + v.ns;
   v.prompt = v.seq_len <= s->num_prompt[r];
   v.cached = v.prompt ? v.nc : v.seq_len;
+  v.local_computed = uattn_cp_local_len(&p->config, v.nc);
+  v.local_len = uattn_cp_local_len(&p->config, v.seq_len);
+  v.local_cached = uattn_cp_local_len(&p->config, v.cached);
   v.blocks = s->block_table + (int64_t)r * s->block_table_stride;
   return v;
+}
+
+/* The first query row (from the request's first) that reads the context block starting at local position
+ * `start`. A row's context, min(position + 1, cached), is non-decreasing in the row, so the readers are the
+ * request's last rows: every row of a prompt (its context is all cached keys), else the rows from the one
+ * whose position reaches the block's first key. */
+static int32_t first_reader(const uattn_plan_config *c, bool prompt, int32_t nc, int32_t start) {
+  return prompt ? 0 : uattn_max_i32(0, uattn_cp_global_pos(c, start) - nc);
+}
+
+/* Query tokens of a request that read the context block starting at local position `start`. */
+static int32_t block_readers(const uattn_plan_config *c, const request_view *q, int32_t start) {
+  return start >= q->local_cached ? 0 : q->ns - first_reader(c, q->prompt, q->nc, start);
 }
 
 static void next_stamp(uattn_plan *p) {
@@ -289,17 +318,17 @@ static uattn_status validate_blocks(uattn_plan *p, const uattn_step *s, const in
   next_stamp(p);
   const uint32_t stamp = p->stamp;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const request_view q = request_at(s, ns_of, r);
-    const int32_t nc = q.nc, ns = q.ns, seq_len = q.seq_len, cached = q.cached, *row = q.blocks;
-    const bool prompt = q.prompt;
-    const int32_t nrow = uattn_ceil_div_i32(seq_len, bs);
+    const request_view q = request_at(p, s, ns_of, r);
+    const int32_t *row = q.blocks;
+    const int32_t nrow = uattn_ceil_div_i32(q.local_len, bs);
     for (int32_t o = 0; o < nrow; o++) {
       const int32_t id = row[o], start = o * bs;
       if (id < 0 || id >= nblocks)
         return uattn_fail(UATTN_ERR_OUT_OF_RANGE,
                           "block_table[%d][%d] = %d is not a block id (the cache has %d blocks)", r, o, id, nblocks);
-      const uint8_t writes = start + bs > nc; /* this step's K/V lands in it */
-      const int32_t readers = block_readers(nc, ns, cached, prompt, start);
+      /* this step's K/V lands in it (a rank may hold none of the step's tokens) */
+      const uint8_t writes = start + bs > q.local_computed && q.local_len > q.local_computed;
+      const int32_t readers = block_readers(&p->config, &q, start);
       if (b->stamp[id] != stamp) {
         b->stamp[id] = stamp;
         b->start[id] = start;
@@ -338,8 +367,8 @@ static void count_split(uattn_plan *p, const uattn_step *s, const int32_t *ns_of
   uattn_block_scratch *b = &p->blocks;
   memset(n, 0, sizeof *n);
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const request_view q = request_at(s, ns_of, r);
-    const int32_t nctx = uattn_ceil_div_i32(q.cached, bs);
+    const request_view q = request_at(p, s, ns_of, r);
+    const int32_t nctx = uattn_ceil_div_i32(q.local_cached, bs);
     for (int32_t o = 0; o < nctx; o++) {
       const int32_t id = q.blocks[o];
       if (b->readers[id] > 1) {
@@ -379,26 +408,28 @@ static int compare_i32(const void *a, const void *b) {
 }
 
 static void write_requests_and_tokens(uattn_plan *p, const uattn_step *s, const int32_t *ns_of) {
-  const int32_t bs = p->config.block_size;
+  const uattn_plan_config *c = &p->config;
+  const int32_t bs = c->block_size;
   int32_t row = 0;
   p->query_start_loc[0] = 0;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const request_view q = request_at(s, ns_of, r);
+    const request_view q = request_at(p, s, ns_of, r);
     const int32_t nc = q.nc, ns = q.ns, seq_len = q.seq_len, cached = q.cached, *blocks = q.blocks;
     const bool prompt = q.prompt;
     const int32_t *ids = s->token_ids ? s->token_ids + (int64_t)r * s->token_ids_stride : NULL;
     p->num_scheduled[r] = ns;
     p->seq_lens[r] = seq_len;
     p->is_prompt[r] = prompt;
-    p->cached[r] = cached;
+    p->cached[r] = q.local_cached;
     p->num_output_tokens[r] = num_output_tokens(seq_len, s->num_prompt[r], ns);
     for (int32_t k = 0; k < ns; k++, row++) {
-      const int32_t pos = nc + k;
+      const int32_t pos = nc + k, local = uattn_cp_local_pos(c, pos);
       p->token_groups[row] = r;
       p->token_offsets[row] = k;
       p->token_positions[row] = pos;
-      p->token_context_lens[row] = uattn_min_i32(pos + 1, cached);
-      p->slot_mapping[row] = (int64_t)blocks[pos / bs] * bs + pos % bs;
+      p->token_context_lens[row] = uattn_cp_local_len(c, uattn_min_i32(pos + 1, cached));
+      /* another rank holds the token: it writes nothing here */
+      p->slot_mapping[row] = uattn_cp_owns(c, pos) ? (int64_t)blocks[local / bs] * bs + local % bs : -1;
       if (ids) p->token_ids[row] = ids[pos];
     }
     p->query_start_loc[r + 1] = row;
@@ -479,8 +510,7 @@ static void write_split(uattn_plan *p, const uattn_step *s) {
     const int32_t nctx = uattn_ceil_div_i32(p->cached[r], bs);
     for (int32_t o = 0; o < nctx; o++) {
       const int32_t id = row[o], start = o * bs;
-      /* rows before the block's first position cannot see it (non-prompts only) */
-      const int32_t first = p->is_prompt[r] ? qs : qs + uattn_max_i32(0, start - nc);
+      const int32_t first = qs + first_reader(&p->config, p->is_prompt[r], nc, start);
       if (b->readers[id] > 1) {
         uattn_shared_span *sp = &spans[cursor[b->index[id]]++];
         sp->shared_index = b->index[id];

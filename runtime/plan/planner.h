@@ -40,7 +40,7 @@ struct uattn_plan {
   uattn_block_scratch blocks;
   uint32_t stamp;
 
-  /* per request, [max_num_seqs + 1] */
+  /* per request, [max_num_seqs + 1]; cached: the keys read from the cache, the rank's local count */
   int32_t *num_scheduled, *query_start_loc, *seq_lens, *cached, *num_output_tokens;
   bool *is_prompt;
   int32_t *step_scheduled; /* scratch: num_scheduled while the step is validated */

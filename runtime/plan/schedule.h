@@ -23,6 +23,33 @@ typedef struct uattn_schedule {
   const int32_t *spans_by_req, *span_req_begin, *unique_row_begin;
 } uattn_schedule;
 
+/* Context parallelism (uattn.h, uattn_plan_config.cp_size): the positions of a request that rank cp_rank
+ * holds, in the plan's normalized config (cp_size and cp_interleave >= 1). With cp_size 1 every function is
+ * the identity (or true). */
+static inline bool uattn_cp_owns(const uattn_plan_config *c, int32_t pos) {
+  return c->cp_size == 1 || (pos / c->cp_interleave) % c->cp_size == c->cp_rank;
+}
+
+/* The local position of a global position the rank owns. */
+static inline int32_t uattn_cp_local_pos(const uattn_plan_config *c, int32_t pos) {
+  const int32_t I = c->cp_interleave;
+  return c->cp_size == 1 ? pos : pos / (I * c->cp_size) * I + pos % I;
+}
+
+/* The global position of the rank's local position `local`. */
+static inline int32_t uattn_cp_global_pos(const uattn_plan_config *c, int32_t local) {
+  const int32_t I = c->cp_interleave;
+  return c->cp_size == 1 ? local : local / I * (I * c->cp_size) + c->cp_rank * I + local % I;
+}
+
+/* Positions of [0, len) the rank owns: its local length (vLLM's get_dcp_local_seq_lens). Monotone in len,
+ * so a bound on global positions (causal, window, a row's context) is a bound on local ones. */
+static inline int32_t uattn_cp_local_len(const uattn_plan_config *c, int32_t len) {
+  if (c->cp_size == 1) return len;
+  const int32_t I = c->cp_interleave, round = I * c->cp_size, rest = len % round - c->cp_rank * I;
+  return len / round * I + (rest < 0 ? 0 : rest > I ? I : rest);
+}
+
 /* Rows a prefix run (decodes and short verifications in a row that start on the same shared block, computed
  * as one work item) may have: enough that a shared block's load serves many rows, few enough that a
  * 64-decode batch still makes several items a KV head for the threads to share. */

@@ -227,6 +227,64 @@ Test(planner_errors, config) {
   cr_assert_eq(uattn_plan_create(NULL, &p), UATTN_ERR_INVALID_ARGUMENT);
 }
 
+/* Context parallelism's fields: each bad value refused with its name, nothing returned; 0 is the default. */
+Test(planner_errors, context_parallel_config) {
+  struct {
+    int32_t size, rank, interleave;
+    uattn_status want;
+    const char *needle;
+  } cases[] = {
+      {-1, 0, 1, UATTN_ERR_INVALID_ARGUMENT, "cp_size = -1"},
+      {2, 2, 1, UATTN_ERR_INVALID_ARGUMENT, "cp_rank = 2 must be in [0, cp_size = 2)"},
+      {2, -1, 1, UATTN_ERR_INVALID_ARGUMENT, "cp_rank = -1"},
+      {0, 1, 1, UATTN_ERR_INVALID_ARGUMENT, "cp_size = 1"}, /* 0 is one rank: rank 1 is not there */
+      {2, 0, -3, UATTN_ERR_INVALID_ARGUMENT, "cp_interleave = -3"},
+      {65536, 0, 65536, UATTN_ERR_OVERFLOW, "cp_size * cp_interleave"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    uattn_plan_config c = uattn_plan_config_default(4, 8, 3, 16, 64);
+    c.cp_size = cases[i].size, c.cp_rank = cases[i].rank, c.cp_interleave = cases[i].interleave;
+    uattn_plan *p = NULL;
+    cr_assert_eq(uattn_plan_create(&c, &p), cases[i].want, "case %zu: %s", i, uattn_last_error());
+    cr_assert_not_null(strstr(uattn_last_error(), cases[i].needle), "case %zu: %s", i, uattn_last_error());
+    cr_assert_null(p, "nothing is returned on failure");
+  }
+  uattn_plan_config c = uattn_plan_config_default(4, 8, 3, 16, 64);
+  cr_assert_eq(c.cp_size * 100 + c.cp_rank * 10 + c.cp_interleave, 101, "the defaults are 1, 0, 1");
+  c.cp_size = c.cp_rank = c.cp_interleave = 0; /* a zeroed config: the defaults */
+  uattn_plan *p = NULL;
+  cr_assert_eq(uattn_plan_create(&c, &p), UATTN_OK, "%s", uattn_last_error());
+  uattn_plan_destroy(p);
+}
+
+/* A rank's block table covers its local positions: a row too short for them is refused, the plan kept. */
+Test(planner_errors, context_parallel_local_table_too_short) {
+  uattn_plan_config c = uattn_plan_config_default(4, 8, 3, 16, 64);
+  c.cp_size = 2, c.cp_rank = 0, c.cp_interleave = 3;
+  uattn_plan *p;
+  cr_assert_eq(uattn_plan_create(&c, &p), UATTN_OK, "%s", uattn_last_error());
+  /* a decode at position 20: rank 0 holds 0-2, 6-8, 12-14, 18-20, 12 keys, 3 local blocks */
+  int32_t nc = 20, ns = 1, np = 4, table[3] = {5, 1, 7};
+  uattn_step s = {.num_reqs = 1,
+                  .num_computed = &nc,
+                  .num_scheduled = &ns,
+                  .num_prompt = &np,
+                  .block_table = table,
+                  .block_table_stride = 3};
+  cr_assert_eq(uattn_plan_step(p, &s), UATTN_OK, "%s", uattn_last_error());
+  uattn_plan_info info;
+  uattn_plan_get_info(p, &info);
+  cr_assert_eq(info.slot_mapping[0], 7 * 4 + 3, "local position 11 is slot 3 of the third block");
+  cr_assert_eq(info.token_context_lens[0], 12);
+  s.block_table_stride = 2;
+  cr_assert_eq(uattn_plan_step(p, &s), UATTN_ERR_OUT_OF_RANGE);
+  cr_assert_not_null(strstr(uattn_last_error(), "local position 11 is past its block-table row"), "%s",
+                     uattn_last_error());
+  uattn_plan_get_info(p, &info);
+  cr_assert_eq(info.slot_mapping[0], 7 * 4 + 3, "the plan still holds the previous step");
+  uattn_plan_destroy(p);
+}
+
 static uattn_status shrinking_policy(void *user, bool prompts, const uattn_bucket *exact, uattn_bucket *out) {
   (void)user, (void)prompts;
   *out = *exact;
