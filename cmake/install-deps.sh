@@ -5,7 +5,7 @@
 # in libclang-rt-14-dev on Debian 12), kept apart so that `make test` does not need clang.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libxsmm-dev libhwloc-dev hwloc libcriterion-dev libcjson-dev
-          python3-numpy gnuplot-nox python3-dev python3-pytest clang-format)
+          python3-numpy gnuplot-nox python3-dev python3-pytest clang-format libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-14-dev)
 elif [ $# -gt 0 ]; then

@@ -2,11 +2,14 @@
  * phrasing (every problem one "key: what" line), then the tensors it names, checked against the config. */
 #include "run/step.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 #include "convert.h"
@@ -327,4 +330,220 @@ void step_free(step *s) {
     npy_free(&s->t[i].a);
   }
   memset(s, 0, sizeof *s);
+}
+
+/* ---- running and writing -------------------------------------------------------------------------------- */
+
+uattn_plan_config step_plan_config(const step *s) {
+  uattn_plan_config pc =
+      uattn_plan_config_default(s->block_size, s->num_blocks, s->num_reqs, s->num_tokens, s->max_model_len);
+  pc.chunk_size = s->chunk_size;
+  return pc;
+}
+
+uattn_step step_batch(const step *s) {
+  uattn_step b;
+  memset(&b, 0, sizeof b);
+  b.num_reqs = s->num_reqs;
+  b.num_computed = s->num_computed;
+  b.num_scheduled = s->num_scheduled;
+  b.num_prompt = s->num_prompt;
+  b.block_table = s->table;
+  b.block_table_stride = s->stride;
+  b.draft_tokens = s->drafts;
+  b.draft_offsets = s->draft_offsets;
+  return b;
+}
+
+uattn_layer step_layer(const step *s) {
+  uattn_layer l;
+  memset(&l, 0, sizeof l);
+  l.num_q_heads = s->hq;
+  l.num_kv_heads = s->hkv;
+  l.head_dim = s->head_dim;
+  l.scale = s->scale;
+  l.soft_cap = s->soft_cap;
+  l.sliding_window = s->sliding_window;
+  l.dtype = s->dtype;
+  l.cache_dtype = s->cache_dtype;
+  l.kv_layout = s->layout;
+  l.attn_type = s->attn_type;
+  l.sinks = s->t[STEP_SINKS].a.data;
+  l.alibi_slopes = s->t[STEP_ALIBI].a.data;
+  l.causal_width = s->causal_width;
+  l.chunk_size = s->chunk_size;
+  l.k_scale = s->k_scale;
+  l.v_scale = s->v_scale;
+  return l;
+}
+
+/* Writes the one line into why; -1 to unwind. */
+static int say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int say(char *why, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, cap, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int step_make_dir(const char *dir, char *why, size_t cap) {
+  char *p = strdup(dir);
+  if (!p) return say(why, cap, "--out %s: out of memory", dir);
+  for (char *c = p + 1;; c++) {
+    const bool last = *c == '\0';
+    if (*c == '/' || last) {
+      *c = '\0';
+      if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+        say(why, cap, "--out %s: cannot create %s: %s", dir, p, strerror(errno));
+        free(p);
+        return -1;
+      }
+      if (last) break;
+      *c = '/';
+    }
+  }
+  free(p);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return say(why, cap, "--out %s: not a directory", dir);
+  return 0;
+}
+
+int step_write_npy(const char *dir, const char *name, npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
+                   char *why, size_t cap) {
+  char path[4096], err[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (npy_write(path, dtype, ndim, shape, data, err, sizeof err)) return say(why, cap, "%s: %s", path, err);
+  return 0;
+}
+
+int step_write_results(const step *s, const char *dir, const void *out, const float *lse, const void *key_cache,
+                       const void *value_cache, char *why, size_t cap) {
+  const int64_t T = s->num_tokens, hq = s->hq, d = s->head_dim;
+  const size_t n = (size_t)T * (size_t)hq * (size_t)d;
+  float *widened = NULL;
+  if (s->dtype != UATTN_F32) {
+    if (!(widened = malloc(sizeof(float) * (n ? n : 1)))) return say(why, cap, "out.npy: out of memory");
+    uattn_widen(s->dtype, out, widened, n);
+    out = widened;
+  }
+  const int64_t out_shape[] = {T, hq, d}, lse_shape[] = {T, hq};
+  const npy_array *kc = &s->t[STEP_KEY_CACHE].a;
+  const int rc = step_write_npy(dir, "out.npy", NPY_F4, 3, out_shape, out, why, cap) ||
+                         step_write_npy(dir, "lse.npy", NPY_F4, 2, lse_shape, lse, why, cap) ||
+                         step_write_npy(dir, "key_cache.npy", kc->dtype, kc->ndim, kc->shape, key_cache, why, cap) ||
+                         step_write_npy(dir, "value_cache.npy", kc->dtype, kc->ndim, kc->shape, value_cache, why, cap)
+                     ? -1
+                     : 0;
+  free(widened);
+  return rc;
+}
+
+int step_write_json(const char *dir, const char *name, const cJSON *root, char *why, size_t cap) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *text = cJSON_Print(root);
+  if (!text) return say(why, cap, "%s: out of memory", path);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    cJSON_free(text);
+    return say(why, cap, "%s: cannot create: %s", path, strerror(errno));
+  }
+  const bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+  cJSON_free(text);
+  if (fclose(f) != 0 || !ok) return say(why, cap, "%s: cannot write", path);
+  return 0;
+}
+
+static cJSON *int_array(const int32_t *x, int32_t n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int32_t i = 0; a && i < n; i++)
+    if (!cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]))) {
+      cJSON_Delete(a);
+      return NULL;
+    }
+  return a;
+}
+
+/* Adds item to obj under name; false (and item freed) when either is missing. */
+static bool add(cJSON *obj, const char *name, cJSON *item) {
+  if (!item) return false;
+  if (!cJSON_AddItemToObject(obj, name, item)) {
+    cJSON_Delete(item);
+    return false;
+  }
+  return true;
+}
+
+static cJSON *slots_array(const uattn_plan_info *in) {
+  cJSON *a = cJSON_CreateArray();
+  for (int32_t t = 0; a && t < in->num_tokens; t++)
+    if (!cJSON_AddItemToArray(a, cJSON_CreateNumber((double)in->slot_mapping[t]))) {
+      cJSON_Delete(a);
+      a = NULL;
+    }
+  return a;
+}
+
+/* One row of a plan table: a unique block, a shared span, ... */
+typedef int row_fn(const uattn_plan_info *in, int32_t k, int32_t *row); /* the row's width */
+
+/* n rows of the plan as an array of integer arrays. */
+static cJSON *rows_array(const uattn_plan_info *in, int32_t n, row_fn *fill) {
+  cJSON *a = cJSON_CreateArray();
+  for (int32_t k = 0; a && k < n; k++) {
+    int32_t row[8];
+    const int width = fill(in, k, row);
+    if (!cJSON_AddItemToArray(a, int_array(row, width))) {
+      cJSON_Delete(a);
+      a = NULL;
+    }
+  }
+  return a;
+}
+
+static int unique_row(const uattn_plan_info *in, int32_t k, int32_t *row) {
+  const uattn_unique_block *u = &in->unique_blocks[k];
+  row[0] = u->block, row[1] = u->token, row[2] = u->block_start, row[3] = u->usage;
+  return 4;
+}
+
+/* Not asked for, but the spans are how shared blocks are read: what one needs to follow a row. */
+static int span_row(const uattn_plan_info *in, int32_t k, int32_t *row) {
+  const uattn_shared_span *s = &in->shared_spans[k];
+  row[0] = s->shared_index, row[1] = s->req, row[2] = s->block_start, row[3] = s->token_begin, row[4] = s->token_end;
+  return 5;
+}
+
+static cJSON *bucket_object(const uattn_bucket *b) {
+  cJSON *o = cJSON_CreateObject();
+  if (o && cJSON_AddNumberToObject(o, "query_len", b->query_len) &&
+      cJSON_AddNumberToObject(o, "shared_blocks", b->shared_blocks) &&
+      cJSON_AddNumberToObject(o, "unique_blocks", b->unique_blocks) && cJSON_AddNumberToObject(o, "logits", b->logits))
+    return o;
+  cJSON_Delete(o);
+  return NULL;
+}
+
+int step_write_plan(const uattn_plan_info *in, const char *dir, char *why, size_t cap) {
+  cJSON *root = cJSON_CreateObject();
+  /* each item is built only once the ones before it are in place, so a failure leaks nothing */
+  const bool ok = root && cJSON_AddNumberToObject(root, "num_tokens", in->num_tokens) &&
+                  cJSON_AddNumberToObject(root, "num_reqs", in->num_reqs) &&
+                  add(root, "num_scheduled", int_array(in->num_scheduled, in->num_reqs)) &&
+                  add(root, "slot_mapping", slots_array(in)) &&
+                  add(root, "token_positions", int_array(in->token_positions, in->num_tokens)) &&
+                  add(root, "token_context_lens", int_array(in->token_context_lens, in->num_tokens)) &&
+                  add(root, "logits_indices", int_array(in->logits_indices, in->num_logits)) &&
+                  add(root, "logits_groups", int_array(in->logits_groups, in->num_logits)) &&
+                  add(root, "new_token_positions", int_array(in->new_token_positions, in->num_logits)) &&
+                  add(root, "query_start_loc", int_array(in->query_start_loc, in->num_reqs + 1)) &&
+                  add(root, "seq_lens", int_array(in->seq_lens, in->num_reqs)) &&
+                  add(root, "shared_blocks", int_array(in->shared_blocks, in->num_shared_blocks)) &&
+                  add(root, "shared_spans", rows_array(in, in->num_shared_spans, span_row)) &&
+                  add(root, "unique_blocks", rows_array(in, in->num_unique_blocks, unique_row)) &&
+                  add(root, "bucket", bucket_object(&in->padded));
+  const int rc = ok ? step_write_json(dir, "plan.json", root, why, cap) : say(why, cap, "plan.json: out of memory");
+  cJSON_Delete(root);
+  return rc;
 }

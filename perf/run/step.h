@@ -41,4 +41,29 @@ typedef struct step {
 int step_read(step *s, const char *json_path, char *why, size_t cap);
 void step_free(step *s);
 
+/* ---- running a step and writing its results: uattn-run and uattn-run-cp (perf/run_cp) alike ------------- */
+
+/* The plan's config as uattn-run plans a step: limits from the step itself, no bucketing. */
+uattn_plan_config step_plan_config(const step *s);
+/* The scheduler state and the layer the step describes (pointers into *s). */
+uattn_step step_batch(const step *s);
+uattn_layer step_layer(const step *s);
+
+/* The functions below return 0, or -1 with the one line uattn-run prints in why[cap]. */
+
+/* Creates the output directory and its parents (mkdir -p). */
+int step_make_dir(const char *dir, char *why, size_t cap);
+/* dir/name as a .npy file. */
+int step_write_npy(const char *dir, const char *name, npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
+                   char *why, size_t cap);
+/* out.npy (widened to f32 from the step's dtype), lse.npy and the caches after the update (key_cache.npy,
+ * value_cache.npy, in the step's cache dtype and layout) in dir. */
+int step_write_results(const step *s, const char *dir, const void *out, const float *lse, const void *key_cache,
+                       const void *value_cache, char *why, size_t cap);
+/* plan.json: the planner's metadata of the planned step. */
+int step_write_plan(const uattn_plan_info *in, const char *dir, char *why, size_t cap);
+/* dir/name as JSON text (cJSON_Print). */
+struct cJSON;
+int step_write_json(const char *dir, const char *name, const struct cJSON *root, char *why, size_t cap);
+
 #endif

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/npy.h"
 #include "common/timing.h"
@@ -32,7 +31,7 @@ static const char usage_text[] =
     "\n"
     "  --out DIR       where to write (created if missing)\n"
     "  --repeat N      plan and run the step N more times on scratch caches; writes timing.json with the\n"
-    "                  median plan and forward times in ms\n"
+    "                  median plan and forward times in ms, each forward on cold CPU caches (as uattn-bench's)\n"
     "  --dump-biases   also write the seed-format tensors: causal_bias, shared_bias, shared_usage,\n"
     "                  unique_bias, unique_block_mapping, shared_blocks (.npy)\n"
     "  -h, --help      this text\n"
@@ -48,6 +47,7 @@ static const char usage_text[] =
 /* ---- errors ------------------------------------------------------------------------------------------ */
 
 static char error_line[2048];
+static volatile float evict_sink; /* what the eviction read sums, kept so that the read is done */
 
 /* Records the first failure; callers return -1 and unwind, and main prints it once. */
 static int fail(const char *fmt, ...) {
@@ -71,9 +71,10 @@ typedef struct run {
   bool dump_biases;
 
   step s;                        /* STEP.json and its tensors (step.h) */
-  void *key_cache, *value_cache; /* the copies uattn_forward updates */
+  void *key_cache, *value_cache; /* the copies uattn_forward updates, on 2 MiB pages (uattn_cache_alloc) */
+  size_t cache_bytes;
   void *out;
-  float *lse, *out_f32;
+  float *lse;
 
   uattn_plan *plan;
   uattn_runtime *rt;
@@ -81,11 +82,10 @@ typedef struct run {
 
 static void run_free(run *r) {
   step_free(&r->s);
-  free(r->key_cache);
-  free(r->value_cache);
+  uattn_cache_free(r->key_cache, r->cache_bytes);
+  uattn_cache_free(r->value_cache, r->cache_bytes);
   free(r->out);
   free(r->lse);
-  free(r->out_f32);
   uattn_plan_destroy(r->plan);
   uattn_runtime_destroy(r->rt);
 }
@@ -98,161 +98,9 @@ static int32_t runtime_workers(const uattn_runtime *rt) {
 
 /* ---- output ------------------------------------------------------------------------------------------ */
 
-static int mkdirs(const char *dir) {
-  char *p = strdup(dir);
-  if (!p) return fail("--out %s: out of memory", dir);
-  for (char *s = p + 1;; s++) {
-    const bool last = *s == '\0';
-    if (*s == '/' || last) {
-      *s = '\0';
-      if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-        fail("--out %s: cannot create %s: %s", dir, p, strerror(errno));
-        free(p);
-        return -1;
-      }
-      if (last) break;
-      *s = '/';
-    }
-  }
-  free(p);
-  struct stat st;
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return fail("--out %s: not a directory", dir);
-  return 0;
-}
-
 static int write_npy(const run *r, const char *name, npy_dtype dtype, int ndim, const int64_t *shape,
                      const void *data) {
-  char path[4096], err[512];
-  snprintf(path, sizeof path, "%s/%s", r->out_dir, name);
-  if (npy_write(path, dtype, ndim, shape, data, err, sizeof err)) return fail("%s: %s", path, err);
-  return 0;
-}
-
-static cJSON *int_array(const int32_t *x, int32_t n) {
-  cJSON *a = cJSON_CreateArray();
-  for (int32_t i = 0; a && i < n; i++)
-    if (!cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]))) {
-      cJSON_Delete(a);
-      return NULL;
-    }
-  return a;
-}
-
-/* Adds item to obj under name; false (and item freed) when either is missing. */
-static bool add(cJSON *obj, const char *name, cJSON *item) {
-  if (!item) return false;
-  if (!cJSON_AddItemToObject(obj, name, item)) {
-    cJSON_Delete(item);
-    return false;
-  }
-  return true;
-}
-
-static int write_json(const run *r, const char *name, const cJSON *root) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", r->out_dir, name);
-  char *text = cJSON_Print(root);
-  if (!text) return fail("%s: out of memory", path);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    cJSON_free(text);
-    return fail("%s: cannot create: %s", path, strerror(errno));
-  }
-  const bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-  cJSON_free(text);
-  if (fclose(f) != 0 || !ok) return fail("%s: cannot write", path);
-  return 0;
-}
-
-static cJSON *slots_array(const uattn_plan_info *in) {
-  cJSON *a = cJSON_CreateArray();
-  for (int32_t t = 0; a && t < in->num_tokens; t++)
-    if (!cJSON_AddItemToArray(a, cJSON_CreateNumber((double)in->slot_mapping[t]))) {
-      cJSON_Delete(a);
-      a = NULL;
-    }
-  return a;
-}
-
-/* One row of a plan table: a unique block, a shared span, ... */
-typedef int row_fn(const uattn_plan_info *in, int32_t k, int32_t *row); /* the row's width */
-
-/* n rows of the plan as an array of integer arrays. */
-static cJSON *rows_array(const uattn_plan_info *in, int32_t n, row_fn *fill) {
-  cJSON *a = cJSON_CreateArray();
-  for (int32_t k = 0; a && k < n; k++) {
-    int32_t row[8];
-    const int width = fill(in, k, row);
-    if (!cJSON_AddItemToArray(a, int_array(row, width))) {
-      cJSON_Delete(a);
-      a = NULL;
-    }
-  }
-  return a;
-}
-
-static int unique_row(const uattn_plan_info *in, int32_t k, int32_t *row) {
-  const uattn_unique_block *u = &in->unique_blocks[k];
-  row[0] = u->block, row[1] = u->token, row[2] = u->block_start, row[3] = u->usage;
-  return 4;
-}
-
-/* Not asked for, but the spans are how shared blocks are read: what one needs to follow a row. */
-static int span_row(const uattn_plan_info *in, int32_t k, int32_t *row) {
-  const uattn_shared_span *s = &in->shared_spans[k];
-  row[0] = s->shared_index, row[1] = s->req, row[2] = s->block_start, row[3] = s->token_begin, row[4] = s->token_end;
-  return 5;
-}
-
-static cJSON *bucket_object(const uattn_bucket *b) {
-  cJSON *o = cJSON_CreateObject();
-  if (o && cJSON_AddNumberToObject(o, "query_len", b->query_len) &&
-      cJSON_AddNumberToObject(o, "shared_blocks", b->shared_blocks) &&
-      cJSON_AddNumberToObject(o, "unique_blocks", b->unique_blocks) && cJSON_AddNumberToObject(o, "logits", b->logits))
-    return o;
-  cJSON_Delete(o);
-  return NULL;
-}
-
-static int write_plan_json(const run *r, const uattn_plan_info *in) {
-  cJSON *root = cJSON_CreateObject();
-  /* each item is built only once the ones before it are in place, so a failure leaks nothing */
-  const bool ok = root && cJSON_AddNumberToObject(root, "num_tokens", in->num_tokens) &&
-                  cJSON_AddNumberToObject(root, "num_reqs", in->num_reqs) &&
-                  add(root, "num_scheduled", int_array(in->num_scheduled, in->num_reqs)) &&
-                  add(root, "slot_mapping", slots_array(in)) &&
-                  add(root, "token_positions", int_array(in->token_positions, in->num_tokens)) &&
-                  add(root, "token_context_lens", int_array(in->token_context_lens, in->num_tokens)) &&
-                  add(root, "logits_indices", int_array(in->logits_indices, in->num_logits)) &&
-                  add(root, "logits_groups", int_array(in->logits_groups, in->num_logits)) &&
-                  add(root, "new_token_positions", int_array(in->new_token_positions, in->num_logits)) &&
-                  add(root, "query_start_loc", int_array(in->query_start_loc, in->num_reqs + 1)) &&
-                  add(root, "seq_lens", int_array(in->seq_lens, in->num_reqs)) &&
-                  add(root, "shared_blocks", int_array(in->shared_blocks, in->num_shared_blocks)) &&
-                  add(root, "shared_spans", rows_array(in, in->num_shared_spans, span_row)) &&
-                  add(root, "unique_blocks", rows_array(in, in->num_unique_blocks, unique_row)) &&
-                  add(root, "bucket", bucket_object(&in->padded));
-  const int rc = ok ? write_json(r, "plan.json", root) : fail("plan.json: out of memory");
-  cJSON_Delete(root);
-  return rc;
-}
-
-static int write_outputs(run *r) {
-  const int64_t T = r->s.num_tokens, hq = r->s.hq, d = r->s.head_dim;
-  const size_t n = (size_t)T * (size_t)hq * (size_t)d;
-  const float *out = r->out;
-  if (r->s.dtype != UATTN_F32) {
-    if (!(r->out_f32 = malloc(sizeof(float) * (n ? n : 1)))) return fail("out.npy: out of memory");
-    uattn_widen(r->s.dtype, r->out, r->out_f32, n);
-    out = r->out_f32;
-  }
-  const int64_t out_shape[] = {T, hq, d}, lse_shape[] = {T, hq};
-  const npy_array *kc = &r->s.t[STEP_KEY_CACHE].a;
-  if (write_npy(r, "out.npy", NPY_F4, 3, out_shape, out) || write_npy(r, "lse.npy", NPY_F4, 2, lse_shape, r->lse) ||
-      write_npy(r, "key_cache.npy", kc->dtype, kc->ndim, kc->shape, r->key_cache) ||
-      write_npy(r, "value_cache.npy", kc->dtype, kc->ndim, kc->shape, r->value_cache))
-    return -1;
-  return 0;
+  return step_write_npy(r->out_dir, name, dtype, ndim, shape, data, error_line, sizeof error_line);
 }
 
 /* The seed-format tensors. The shared bias goes alone first: the planner refuses it above its byte limit,
@@ -291,50 +139,12 @@ static int dump_biases(run *r) {
 
 /* ---- running ------------------------------------------------------------------------------------------ */
 
-static uattn_step make_step(const run *r) {
-  uattn_step s;
-  memset(&s, 0, sizeof s);
-  s.num_reqs = r->s.num_reqs;
-  s.num_computed = r->s.num_computed;
-  s.num_scheduled = r->s.num_scheduled;
-  s.num_prompt = r->s.num_prompt;
-  s.block_table = r->s.table;
-  s.block_table_stride = r->s.stride;
-  s.draft_tokens = r->s.drafts;
-  s.draft_offsets = r->s.draft_offsets;
-  return s;
-}
-
-static uattn_layer make_layer(const run *r) {
-  uattn_layer l;
-  memset(&l, 0, sizeof l);
-  l.num_q_heads = r->s.hq;
-  l.num_kv_heads = r->s.hkv;
-  l.head_dim = r->s.head_dim;
-  l.scale = r->s.scale;
-  l.soft_cap = r->s.soft_cap;
-  l.sliding_window = r->s.sliding_window;
-  l.dtype = r->s.dtype;
-  l.cache_dtype = r->s.cache_dtype;
-  l.kv_layout = r->s.layout;
-  l.attn_type = r->s.attn_type;
-  l.sinks = r->s.t[STEP_SINKS].a.data;
-  l.alibi_slopes = r->s.t[STEP_ALIBI].a.data;
-  l.causal_width = r->s.causal_width;
-  l.chunk_size = r->s.chunk_size;
-  l.k_scale = r->s.k_scale;
-  l.v_scale = r->s.v_scale;
-  return l;
-}
-
 static int execute(run *r) {
-  uattn_plan_config pc =
-      uattn_plan_config_default(r->s.block_size, r->s.num_blocks, r->s.num_reqs, r->s.num_tokens, r->s.max_model_len);
-  pc.chunk_size = r->s.chunk_size;
-  if (mkdirs(r->out_dir)) return -1;
+  const uattn_plan_config pc = step_plan_config(&r->s);
+  if (step_make_dir(r->out_dir, error_line, sizeof error_line)) return -1;
   uattn_status st = uattn_plan_create(&pc, &r->plan);
   if (st) return fail_lib("uattn_plan_create", st);
-  const uattn_step batch = make_step(r);
+  const uattn_step batch = step_batch(&r->s);
   if ((st = uattn_plan_step(r->plan, &batch))) return fail_lib("uattn_plan_step", st);
   uattn_plan_info in;
   uattn_plan_get_info(r->plan, &in);
@@ -344,15 +154,18 @@ static int execute(run *r) {
 
   const size_t rows = (size_t)r->s.num_tokens * (size_t)r->s.hq;
   const size_t cache_bytes = r->s.t[STEP_KEY_CACHE].a.count * uattn_dtype_size(r->s.cache_dtype);
-  r->key_cache = malloc(cache_bytes ? cache_bytes : 1);
-  r->value_cache = malloc(cache_bytes ? cache_bytes : 1);
+  /* on 2 MiB pages, as an engine should give them and as uattn-bench times them: a decode reads blocks all
+   * over the cache, and on 4 KiB pages each 4 KiB costs a TLB miss */
+  r->cache_bytes = cache_bytes ? cache_bytes : 1;
+  if (uattn_cache_alloc(r->cache_bytes, &r->key_cache) || uattn_cache_alloc(r->cache_bytes, &r->value_cache))
+    return fail("out of memory for the caches");
   r->out = malloc(rows * (size_t)r->s.head_dim * uattn_dtype_size(r->s.dtype) + 1);
   r->lse = malloc(sizeof(float) * rows + 1);
-  if (!r->key_cache || !r->value_cache || !r->out || !r->lse) return fail("out of memory for the outputs");
+  if (!r->out || !r->lse) return fail("out of memory for the outputs");
   memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
   memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
 
-  const uattn_layer layer = make_layer(r);
+  const uattn_layer layer = step_layer(&r->s);
   uattn_tensors t;
   memset(&t, 0, sizeof t);
   t.q = r->s.t[STEP_Q].a.data;
@@ -369,7 +182,10 @@ static int execute(run *r) {
   if ((st = uattn_runtime_create(&rt_config, &r->rt))) return fail_lib("uattn_runtime_create", st);
   if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) return fail_lib("uattn_forward", st);
 
-  if (write_outputs(r) || write_plan_json(r, &in)) return -1;
+  if (step_write_results(&r->s, r->out_dir, r->out, r->lse, r->key_cache, r->value_cache, error_line,
+                         sizeof error_line) ||
+      step_write_plan(&in, r->out_dir, error_line, sizeof error_line))
+    return -1;
   if (r->dump_biases && dump_biases(r)) return -1;
   printf(
       "uattn-run: %d requests, %d query rows, %d sampled; %d shared blocks (%d spans), %d unique blocks; "
@@ -378,16 +194,28 @@ static int execute(run *r) {
       r->out_dir);
   if (!r->repeat) return 0;
 
-  /* the timed runs start from the step's own caches each time, in the same buffers: the files are written */
+  /* the timed runs start from the step's own caches each time, in the same buffers: the files are written.
+   * Copying them back leaves their last tens of MiB in L2 and L3, which a forward would then read at cache
+   * speed, where an engine's step reads a layer's cache last touched a whole step before; so each forward
+   * starts after a read of 4x the L3 (at least 64 MiB) that evicts them, as uattn-bench's runs do. */
+  uattn_topology topo;
+  const size_t l3 =
+      uattn_runtime_get_topology(r->rt, &topo) == UATTN_OK && topo.l3_bytes ? topo.l3_bytes : (size_t)32 << 20;
+  const size_t evict_floats = (4 * l3 > ((size_t)64 << 20) ? 4 * l3 : (size_t)64 << 20) / sizeof(float);
   double *plan_ms = malloc(sizeof(double) * (size_t)r->repeat), *fwd_ms = malloc(sizeof(double) * (size_t)r->repeat);
+  float *evict = malloc(evict_floats * sizeof(float));
   int rc = -1;
-  if (!plan_ms || !fwd_ms) {
+  if (evict) memset(evict, 0, evict_floats * sizeof(float)); /* written: untouched pages would all be one zero page */
+  if (!plan_ms || !fwd_ms || !evict) {
     fail("--repeat: out of memory");
     goto done;
   }
   for (int i = 0; i < r->repeat; i++) {
     memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
     memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
+    float sum = 0.0f;
+    for (size_t k = 0; k < evict_floats; k += 16) sum += evict[k]; /* a line each */
+    evict_sink = sum;
     const double t0 = (perf_seconds() * 1e3);
     if ((st = uattn_plan_step(r->plan, &batch))) {
       fail_lib("uattn_plan_step (repeat)", st);
@@ -410,7 +238,7 @@ static int execute(run *r) {
     fail("timing.json: out of memory");
     goto done;
   }
-  rc = write_json(r, "timing.json", timing);
+  rc = step_write_json(r->out_dir, "timing.json", timing, error_line, sizeof error_line);
   if (!rc)
     printf("uattn-run: median of %d runs: plan %.3f ms, forward %.3f ms\n", r->repeat,
            cJSON_GetObjectItem(timing, "plan_ms")->valuedouble, cJSON_GetObjectItem(timing, "forward_ms")->valuedouble);
@@ -418,6 +246,7 @@ static int execute(run *r) {
 done:
   free(plan_ms);
   free(fwd_ms);
+  free(evict);
   return rc;
 }
 
