@@ -34,16 +34,11 @@
  * thread, hot: 160 against 95 GFLOP/s), about 70% of the vdpbf16ps peak uattn-bench measures (235). The
  * rest is mostly the fp32 softmax, which bf16 products do not speed up.
  *
- * decode: avx2/decode.h's jobs and phases (decode_shape, the rows of every head in the cache's order,
- * decode_softmax), scores by vdpbf16ps straight from the cache rows (which are bf16 pairs along the head
- * dim as stored), WIDE_KEYS keys x up to 4 vectors of accumulators folded by avx512/decode.h's tree; P V
- * by avx512/decode.h's zmm loop on P rounded to bf16 in fp32 (each product of two bf16 exact in an FMA:
- * the P V arithmetic of vdpbf16ps in another order of additions), or unrounded with probs_fp32. Decode
- * reads each value once, so its P V is bound by memory, not by the multiplies. */
+ * decode: avx512bf16/decode.h. */
 #ifndef UATTN_AVX512BF16_BODY_H
 #define UATTN_AVX512BF16_BODY_H
 
-#include "avx512/decode.h"
+#include "avx512bf16/decode.h"
 #include "avx512bf16/vec.h"
 
 enum {
@@ -267,154 +262,6 @@ BF16_INLINE void bf16_attend_body(const uattn_panel_job *job, int32_t panel_keys
                       pp,
                       qp};
   ATTEND_BLOCKS(job->rows * job->group, kmax, bf16_attend_block, D, &c);
-}
-
-/* ---- decode --------------------------------------------------------------------------------------------- */
-
-/* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
-BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32_t npairs) {
-  if (t == UATTN_BF16 && p + 16 <= npairs) return v16i_load(row + 4 * (size_t)p);
-  _Alignas(64) uint32_t x[16] = {0};
-  for (int32_t k = 0; k < 16 && p + k < npairs; k++)
-    x[k] = t == UATTN_BF16 ? (uint32_t)((const uint16_t *)row)[2 * (p + k)] |
-                                 (uint32_t)((const uint16_t *)row)[2 * (p + k) + 1] << 16
-                           : pair_bf16(widen1(t, row, 2 * (size_t)(p + k)), widen1(t, row, 2 * (size_t)(p + k) + 1));
-  return v16i_load(x);
-}
-
-/* scale <q_i, k_j> for NB <= 4 vectors (pairs at q + i * Dh, Dh = D / 2) and the WIDE_KEYS rows r[j], as
- * out[4 i + j]: 16-lane sums folded by avx512/decode.h's tree. */
-BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_t Dh, float scale, const uint32_t *q,
-                                       const char *const *r, float *out) {
-  v16 a[4][WIDE_KEYS];
-  for (int i = 0; i < NB; i++)
-    for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_zero();
-  for (int32_t p = 0; p < Dh; p += 16) {
-    v16i k[WIDE_KEYS];
-    for (int j = 0; j < WIDE_KEYS; j++) k[j] = bf16_row_pairs(t, r[j], p, Dh);
-    for (int i = 0; i < NB; i++) {
-      const uint32_t *qi = q + (size_t)i * Dh;
-      const v16i qv = p + 16 <= Dh ? v16i_load(qi + p) : bf16_row_pairs(UATTN_BF16, (const char *)qi, p, Dh);
-      for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_dpbf16(a[i][j], qv, k[j]);
-    }
-  }
-  __m256 f[4 * WIDE_KEYS];
-  for (int x = 0; x < 4 * WIDE_KEYS; x++)
-    f[x] = x / WIDE_KEYS < NB ? v16_fold(a[x / WIDE_KEYS][x % WIDE_KEYS]) : _mm256_setzero_ps();
-  const __m256 s = _mm256_set1_ps(scale);
-  _mm256_store_ps(out, _mm256_mul_ps(hsum8x8(f), s));
-  if (NB > 2) _mm256_store_ps(out + 8, _mm256_mul_ps(hsum8x8(f + 8), s));
-}
-
-/* The scores of every head and block (avx512/decode.h's WIDE_SCORES; q: head g's pairs at q + g * n * Dh). */
-BF16_INLINE void bf16_wide_scores(const decode_shape *s, uattn_dtype t, const uint32_t *q, float scale, const char *k,
-                                  const char *v, float *S, const int32_t D) {
-  const int32_t Dh = D / 2;
-  WIDE_SCORES(s, k, v, S, q, (size_t)s->n * Dh, Dh, bf16_wide_scores_step, t, Dh, scale);
-}
-
-/* P V of the decode kernel by vdpbf16ps (bf16 rows, D a multiple of 32, P in bf16): two value rows j, j + 1
- * interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as two vectors of
- * pairs, lane i of the first dim 8 (i / 4) + i % 4, of the second that + 4; so each 32 dims of an output
- * are kept in that order through the phase (unpack32_order), as avx512/decode.h keeps its even/odd one. */
-static inline int32_t unpack32_dim(int32_t i) { return 8 * (i % 16 / 4) + i % 4 + (i >= 16 ? 4 : 0); }
-
-static inline void unpack32_order(float *a, int32_t n, bool to_unpack) {
-  for (int32_t d = 0; d < n; d += 32) {
-    float t[32];
-    memcpy(t, a + d, sizeof t);
-    for (int32_t i = 0; i < 32; i++) {
-      if (to_unpack)
-        a[d + i] = t[unpack32_dim(i)];
-      else
-        a[d + unpack32_dim(i)] = t[i];
-    }
-  }
-}
-
-/* U (1 or 2) 32-dim parts of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors: keys in pairs
- * from lo rounded down to even, a key outside [lo, hi) read from a row of zeros (its P may be another
- * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
- * pp[i * ld + (j - j0) / 2] (ld: the S rows' floats); o_i at o + i * D in the unpack order. */
-BF16_INLINE void bf16_pairs_pv_step(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
-                                    int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
-  static const uint16_t zeros[64] __attribute__((aligned(64)));
-  v16 a[4][4];
-  for (int i = 0; i < NB; i++)
-    for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
-  for (int32_t j = lo & ~1; j < hi; j += 2) {
-    const char *r0 = j >= lo ? v + (size_t)j * step : (const char *)zeros;
-    const char *r1 = j + 1 < hi ? v + (size_t)(j + 1) * step : (const char *)zeros;
-    v16i w[4];
-    for (int u = 0; u < U; u++) {
-      const v16i x0 = v16i_load(r0 + (r0 == (const char *)zeros ? 0 : 64 * (size_t)u));
-      const v16i x1 = v16i_load(r1 + (r1 == (const char *)zeros ? 0 : 64 * (size_t)u));
-      w[2 * u] = v16i_unpacklo16(x0, x1), w[2 * u + 1] = v16i_unpackhi16(x0, x1);
-    }
-    for (int i = 0; i < NB; i++) {
-      const v16i p = v16i_set1(pp[(size_t)i * ld + (size_t)(j - j0) / 2]);
-      for (int u = 0; u < 2 * U; u++) a[i][u] = v16_dpbf16(a[i][u], p, w[u]);
-    }
-  }
-  for (int i = 0; i < NB; i++)
-    for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
-}
-
-/* One block's P V step p (keys [p->lo, p->hi) of NB vectors of one head; P as bf16 pairs in its S rows). */
-BF16_INLINE void bf16_pairs_pv_block(const int NB, const decode_shape *s, const int32_t D, const pv_step *p) {
-  const uint32_t *pp = (const uint32_t *)p->S;
-  const size_t ld = (size_t)s->W;
-  int32_t d = 0;
-  for (; d + 64 <= D; d += 64)
-    bf16_pairs_pv_step(NB, 2, pp, ld, s->j0, p->lo, p->hi, p->v + 2 * (size_t)d, s->step, p->o + d, D);
-  if (d < D) bf16_pairs_pv_step(NB, 1, pp, ld, s->j0, p->lo, p->hi, p->v + 2 * (size_t)d, s->step, p->o + d, D);
-}
-
-/* P V of every head and block (DECODE_PV_TILES, wide_pv's walk), P turned into bf16 pairs in place (each S
- * row of W floats into its first W / 2 words). */
-BF16_INLINE void bf16_pairs_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S,
-                               const int32_t D) {
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
-  DECODE_PV_TILES(job, s, v, S, D, bf16_pairs_pv_block, s, D);
-}
-
-/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */
-BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                  float *scratch, const int32_t D) {
-  decode_shape s;
-  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
-  s.eo = false; /* the scores read pairs; P V below keeps its own order */
-  /* scratch: the query pairs [heads][n][D / 2] (half the floats decode scratch has for the vectors), then S */
-  const int32_t n = s.n;
-  uint32_t *q = (uint32_t *)scratch;
-  float *S = scratch + (size_t)heads * n * D;
-  for (int32_t g = 0; g < heads; g++)
-    for (int32_t x = 0; x < n; x++) pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
-  bf16_wide_scores(&s, t, q, job->scale, k_src, v_src, S, D);
-  decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
-  if (!job->probs_fp32 && t == UATTN_BF16 && D % 32 == 0) {
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) unpack32_order(job->o + g * s.hq + (size_t)x * D, D, true);
-    bf16_pairs_pv(job, &s, v_src, S, D);
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) unpack32_order(job->o + g * s.hq + (size_t)x * D, D, false);
-    return;
-  }
-  if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
-  if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
-    decode_pv(job, &s, t, v_src, S, D);
-    return;
-  }
-  const bool eo = t == UATTN_BF16 && D % 32 == 0;
-  for (int32_t g = 0; eo && g < heads; g++)
-    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, true);
-  if (eo)
-    wide_pv(true, job, &s, t, v_src, S, D);
-  else
-    wide_pv(false, job, &s, t, v_src, S, D);
-  for (int32_t g = 0; eo && g < heads; g++)
-    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, false);
 }
 
 #endif

@@ -40,6 +40,19 @@ BF16_INLINE v16 v16i_hi(v16i x) {
 /* 16-bit elements of a and b interleaved into pairs within each 128-bit lane (the lane's low 4, high 4) */
 BF16_INLINE v16i v16i_unpacklo16(v16i a, v16i b) { return _mm512_unpacklo_epi16(a, b); }
 BF16_INLINE v16i v16i_unpackhi16(v16i a, v16i b) { return _mm512_unpackhi_epi16(a, b); }
+/* Moves for the decode kernel's reduction tree and its order of dims (avx512bf16/decode.h), each a pure
+ * move of lanes (the add an IEEE add), so the twin's copies below are exact. */
+BF16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+/* 128-bit quarters: a's (IMM & 3), a's (IMM >> 2 & 3), b's (IMM >> 4 & 3), b's (IMM >> 6 & 3) (vshuff32x4) */
+#define V16_SHUF128(a, b, IMM) _mm512_shuffle_f32x4(a, b, IMM)
+/* within each 128-bit quarter: a's elements (IMM & 3), (IMM >> 2 & 3), b's (IMM >> 4 & 3), (IMM >> 6 & 3) */
+#define V16_SHUFPS(a, b, IMM) _mm512_shuffle_ps(a, b, IMM)
+/* quarter K (lanes 4 K to 4 K + 3) of a to p */
+#define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, _mm512_extractf32x4_ps(a, K))
+/* lane i: element idx[i] of the 32 lanes lo, hi (vpermt2ps) */
+BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
+  return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(idx), hi);
+}
 
 #else /* the twin */
 
@@ -88,6 +101,26 @@ BF16_INLINE v16i v16i_unpacklo16(v16i a, v16i b) {
 }
 BF16_INLINE v16i v16i_unpackhi16(v16i a, v16i b) {
   return (v16i){_mm256_unpackhi_epi16(a.lo, b.lo), _mm256_unpackhi_epi16(a.hi, b.hi)};
+}
+BF16_INLINE v16 v16_add(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+/* vshuff32x4's quarters: lo = quarters 0, 1, hi = 2, 3 */
+BF16_INLINE __m128 v16_quarter(v16 a, int k) {
+  const __m256 h = k < 2 ? a.lo : a.hi;
+  return k % 2 ? _mm256_extractf128_ps(h, 1) : _mm256_castps256_ps128(h);
+}
+BF16_INLINE v16 v16_shuf128(v16 a, v16 b, int imm) {
+  return (v16){_mm256_set_m128(v16_quarter(a, imm >> 2 & 3), v16_quarter(a, imm & 3)),
+               _mm256_set_m128(v16_quarter(b, imm >> 6 & 3), v16_quarter(b, imm >> 4 & 3))};
+}
+#define V16_SHUF128(a, b, IMM) v16_shuf128(a, b, IMM)
+#define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, v16_quarter(a, K))
+/* vshufps works within 128-bit lanes, the same on ymm halves */
+#define V16_SHUFPS(a, b, IMM) ((v16){_mm256_shuffle_ps((a).lo, (b).lo, IMM), _mm256_shuffle_ps((a).hi, (b).hi, IMM)})
+BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
+  _Alignas(32) float t[32], r[16];
+  v16_store(t, lo), v16_store(t + 16, hi);
+  for (int i = 0; i < 16; i++) r[i] = t[idx[i] & 31];
+  return v16_load(r);
 }
 
 #endif

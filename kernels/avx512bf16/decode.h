@@ -1,0 +1,266 @@
+/* The avx512bf16 set's decode kernel: avx2/decode.h's jobs, phases and rules (decode_shape, the rows of every
+ * head in the cache's order, decode_softmax), with both products by vdpbf16ps where the cache is bf16 and the
+ * head dim a multiple of 32 (the bf16 path below); other dtypes and dims, and probs_fp32, take the scores by
+ * vdpbf16ps on rows rounded to bf16 and avx512/decode.h's fp32 P V.
+ *
+ * A GQA-4 decode does about 4 flops per cache byte: at this Zen 4's read bandwidth (35 GB/s a core) that is
+ * 140 GFLOP/s, past the fp32 FMA peak (117), so both products must be bf16 dot products to keep up with the
+ * memory, and what is around them (folding sums, moving scores, reordering outputs) must cost less than the
+ * products themselves.
+ *
+ * The bf16 path:
+ *   scores  4 keys x up to 4 query vectors a step (16 accumulators of 16 lanes, 4 vdpbf16ps per pair of
+ *           key and vector at head dim 128), summed by a tree of lane moves and adds into one vector holding
+ *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
+ *           16 scores, where folding each accumulator to 8 lanes and an hadd tree took 80. Keys in the cache's
+ *           order (4 rows, every head in turn), the rows BF16_AHEAD keys ahead asked for a head's share at a
+ *           time (past the last key, the first values).
+ *   softmax decode_softmax, per head and block.
+ *   P V     P rounded to bf16 pairs; two value rows interleaved element by element (unpacklo/hi within each
+ *           128-bit lane) are 32 dims as two vectors of pairs, so each 32 dims of an output are kept in that
+ *           lane order (unpack32_to) during P V, moved in and out by one permute per 16 floats. Tiles of
+ *           BF16_PV_TILE keys, every head in turn (the next tile asked for as a head starts it): each head's
+ *           64-dim register tiles (4 vectors x 64 dims, 16 accumulators) loaded and stored once a tile, not
+ *           once every 8 keys, and no select of a row of zeros inside the loop.
+ * Against the kernel before (folded scores, 8-key P V tiles): 1.4-2x faster on a block in L2 (uattn-kernel-bench
+ * --decode, hot: 21 against 29-40 ns a key and KV head at GQA 4). What the memory gives it is
+ * avx2/decode.h's prefetch_share, to L2. */
+#ifndef UATTN_AVX512BF16_DECODE_H
+#define UATTN_AVX512BF16_DECODE_H
+
+#include "avx512/decode.h"
+#include "avx512bf16/vec.h"
+
+enum {
+  BF16_PV_TILE = 32, /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it */
+  BF16_AHEAD = 16,   /* rows ahead of the four being scored that are asked for */
+};
+
+/* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
+BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32_t npairs) {
+  if (t == UATTN_BF16 && p + 16 <= npairs) return v16i_load(row + 4 * (size_t)p);
+  _Alignas(64) uint32_t x[16] = {0};
+  for (int32_t k = 0; k < 16 && p + k < npairs; k++)
+    x[k] = t == UATTN_BF16 ? (uint32_t)((const uint16_t *)row)[2 * (p + k)] |
+                                 (uint32_t)((const uint16_t *)row)[2 * (p + k) + 1] << 16
+                           : pair_bf16(widen1(t, row, 2 * (size_t)(p + k)), widen1(t, row, 2 * (size_t)(p + k) + 1));
+  return v16i_load(x);
+}
+
+/* ---- the generic path: scores of any dtype, avx512/decode.h's P V --------------------------------------- */
+
+/* scale <q_i, k_j> for NB <= 4 vectors (pairs at q + i * Dh, Dh = D / 2) and the WIDE_KEYS rows r[j], as
+ * out[4 i + j]: 16-lane sums folded by avx512/decode.h's tree. */
+BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_t Dh, float scale, const uint32_t *q,
+                                       const char *const *r, float *out) {
+  v16 a[4][WIDE_KEYS];
+  for (int i = 0; i < NB; i++)
+    for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_zero();
+  for (int32_t p = 0; p < Dh; p += 16) {
+    v16i k[WIDE_KEYS];
+    for (int j = 0; j < WIDE_KEYS; j++) k[j] = bf16_row_pairs(t, r[j], p, Dh);
+    for (int i = 0; i < NB; i++) {
+      const uint32_t *qi = q + (size_t)i * Dh;
+      const v16i qv = p + 16 <= Dh ? v16i_load(qi + p) : bf16_row_pairs(UATTN_BF16, (const char *)qi, p, Dh);
+      for (int j = 0; j < WIDE_KEYS; j++) a[i][j] = v16_dpbf16(a[i][j], qv, k[j]);
+    }
+  }
+  __m256 f[4 * WIDE_KEYS];
+  for (int x = 0; x < 4 * WIDE_KEYS; x++)
+    f[x] = x / WIDE_KEYS < NB ? v16_fold(a[x / WIDE_KEYS][x % WIDE_KEYS]) : _mm256_setzero_ps();
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_store_ps(out, _mm256_mul_ps(hsum8x8(f), s));
+  if (NB > 2) _mm256_store_ps(out + 8, _mm256_mul_ps(hsum8x8(f + 8), s));
+}
+
+/* ---- the bf16 path ---------------------------------------------------------------------------------------- */
+
+/* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
+ * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
+ * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. */
+BF16_INLINE v16 bf16_sum16(v16 a[16]) {
+  v16 b[8], c[4], e[2];
+  for (int k = 0; k < 8; k++)
+    b[k] = v16_add(V16_SHUF128(a[k], a[k + 8], 0x44), V16_SHUF128(a[k], a[k + 8], 0xee));
+  for (int k = 0; k < 4; k++) c[k] = v16_add(V16_SHUF128(b[k], b[k + 4], 0x88), V16_SHUF128(b[k], b[k + 4], 0xdd));
+  for (int k = 0; k < 2; k++) e[k] = v16_add(V16_SHUFPS(c[k], c[k + 2], 0x44), V16_SHUFPS(c[k], c[k + 2], 0xee));
+  return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
+}
+
+/* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh, Dh a multiple of 16) and the 4 bf16 rows
+ * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. */
+BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, float scale, const uint32_t *q, const char *const *r,
+                             float *S, size_t ld, int32_t keys) {
+  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* bf16_sum16's */
+  v16 a[16];
+  for (int x = 0; x < 16; x++) a[x] = v16_zero();
+  for (int32_t p = 0; p < Dh; p += 16) {
+    v16i k[4];
+    for (int j = 0; j < 4; j++) k[j] = v16i_load(r[j] + 4 * (size_t)p);
+    for (int i = 0; i < NB; i++) {
+      const v16i qv = v16i_load(q + (size_t)i * Dh + p);
+      for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j]);
+    }
+  }
+  const v16 sums = v16_mul(bf16_sum16(a), v16_set1(scale));
+  if (keys == 4) { /* each vector's quarter straight to its row */
+    V16_STORE_QUARTER(S, sums, 0);
+    if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
+    if (NB > 2) V16_STORE_QUARTER(S + 2 * ld, sums, 2);
+    if (NB > 3) V16_STORE_QUARTER(S + 3 * ld, sums, 3);
+    return;
+  }
+  _Alignas(64) float p[16];
+  v16_store(p, sums);
+  for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
+}
+
+/* The scores of every head and block, 4 rows at a time in the cache's order (avx512/decode.h's WIDE_SCORES
+ * walk): S[g][x][j - j0] for keys [LO, HI) (past the last key, the last again); q: head g's pairs at
+ * q + g * n * Dh. */
+BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, float scale, const char *k, const char *v,
+                             float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  begin_scores(s, k, S);
+  for (int32_t j = s->LO; j < s->HI; j += 4) {
+    const int32_t keys = s->HI - j < 4 ? s->HI - j : 4;
+    for (int32_t g = 0; g < s->heads; g++) {
+      prefetch_ahead(s, k, v, j + BF16_AHEAD, j + BF16_AHEAD + 4, g);
+      const char *r[4];
+      for (int x = 0; x < 4; x++) r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+      for (int32_t b = 0; b < s->blocks; b++) {
+        float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
+        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
+                     keys);
+      }
+    }
+  }
+}
+
+/* P V's order of dims: two value rows interleaved element by element (unpacklo/hi within each 128-bit lane)
+ * are 32 dims as two vectors of pairs; lane i of the first is dim 8 (i / 4) + i % 4, of the second that + 4.
+ * The permutes of each 32 floats into that order (lane i takes dim unpack32_to[i]) and back (its inverse). */
+static const int32_t unpack32_to[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                        4,  5,  6,  7,  12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+static const int32_t unpack32_from[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
+                                          8,  9,  10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+
+/* Each 32 floats of a (n, a multiple of 32) permuted by perm (32 indices). */
+BF16_INLINE void unpack32_apply(float *a, int32_t n, const int32_t *perm) {
+  for (int32_t d = 0; d < n; d += 32) {
+    const v16 lo = v16_load(a + d), hi = v16_load(a + d + 16);
+    v16_store(a + d, v16_perm2(lo, hi, perm)), v16_store(a + d + 16, v16_perm2(lo, hi, perm + 16));
+  }
+}
+
+/* a[i][..] += P_i (keys j, j + 1: pair c of vector i's P, at pp[i * ld + c]) times the value rows r0, r1
+ * interleaved, for U 32-dim parts (part u of a row at r + u * inc: inc 0 for the row of zeros). */
+BF16_INLINE void bf16_pv_pair(const int NB, const int U, v16 (*a)[4], const char *r0, size_t inc0, const char *r1,
+                              size_t inc1, const uint32_t *pp, size_t ld, size_t c) {
+  v16i w[4];
+  for (int u = 0; u < U; u++) {
+    const v16i x0 = v16i_load(r0 + inc0 * (size_t)u), x1 = v16i_load(r1 + inc1 * (size_t)u);
+    w[2 * u] = v16i_unpacklo16(x0, x1), w[2 * u + 1] = v16i_unpackhi16(x0, x1);
+  }
+  for (int i = 0; i < NB; i++) {
+    const v16i p = v16i_set1(pp[(size_t)i * ld + c]);
+    for (int u = 0; u < 2 * U; u++) a[i][u] = v16_dpbf16(a[i][u], p, w[u]);
+  }
+}
+
+/* 64 dims (U = 2) or 32 (U = 1) of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors, keys in pairs
+ * from lo rounded down to even; a key outside [lo, hi) is read from a row of zeros (its P may be another
+ * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
+ * pp[i * ld + (j - j0) / 2] (j0 even); o_i at o + i * D in the unpack order. */
+BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
+                             int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+  static const uint16_t zeros[32] __attribute__((aligned(64)));
+  const char *z = (const char *)zeros;
+  v16 a[4][4];
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
+  int32_t j = lo & ~1;
+  if (j < lo) { /* an odd first key: its partner before it read as zeros */
+    if (j + 1 < hi)
+      bf16_pv_pair(NB, U, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+    j += 2;
+  }
+  for (; j + 2 <= hi; j += 2) /* whole pairs */
+    bf16_pv_pair(NB, U, a, v + (size_t)j * step, 64, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+  if (j < hi) bf16_pv_pair(NB, U, a, v + (size_t)j * step, 64, z, 0, pp, ld, (size_t)(j - j0) / 2); /* odd last */
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
+}
+
+/* P V of every head and block, BF16_PV_TILE rows at a time, every head in turn (the next tile asked for a
+ * head's share at a time); P turned into bf16 pairs in place first (each S row of W floats into its first
+ * W / 2 words). */
+BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S, const int32_t D) {
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
+  const size_t ld = (size_t)s->W;
+  for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
+    for (int32_t g = 0; g < s->heads; g++) {
+      /* the next tile; in the first, also the rest of this one (the scores asked for BF16_AHEAD rows) */
+      for (int32_t x = jt == s->LO ? jt + BF16_AHEAD : jt + BF16_PV_TILE; x < jt + 2 * BF16_PV_TILE && x < s->HI; x++)
+        prefetch_share(s, v + (size_t)x * s->step, g);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b];
+        const int32_t hi = jt + BF16_PV_TILE < s->hi[b] ? jt + BF16_PV_TILE : s->hi[b];
+        if (lo >= hi) continue;
+        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
+        const char *vg = v + (size_t)g * s->head_step;
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, pp, ld, s->j0, lo, hi, vg + 2 * (size_t)d, s->step, o + d, D);
+        if (d < D) DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, pp, ld, s->j0, lo, hi, vg + 2 * (size_t)d, s->step, o + d, D);
+      }
+    }
+}
+
+/* ---- the kernel ----------------------------------------------------------------------------------------- */
+
+/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */
+BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                  float *scratch, const int32_t D) {
+  decode_shape s;
+  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  s.eo = false; /* the scores read pairs; P V below keeps its own order */
+  /* scratch: the query pairs [heads][n][D / 2] (half the floats decode scratch has for the vectors), then S */
+  const int32_t n = s.n;
+  uint32_t *q = (uint32_t *)scratch;
+  float *S = scratch + (size_t)heads * n * D;
+  for (int32_t g = 0; g < heads; g++)
+    for (int32_t x = 0; x < n; x++) pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
+  const bool bf16 = t == UATTN_BF16 && D % 32 == 0;
+  if (bf16)
+    bf16_scores(&s, q, job->scale, k_src, v_src, S, D);
+  else
+    WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
+  decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
+  if (bf16 && !job->probs_fp32) {
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_to);
+    bf16_pv(job, &s, v_src, S, D);
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
+    return;
+  }
+  if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
+  if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
+    decode_pv(job, &s, t, v_src, S, D);
+    return;
+  }
+  const bool eo = t == UATTN_BF16 && D % 32 == 0;
+  for (int32_t g = 0; eo && g < heads; g++)
+    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, true);
+  if (eo)
+    wide_pv(true, job, &s, t, v_src, S, D);
+  else
+    wide_pv(false, job, &s, t, v_src, S, D);
+  for (int32_t g = 0; eo && g < heads; g++)
+    for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, false);
+}
+
+#endif
