@@ -509,6 +509,10 @@ typedef struct uattn_tensors {
   void *out;
   float *lse;               /* optional [T, Hq]: natural-log sum of exp of each row's scores (sinks included) */
   const uattn_cross *cross; /* encoder-decoder only */
+  /* true: out is fp32 [T, Hq, D] whatever the layer's dtype, the fp32 result before its one rounding to the
+   * dtype. For partial results that uattn_merge_states will merge (several calls over disjoint keys, the
+   * ranks of context parallelism), so that the merge adds no rounding of its own. */
+  bool out_f32;
 } uattn_tensors;
 
 /* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every

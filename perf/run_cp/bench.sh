@@ -11,8 +11,9 @@
 # over the rounds, so a noisy neighbour on the machine moves one round, not the figure; the CPU time of the
 # slowest rank's plan + forward is what its work cost, without the waits for a core a busy machine adds
 # ("by CPU": the speedup an idle machine would give if the ranks do not slow each other). Bytes: what each rank
-# sends per step (its partial output and lse, gathered to rank 0) against the KV cache bytes the busiest rank
-# holds for the step's requests (what its decode reads).
+# sends per step (its partial output in fp32, though the step is bf16, and its lse, gathered to rank 0:
+# T x Hq x (4 D + 4) bytes, 16.5 KB a query row here) against the KV cache bytes the busiest rank holds for
+# the step's requests (what its decode reads).
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 3 ]; then

@@ -1,9 +1,10 @@
 /* uattn-run-cp: the step runner over MPI with context parallelism (issue 24). Every rank reads the same
  * STEP.json (perf/run/step.c), keeps its share of every request's KV cache (position p on rank (p / I) % N at
  * local position (p / (I * N)) * I + p % I) in a cache of its own with its own block tables, plans and runs
- * its share (uattn_plan_config's cp_size / cp_rank / cp_interleave), and sends its partial output and lse to
- * rank 0 (MPI_Gather, rank order), which merges them (uattn_merge_states) and writes what uattn-run writes,
- * in the global layout: the same checker serves both.
+ * its share (uattn_plan_config's cp_size / cp_rank / cp_interleave), and sends its partial output, in fp32
+ * whatever the step's dtype (uattn_tensors.out_f32), and lse to rank 0 (MPI_Gather, rank order), which merges
+ * them in fp32 (uattn_merge_states), rounds the result once to the step's dtype, as uattn-run's forward
+ * rounds its own, and writes what uattn-run writes, in the global layout: the same checker serves both.
  *
  * Errors: a rank that fails records one line; before every collective that could block, the ranks agree on
  * whether any failed (agree(): an MPI_Allreduce), and then all print the first failing rank's line and exit
@@ -41,7 +42,7 @@ static const char usage_text[] =
     "                   of the rank's binding)\n"
     "  --repeat R       then time R more steps (plan, forward, gather, merge); rank 0 writes timing.json:\n"
     "                   median ms per step, the slowest rank's plan + forward (wall and CPU time), bytes\n"
-    "                   gathered per rank, KV bytes per rank\n"
+    "                   gathered per rank (fp32 partials and lse), KV bytes per rank\n"
     "  -h, --help       this text\n"
     "\n"
     "Exit status: 0, or 2 on every rank with the same line on stderr naming the key, file or option at fault.\n";
@@ -89,7 +90,7 @@ typedef struct cp_run {
   int64_t *local_slots; /* [num_local_blocks * block_size]: the global slot each local slot holds, or -1 */
   size_t local_cache_bytes;
   void *key_cache, *value_cache; /* this rank's share */
-  void *out;                     /* the partial output [T, Hq, D] in the step's dtype */
+  float *out;                    /* the partial output [T, Hq, D] in fp32 (out_f32) */
   float *lse;                    /* [T, Hq] */
   uattn_plan *plan;              /* this rank's share of the step */
   uattn_runtime *rt;
@@ -246,8 +247,7 @@ done:
 
 /* Rank 0's buffers for the gathered partials, the merge and the cache writes. */
 typedef struct gathered {
-  void *parts;           /* [N, T, Hq, D] in the step's dtype */
-  float *parts_f32;      /* the same widened, for uattn_merge_states (NULL for f32 steps) */
+  float *parts;          /* [N, T, Hq, D]: the ranks' fp32 partials */
   float *part_lse;       /* [N, T, Hq] */
   float *merged, *lse;   /* [T, Hq, D], [T, Hq] */
   void *merged_out;      /* merged rounded to the step's dtype, as uattn-run's output is (NULL for f32) */
@@ -262,7 +262,8 @@ typedef struct written {
   void *k_rows, *v_rows;
 } written;
 
-static size_t out_row_bytes(const step *s) { return (size_t)s->hq * (size_t)s->head_dim * uattn_dtype_size(s->dtype); }
+/* A token's partial output, fp32 for every step dtype: what a rank sends per token besides its lse. */
+static size_t part_row_bytes(const step *s) { return (size_t)s->hq * (size_t)s->head_dim * sizeof(float); }
 
 static size_t cache_row_bytes(const step *s) {
   return (size_t)s->hkv * (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
@@ -270,7 +271,6 @@ static size_t cache_row_bytes(const step *s) {
 
 static void gathered_free(gathered *g) {
   free(g->parts);
-  free(g->parts_f32);
   free(g->part_lse);
   free(g->merged);
   free(g->lse);
@@ -285,7 +285,7 @@ static int gathered_alloc(gathered *g, const step *s) {
   const size_t N = (size_t)num_ranks, T = (size_t)s->num_tokens, rows = T * (size_t)s->hq;
   const size_t n = rows * (size_t)s->head_dim;
   memset(g, 0, sizeof *g);
-  g->parts = malloc(N * T * out_row_bytes(s));
+  g->parts = malloc(N * T * part_row_bytes(s));
   g->part_lse = malloc(sizeof(float) * N * rows);
   g->merged = malloc(sizeof(float) * n);
   g->lse = malloc(sizeof(float) * rows);
@@ -294,8 +294,7 @@ static int gathered_alloc(gathered *g, const step *s) {
   g->v_rows = malloc(N * T * cache_row_bytes(s));
   g->blocks = malloc(sizeof(int) * 2 * N);
   bool ok = g->parts && g->part_lse && g->merged && g->lse && g->slots && g->k_rows && g->v_rows && g->blocks;
-  if (ok && s->dtype != UATTN_F32)
-    ok = (g->parts_f32 = malloc(sizeof(float) * N * n)) && (g->merged_out = malloc(n * uattn_dtype_size(s->dtype)));
+  if (ok && s->dtype != UATTN_F32) ok = (g->merged_out = malloc(n * uattn_dtype_size(s->dtype))) != NULL;
   return ok ? 0 : fail("out of memory for the gathered partials (%zu ranks x %zu rows)", N, rows);
 }
 
@@ -328,6 +327,7 @@ static int local_forward(cp_run *r) {
   t.num_blocks = r->num_local_blocks;
   t.block_size = r->s.block_size;
   t.out = r->out;
+  t.out_f32 = true; /* the partial unrounded: the merge rounds once */
   t.lse = r->lse;
   const uattn_status st = uattn_forward(r->plan, &layer, &t, r->rt);
   return st ? fail_lib("uattn_forward", st) : 0;
@@ -359,7 +359,7 @@ static int prepare(cp_run *r, gathered *g, written *w) {
   if ((st = uattn_runtime_create(&rc, &r->rt))) return fail_lib("uattn_runtime_create", st);
 
   const size_t T = (size_t)s->num_tokens;
-  r->out = malloc(T * out_row_bytes(s));
+  r->out = malloc(T * part_row_bytes(s));
   r->lse = malloc(sizeof(float) * T * (size_t)s->hq);
   w->slots = malloc(sizeof(int64_t) * T);
   w->k_rows = calloc(T, cache_row_bytes(s));
@@ -385,12 +385,13 @@ static void pack_writes(const cp_run *r, written *w) {
   }
 }
 
-/* Collective: the partials to rank 0 in rank order, merged there. */
+/* Collective: the fp32 partials to rank 0 in rank order, merged there in fp32 and rounded once to the step's
+ * dtype (merged_out): the single rounding uattn-run's forward makes of its own fp32 result. */
 static int gather_merge(cp_run *r, gathered *g) {
   const step *s = &r->s;
   const int T = s->num_tokens;
   MPI_Datatype out_row, lse_row;
-  MPI_Type_contiguous((int)out_row_bytes(s), MPI_BYTE, &out_row);
+  MPI_Type_contiguous(s->hq * s->head_dim, MPI_FLOAT, &out_row);
   MPI_Type_contiguous(s->hq, MPI_FLOAT, &lse_row);
   MPI_Type_commit(&out_row);
   MPI_Type_commit(&lse_row);
@@ -403,9 +404,7 @@ static int gather_merge(cp_run *r, gathered *g) {
   const size_t rows = (size_t)T * (size_t)s->hq, n = rows * (size_t)s->head_dim;
   const float *outs[num_ranks], *lses[num_ranks];
   for (int i = 0; i < num_ranks; i++) {
-    if (g->parts_f32)
-      uattn_widen(s->dtype, (char *)g->parts + i * n * uattn_dtype_size(s->dtype), g->parts_f32 + i * n, n);
-    outs[i] = g->parts_f32 ? g->parts_f32 + i * n : (const float *)g->parts + i * n;
+    outs[i] = g->parts + i * n;
     lses[i] = g->part_lse + i * rows;
   }
   const uattn_status st = uattn_merge_states(num_ranks, outs, lses, T, s->hq, s->head_dim, g->merged, g->lse);
@@ -513,8 +512,8 @@ static int time_steps(cp_run *r, gathered *g) {
   }
   if (!rc) MPI_Reduce(compute_ms, slowest_ms, 2 * n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 
-  /* what moves between the ranks per step (the partials each sends) against the KV bytes each holds for
-   * the step's requests: what a decode reads */
+  /* what moves between the ranks per step (the fp32 partials and lse each sends: T x Hq x (4 D + 4) bytes,
+   * whatever the step's dtype) against the KV bytes each holds for the step's requests: what a decode reads */
   int64_t kv = 0, kv_max = 0, kv_sum = 0;
   for (int32_t q = 0; q < s->num_reqs; q++) kv += (int64_t)r->local_len[q];
   kv *= 2 * (int64_t)cache_row_bytes(s);
@@ -523,7 +522,7 @@ static int time_steps(cp_run *r, gathered *g) {
     MPI_Reduce(&kv, &kv_sum, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   }
   if (!rc && my_rank == 0) {
-    const double gathered_bytes = (double)s->num_tokens * (double)(out_row_bytes(s) + sizeof(float) * s->hq);
+    const double gathered_bytes = (double)s->num_tokens * (double)(part_row_bytes(s) + sizeof(float) * s->hq);
     const double step_med = perf_median(step_ms, n), compute_med = perf_median(slowest_ms, n),
                  cpu_med = perf_median(slowest_ms + n, n);
     cJSON *t = cJSON_CreateObject();

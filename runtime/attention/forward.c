@@ -148,6 +148,9 @@ static uattn_status check_buffer(const void *p, uattn_dtype dtype, const char *w
   return UATTN_OK;
 }
 
+/* The dtype out is written in: the layer's, or fp32 for partial results (uattn_tensors.out_f32). */
+static uattn_dtype out_dtype(const uattn_layer *L, const uattn_tensors *t) { return t->out_f32 ? UATTN_F32 : L->dtype; }
+
 static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan_config *pc, const uattn_layer *L,
                                      const uattn_tensors *t) {
   const bool cross = L->attn_type == UATTN_ATTENTION_ENCODER_DECODER;
@@ -172,7 +175,7 @@ static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan
       (st = check_buffer(t->value_cache, L->cache_dtype, "tensors.value_cache")))
     return st;
   if (in->num_tokens == 0) return UATTN_OK;
-  if ((st = check_buffer(t->q, L->dtype, "tensors.q")) || (st = check_buffer(t->out, L->dtype, "tensors.out")))
+  if ((st = check_buffer(t->q, L->dtype, "tensors.q")) || (st = check_buffer(t->out, out_dtype(L, t), "tensors.out")))
     return st;
   if (!cross && ((st = check_buffer(t->k, L->dtype, "tensors.k")) || (st = check_buffer(t->v, L->dtype, "tensors.v"))))
     return st;
@@ -775,7 +778,8 @@ PART_FN void cross_part(const step_ctx *c) {
 PART_FN void merge_tile(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
-  const size_t osz = uattn_dtype_size(L->dtype);
+  const uattn_dtype odt = out_dtype(L, c->t);
+  const size_t osz = uattn_dtype_size(odt);
   float row_out[4096]; /* head_dim <= 4096 (validated) */
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t g = 0; g < c->w->group; g++) {
@@ -784,7 +788,7 @@ PART_FN void merge_tile(const step_ctx *c) {
                               acc_state(c->w, ACC_UNIQUE, x, g, D)};
       fold_v_scale(L, parts + 1, 2); /* the tile is done with them: scaled in place */
       const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
-      uattn_narrow(L->dtype, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
+      uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
     }
 }
@@ -1092,8 +1096,9 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
         fold_v_scale(L, parts + 1, 2); /* split 0's slots, read once: scaled in place */
         const int32_t head = g * G + h;
         const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
-        uattn_narrow(L->dtype, row_out,
-                     (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(L->dtype), (size_t)D);
+        const uattn_dtype odt = out_dtype(L, job->t);
+        uattn_narrow(odt, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(odt),
+                     (size_t)D);
         if (job->t->lse) job->t->lse[(size_t)row * Hq + head] = lse;
       }
   }

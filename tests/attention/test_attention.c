@@ -298,3 +298,58 @@ Test(attention, fp8_caches, .timeout = 300) {
     attention_run_free(&run);
   }
 }
+
+/* ---- fp32 outputs (uattn_tensors.out_f32) ------------------------------------------------------------ */
+
+/* out_f32 is the result before its one rounding to the layer's dtype: on identical inputs and fresh copies
+ * of the caches, the fp32 output rounded to nearest even to bf16 / f16 (the oracle's own rounding, not the
+ * library's) is the dtype output bit for bit, the lse is identical and so are the caches after the step;
+ * the fp32 output is no dtype output in disguise (some element is not a dtype value). Mixed batches (the
+ * tile merge), split-K decodes (the split merge) and decodes served by the decode kernel. */
+Test(attention, out_f32_is_the_unrounded_output, .timeout = 300) {
+  /* clang-format off */
+  static const attention_case cases[] = {
+      {"out_f32: bf16 mixed",            BATCH_MIXED,       16,  8,  2, 64,  BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 91},
+      {"out_f32: f16 mixed, HND",        BATCH_MIXED,       16,  8,  2, 64,  F16,  F16,  HND, DEC, 0, 0, 0, 1, 0, 5, 92},
+      {"out_f32: bf16 split-K decodes",  BATCH_DECODE,      16,  8,  2, 64,  BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 93, 64, 48},
+      {"out_f32: f16 split-K spec, HND", BATCH_SPEC_DECODE, 16,  8,  2, 64,  F16,  F16,  HND, DEC, 0, 0, 1, 0, 0, 0, 94, 100, 200},
+      {"out_f32: bf16 decode kernel",    BATCH_DECODE,      128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 95},
+      {"out_f32: f16 decode kernel",     BATCH_DECODE,      16,  8,  2, 64,  F16,  F16,  NHD, DEC, 0, 0, 0, 0, 0, 0, 96},
+  };
+  /* clang-format on */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const attention_case *c = &cases[i];
+    attention_run run;
+    attention_run_build(&run, c);
+    const size_t rows = (size_t)run.info.num_tokens * c->num_q_heads, n = rows * c->head_dim;
+    uattn_tensors narrow = attention_run_forward(&run, NULL), wide = attention_tensors(&run);
+    attention_tensors_out_f32(&run, &wide);
+    cr_assert_eq(uattn_forward(run.plan, &run.layer, &wide, NULL), UATTN_OK, "%s: %s", c->name, uattn_last_error());
+    uattn_kernel_report r;
+    cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK, "%s", uattn_last_error());
+    int64_t decode_calls = 0;
+    for (int p = 0; p < UATTN_NUM_PARTS; p++) decode_calls += r.decode_calls[p];
+    if (strstr(c->name, "decode kernel") && r.decode_kernel[0])
+      cr_assert_gt(decode_calls, 0, "%s: the decode kernel (%s) served no call", c->name, r.decode_kernel);
+    const float *w = wide.out;
+    const uint16_t *d = narrow.out;
+    size_t not_dtype = 0;
+    for (size_t x = 0; x < n; x++) {
+      const uint16_t want = c->dtype == BF16 ? oracle_float_to_bf16(w[x]) : oracle_float_to_f16(w[x]);
+      cr_assert_eq(d[x], want, "%s: element %zu: dtype output 0x%04x, the fp32 output %.9g rounds to 0x%04x", c->name,
+                   x, d[x], w[x], want);
+      not_dtype += (double)w[x] != oracle_load(d, c->dtype, x);
+    }
+    cr_assert_gt(not_dtype, 0, "%s: every fp32 output is a %s value: rounded already", c->name,
+                 c->dtype == BF16 ? "bf16" : "f16");
+    cr_assert_eq(memcmp(wide.lse, narrow.lse, sizeof(float) * rows), 0, "%s: the lse differs", c->name);
+    cr_assert_eq(memcmp(wide.key_cache, narrow.key_cache, run.cache_bytes), 0, "%s: the key cache", c->name);
+    cr_assert_eq(memcmp(wide.value_cache, narrow.value_cache, run.cache_bytes), 0, "%s: the value cache", c->name);
+    fprintf(stderr, "%-32s %zu of %zu fp32 outputs are not %s values; decode kernel calls %lld (%s)\n", c->name,
+            not_dtype, n, c->dtype == BF16 ? "bf16" : "f16", (long long)decode_calls,
+            r.decode_kernel[0] ? r.decode_kernel : "none");
+    attention_tensors_free(&narrow);
+    attention_tensors_free(&wide);
+    attention_run_free(&run);
+  }
+}

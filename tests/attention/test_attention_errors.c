@@ -104,6 +104,20 @@ Test(attention_errors, fp8_dtypes_and_scales) {
   }
 }
 
+/* out_f32: out holds floats whatever the layer's dtype, so it must be aligned for them. A bf16 layer here (q,
+ * k, v: this case's f32 arrays, aligned for anything) and out 2 bytes into its buffer: aligned for bf16, not
+ * for fp32. Refused, nothing written; the same pointer as a bf16 out (out_f32 false) is accepted. */
+Test(attention_errors, out_f32_misaligned_for_floats) {
+  uattn_layer L = run.layer;
+  L.dtype = UATTN_BF16;
+  uattn_tensors x = t;
+  x.out = (char *)t.out + 2;
+  x.out_f32 = true;
+  expect_refused(&L, &x, UATTN_ERR_INVALID_ARGUMENT, "tensors.out");
+  x.out_f32 = false;
+  cr_assert_eq(uattn_forward(run.plan, &L, &x, NULL), UATTN_OK, "%s", uattn_last_error());
+}
+
 Test(attention_errors, a_plan_for_another_block_size) {
   uattn_tensors x = t;
   x.block_size = 32;

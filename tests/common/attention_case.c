@@ -226,6 +226,12 @@ void attention_tensors_free(uattn_tensors *t) {
   free(t->lse);
 }
 
+void attention_tensors_out_f32(const attention_run *run, uattn_tensors *t) {
+  free(t->out);
+  t->out = calloc((size_t)run->info.num_tokens * run->c.num_q_heads * run->c.head_dim + 1, sizeof(float));
+  t->out_f32 = true;
+}
+
 uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt) {
   uattn_tensors t = attention_tensors(run);
   cr_assert_eq(uattn_forward(run->plan, &run->layer, &t, rt), UATTN_OK, "%s: %s", run->c.name, uattn_last_error());

@@ -56,6 +56,8 @@ void attention_run_free(attention_run *run);
 /* Tensors over fresh copies of the caches and a fresh output (caller frees with attention_tensors_free). */
 uattn_tensors attention_tensors(const attention_run *run);
 void attention_tensors_free(uattn_tensors *t);
+/* Makes t's output fp32 (uattn_tensors.out_f32): a fresh zeroed [T, Hq, D] float buffer in place of out. */
+void attention_tensors_out_f32(const attention_run *run, uattn_tensors *t);
 
 /* Runs uattn_forward on fresh tensors on rt (NULL: the calling thread); the caller frees the result. */
 uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt);
