@@ -80,8 +80,7 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
  * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. */
 BF16_INLINE v16 bf16_sum16(v16 a[16]) {
   v16 b[8], c[4], e[2];
-  for (int k = 0; k < 8; k++)
-    b[k] = v16_add(V16_SHUF128(a[k], a[k + 8], 0x44), V16_SHUF128(a[k], a[k + 8], 0xee));
+  for (int k = 0; k < 8; k++) b[k] = v16_add(V16_SHUF128(a[k], a[k + 8], 0x44), V16_SHUF128(a[k], a[k + 8], 0xee));
   for (int k = 0; k < 4; k++) c[k] = v16_add(V16_SHUF128(b[k], b[k + 4], 0x88), V16_SHUF128(b[k], b[k + 4], 0xdd));
   for (int k = 0; k < 2; k++) e[k] = v16_add(V16_SHUFPS(c[k], c[k + 2], 0x44), V16_SHUFPS(c[k], c[k + 2], 0xee));
   return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
@@ -127,7 +126,8 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, float sca
     for (int32_t g = 0; g < s->heads; g++) {
       prefetch_ahead(s, k, v, j + BF16_AHEAD, j + BF16_AHEAD + 4, g);
       const char *r[4];
-      for (int x = 0; x < 4; x++) r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+      for (int x = 0; x < 4; x++)
+        r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
         DECODE_BY_NB(s->nb[b], bf16_score4, Dh, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
@@ -140,10 +140,10 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, float sca
 /* P V's order of dims: two value rows interleaved element by element (unpacklo/hi within each 128-bit lane)
  * are 32 dims as two vectors of pairs; lane i of the first is dim 8 (i / 4) + i % 4, of the second that + 4.
  * The permutes of each 32 floats into that order (lane i takes dim unpack32_to[i]) and back (its inverse). */
-static const int32_t unpack32_to[32] = {0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
-                                        4,  5,  6,  7,  12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-static const int32_t unpack32_from[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
-                                          8,  9,  10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+static const int32_t unpack32_to[32] = {0, 1, 2, 3, 8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27,
+                                        4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+static const int32_t unpack32_from[32] = {0, 1, 2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
+                                          8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
 
 /* Each 32 floats of a (n, a multiple of 32) permuted by perm (32 indices). */
 BF16_INLINE void unpack32_apply(float *a, int32_t n, const int32_t *perm) {
@@ -181,8 +181,7 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint32_t *pp, size
     for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   int32_t j = lo & ~1;
   if (j < lo) { /* an odd first key: its partner before it read as zeros */
-    if (j + 1 < hi)
-      bf16_pv_pair(NB, U, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+    if (j + 1 < hi) bf16_pv_pair(NB, U, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
     j += 2;
   }
   for (; j + 2 <= hi; j += 2) /* whole pairs */
