@@ -66,15 +66,15 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
   }
   /* bf16 dot products are for bf16 models: an f16 or f32 cache, or an f32 or f16 query, would lose bits to
    * their rounding, so such a layer takes the next level down, the avx512 set (which every CPU with
-   * avx512bf16 runs), generated or generic; UATTN_ISA=avx512bf16 still forces them. An fp8 cache goes there
-   * too: the first version of fp8 caches leaves the bf16 level to bf16 caches (fp8 values would be exact in
-   * bf16; P's rounding is that level's own), and no bucket is generated for one (gen/manifest.json's dtypes
-   * have no fp8), so it gets the generic set: "no bucket was generated for a fp8_e4m3 cache" */
-  const bool bf16_level = cache_dtype == UATTN_BF16 && dtype == UATTN_BF16;
+   * avx512bf16 runs), generated or generic; UATTN_ISA=avx512bf16 still forces them. A bf16 layer on an fp8
+   * cache stays on this level: every fp8 value is exact in bf16, so P's rounding (the level's own) is all
+   * it changes. No bucket is generated for an fp8 cache (gen/manifest.json's dtypes have none), so it gets
+   * the generic set: "no bucket was generated for a fp8_e4m3 cache" */
+  const bool bf16_level = (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)) && dtype == UATTN_BF16;
   const char *bf16_only = "";
   if (generic == &uattn_kernels_avx512bf16 && !bf16_level) {
     generic = &uattn_kernels_avx512;
-    bf16_only = " (avx512bf16 takes bf16 queries and caches only)";
+    bf16_only = " (avx512bf16 takes bf16 queries on bf16 or fp8 caches only)";
   }
   /* how far the buckets go along (dtype, block size, head dim, chunk size), for the explanation */
   int depth = 0, isa_missing = 0;

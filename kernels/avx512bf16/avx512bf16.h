@@ -1,7 +1,7 @@
 /* The avx512bf16 kernel set (avx512bf16/set.c): bf16 dot products (vdpbf16ps) with fp32 accumulation for
  * S = Q K^T and, by default, P V, in its own panel layout, and its decode kernel; see avx512bf16/body.h
- * for the arithmetic and the layout. The dispatch uses it for bf16 caches (dispatch.c). Nothing here may be
- * called unless uattn_avx512bf16_runs_here() said yes. */
+ * for the arithmetic and the layout. The dispatch uses it for bf16 layers on bf16 and fp8 caches
+ * (dispatch.c). Nothing here may be called unless uattn_avx512bf16_runs_here() said yes. */
 #ifndef UATTN_AVX512BF16_H
 #define UATTN_AVX512BF16_H
 
@@ -9,7 +9,7 @@
 
 extern const uattn_kernels uattn_kernels_avx512bf16;
 
-/* 1 when this CPU runs the avx512 set, AVX-512BW and VL, and AVX512_BF16 (CPUID leaf 7 subleaf 1, EAX bit
+/* 1 when this CPU runs the avx512 set, AVX-512BW, VL and VBMI, and AVX512_BF16 (CPUID leaf 7 subleaf 1, EAX bit
  * 5); always 0 off x86. Probed once; safe to call anywhere, from any thread. */
 int uattn_avx512bf16_runs_here(void);
 

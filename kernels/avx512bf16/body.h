@@ -59,20 +59,30 @@ static inline size_t bf16_panel_floats(int32_t panel_keys, int32_t head_dim) {
 /* ---- load ------------------------------------------------------------------------------------------------ */
 
 /* Rows [i, i + 8) (those below count; zeros past it), dims [d0, d0 + n), as bf16 rows of BF16_STAGE_DIMS
- * elements zero-padded to n rounded up to 16. */
+ * elements zero-padded to n rounded up to 16. fp8 rows are widened exactly (widen8_fp8: the bf16 is the
+ * f32's upper half) 8 dims of every row at a time, so the rows' lines are read together: row after row, a
+ * cold cache (2 lines a row) kept one or two misses in flight and the load took 3x the attend. */
 AVX2_INLINE void bf16_stage(uattn_dtype t, const char *src, size_t step, int32_t i, int32_t count, int32_t d0,
                             int32_t n, uint16_t (*buf)[BF16_STAGE_DIMS]) {
   const size_t esz = uattn_dtype_size(t);
-  const int32_t padded = (n + 15) & ~15;
+  const int32_t padded = (n + 15) & ~15, rows = count - i < 0 ? 0 : count - i < 8 ? count - i : 8;
+  const int32_t n8 = uattn_dtype_is_fp8(t) ? n & ~7 : 0;
+  for (int32_t d = 0; d < n8; d += 8)
+    for (int k = 0; k < rows; k++) {
+      const __m256i x =
+          _mm256_srli_epi32(_mm256_castps_si256(widen8_fp8(t, src + (size_t)(i + k) * step + (size_t)(d0 + d))), 16);
+      _mm_storeu_si128((__m128i *)(buf[k] + d),
+                       _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+    }
   for (int k = 0; k < 8; k++) {
     uint16_t *row = buf[k];
     int32_t d = 0;
-    if (i + k < count) {
+    if (k < rows) {
       const char *r = src + (size_t)(i + k) * step + (size_t)d0 * esz;
       if (t == UATTN_BF16) {
         memcpy(row, r, 2 * (size_t)n), d = n;
       } else {
-        for (; d < n; d++) row[d] = uattn_f32_to_bf16(widen1(t, r, (size_t)d));
+        for (d = n8; d < n; d++) row[d] = uattn_f32_to_bf16(widen1(t, r, (size_t)d));
       }
     }
     for (; d < padded; d++) row[d] = 0;

@@ -87,13 +87,24 @@ BF16_INLINE v16 bf16_sum16(v16 a[16]) {
 }
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh, Dh a multiple of 16) and the 4 bf16 rows
- * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. */
-BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, float scale, const uint32_t *q, const char *const *r,
-                             float *S, size_t ld, int32_t keys) {
+ * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. With tab (fp8 rows,
+ * Dh a multiple of 32) the rows are widened 64 dims at a time by v16i_fp8_widen, whose lane order the query
+ * pairs are in (fp8_query_order). */
+BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
+                             const char *const *r, float *S, size_t ld, int32_t keys) {
   static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* bf16_sum16's */
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
-  for (int32_t p = 0; p < Dh; p += 16) {
+  for (int32_t p = 0; tab && p < Dh; p += 32) {
+    v16i k[4][2];
+    for (int j = 0; j < 4; j++) v16i_fp8_widen(v16i_load(r[j] + 2 * (size_t)p), tab, &k[j][0], &k[j][1]);
+    for (int i = 0; i < NB; i++)
+      for (int h = 0; h < 2; h++) {
+        const v16i qv = v16i_load(q + (size_t)i * Dh + p + 16 * h);
+        for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j][h]);
+      }
+  }
+  for (int32_t p = 0; !tab && p < Dh; p += 16) {
     v16i k[4];
     for (int j = 0; j < 4; j++) k[j] = v16i_load(r[j] + 4 * (size_t)p);
     for (int i = 0; i < NB; i++) {
@@ -116,9 +127,9 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, float scale, const 
 
 /* The scores of every head and block, 4 rows at a time in the cache's order (avx512/decode.h's WIDE_SCORES
  * walk): S[g][x][j - j0] for keys [LO, HI) (past the last key, the last again); q: head g's pairs at
- * q + g * n * Dh. */
-BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, float scale, const char *k, const char *v,
-                             float *S, const int32_t D) {
+ * q + g * n * Dh; tab: fp8 rows (bf16_score4). */
+BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, const char *k,
+                             const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   begin_scores(s, k, S);
   for (int32_t j = s->LO; j < s->HI; j += 4) {
@@ -130,7 +141,7 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, float sca
         r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
+        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
                      keys);
       }
     }
@@ -154,11 +165,18 @@ BF16_INLINE void unpack32_apply(float *a, int32_t n, const int32_t *perm) {
 }
 
 /* a[i][..] += P_i (keys j, j + 1: pair c of vector i's P, at pp[i * ld + c]) times the value rows r0, r1
- * interleaved, for U 32-dim parts (part u of a row at r + u * inc: inc 0 for the row of zeros). */
-BF16_INLINE void bf16_pv_pair(const int NB, const int U, v16 (*a)[4], const char *r0, size_t inc0, const char *r1,
-                              size_t inc1, const uint32_t *pp, size_t ld, size_t c) {
+ * interleaved, for U 32-dim parts (part u of a row at r + u * inc: inc 0 for the row of zeros). With tab:
+ * fp8 rows, U = 2, their 64 dims' codes interleaved into 16-bit pairs first, then widened (v16i_fp8_widen)
+ * straight into bf16 pairs, in fp8_pv_order's lane order: two unpacks fewer than widening each row. */
+BF16_INLINE void bf16_pv_pair(const int NB, const int U, const uint8_t *tab, v16 (*a)[4], const char *r0, size_t inc0,
+                              const char *r1, size_t inc1, const uint32_t *pp, size_t ld, size_t c) {
   v16i w[4];
-  for (int u = 0; u < U; u++) {
+  if (tab) {
+    const v16i x0 = v16i_load(r0), x1 = v16i_load(r1);
+    v16i_fp8_widen(v16i_unpacklo8(x0, x1), tab, &w[0], &w[1]);
+    v16i_fp8_widen(v16i_unpackhi8(x0, x1), tab, &w[2], &w[3]);
+  }
+  for (int u = 0; !tab && u < U; u++) {
     const v16i x0 = v16i_load(r0 + inc0 * (size_t)u), x1 = v16i_load(r1 + inc1 * (size_t)u);
     w[2 * u] = v16i_unpacklo16(x0, x1), w[2 * u + 1] = v16i_unpackhi16(x0, x1);
   }
@@ -172,29 +190,31 @@ BF16_INLINE void bf16_pv_pair(const int NB, const int U, v16 (*a)[4], const char
  * from lo rounded down to even; a key outside [lo, hi) is read from a row of zeros (its P may be another
  * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
  * pp[i * ld + (j - j0) / 2] (j0 even); o_i at o + i * D in the unpack order. */
-BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
-                             int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
-  static const uint16_t zeros[32] __attribute__((aligned(64)));
+BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld, int32_t j0,
+                             int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+  static const uint16_t zeros[32] __attribute__((aligned(64))); /* 32 bf16 or 64 fp8 zeros */
   const char *z = (const char *)zeros;
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   int32_t j = lo & ~1;
   if (j < lo) { /* an odd first key: its partner before it read as zeros */
-    if (j + 1 < hi) bf16_pv_pair(NB, U, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+    if (j + 1 < hi) bf16_pv_pair(NB, U, tab, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
     j += 2;
   }
   for (; j + 2 <= hi; j += 2) /* whole pairs */
-    bf16_pv_pair(NB, U, a, v + (size_t)j * step, 64, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
-  if (j < hi) bf16_pv_pair(NB, U, a, v + (size_t)j * step, 64, z, 0, pp, ld, (size_t)(j - j0) / 2); /* odd last */
+    bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+  if (j < hi) bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, z, 0, pp, ld, (size_t)(j - j0) / 2); /* odd last */
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
 /* P V of every head and block, BF16_PV_TILE rows at a time, every head in turn (the next tile asked for a
  * head's share at a time); P turned into bf16 pairs in place first (each S row of W floats into its first
- * W / 2 words). */
-BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, const char *v, float *S, const int32_t D) {
+ * W / 2 words). tab: fp8 rows (D a multiple of 64). */
+BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const char *v, float *S,
+                         const int32_t D) {
+  const size_t esz = tab ? 1 : 2;
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++) pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
   const size_t ld = (size_t)s->W;
   for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
@@ -211,10 +231,35 @@ BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, cons
         float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
         int32_t d = 0;
         for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, pp, ld, s->j0, lo, hi, vg + 2 * (size_t)d, s->step, o + d, D);
-        if (d < D) DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, pp, ld, s->j0, lo, hi, vg + 2 * (size_t)d, s->step, o + d, D);
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, ld, s->j0, lo, hi, vg + esz * d, s->step, o + d, D);
+        if (d < D) DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, ld, s->j0, lo, hi, vg + esz * d, s->step, o + d, D);
       }
     }
+}
+
+/* ---- fp8 rows: v16i_fp8_widen's lane order ------------------------------------------------------------- */
+
+/* The query pairs of each 64 dims (n pairs, a multiple of 32) put in the order of a widened key row: lane
+ * 4 j + m of the first 16 is pair 8 j + m, of the second pair 8 j + 4 + m. */
+static inline void fp8_query_order(uint32_t *q, int32_t n) {
+  for (int32_t p = 0; p < n; p += 32) {
+    uint32_t t[32];
+    memcpy(t, q + p, sizeof t);
+    for (int j = 0; j < 4; j++)
+      for (int m = 0; m < 4; m++) q[p + 4 * j + m] = t[8 * j + m], q[p + 16 + 4 * j + m] = t[8 * j + 4 + m];
+  }
+}
+
+/* P V's order of each 64 dims of an output (n floats, a multiple of 64) for fp8 rows: bf16_pv_pair's
+ * accumulator u holds dims 16 j + 4 u + [0, 4) in lanes 4 j + [0, 4), so float 16 u + 4 j + i is dim
+ * 16 j + 4 u + i: a swap of u and j, its own inverse, applied before P V and after. */
+static inline void fp8_pv_order(float *a, int32_t n) {
+  for (int32_t d = 0; d < n; d += 64) {
+    float t[64];
+    memcpy(t, a + d, sizeof t);
+    for (int u = 0; u < 4; u++)
+      for (int j = 0; j < 4; j++) memcpy(a + d + 16 * u + 4 * j, t + 16 * j + 4 * u, 4 * sizeof(float));
+  }
 }
 
 /* ---- the kernel ----------------------------------------------------------------------------------------- */
@@ -232,16 +277,33 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   float *S = scratch + (size_t)heads * n * D;
   for (int32_t g = 0; g < heads; g++)
     for (int32_t x = 0; x < n; x++) pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
-  const bool bf16 = t == UATTN_BF16 && D % 32 == 0;
-  if (bf16)
-    bf16_scores(&s, q, job->scale, k_src, v_src, S, D);
+  /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
+  const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
+  const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
+  _Alignas(64) uint8_t tab[256];
+  if (fp8) {
+    fp8_bf16_tables(t, tab);
+    fp8_query_order(q, heads * n * (D / 2));
+  }
+  if (fp8)
+    bf16_scores(&s, q, tab, job->scale, k_src, v_src, S, D);
+  else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
+    bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
   else
     WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
   decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
+  if (fp8 && !job->probs_fp32) {
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
+    bf16_pv(job, &s, tab, v_src, S, D);
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
+    return;
+  }
   if (bf16 && !job->probs_fp32) {
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_to);
-    bf16_pv(job, &s, v_src, S, D);
+    bf16_pv(job, &s, NULL, v_src, S, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
     return;

@@ -9,11 +9,14 @@
 #include <stdatomic.h>
 
 /* On top of the avx512 set's probe (AVX-512F, the OS saving zmm and opmask state): BW and VL, which GCC's
- * bf16 intrinsics are declared with, and AVX512_BF16 itself, which only CPUID leaf 7 subleaf 1 reports. */
+ * bf16 intrinsics are declared with, VBMI (vpermi2b: the decode kernel's fp8 widening; the whole set is
+ * compiled with it), and AVX512_BF16 itself, which only CPUID leaf 7 subleaf 1 reports. Zen 4, Ice Lake
+ * and Sapphire Rapids have both; Cooper Lake has AVX512_BF16 without VBMI and so takes the avx512 level. */
 static int probe(void) {
   if (!uattn_avx512_runs_here()) return 0;
   unsigned a, b, c, d;
-  if (__get_cpuid_max(0, NULL) < 7 || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl"))
+  if (__get_cpuid_max(0, NULL) < 7 || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+      !__builtin_cpu_supports("avx512vbmi"))
     return 0;
   __cpuid_count(7, 1, a, b, c, d);
   return (a >> 5) & 1u;

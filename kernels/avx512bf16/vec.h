@@ -22,9 +22,10 @@
 
 #if defined(AVX512_VEC_ZMM)
 
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")))
 #define BF16_INLINE                                                                                                    \
-  static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+  static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,"       \
+                                                     "f16c")))
 
 typedef __m512i v16i;
 
@@ -52,6 +53,18 @@ BF16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 /* lane i: element idx[i] of the 32 lanes lo, hi (vpermt2ps) */
 BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
   return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(idx), hi);
+}
+BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) { return _mm512_unpacklo_epi8(a, b); }
+BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) { return _mm512_unpackhi_epi8(a, b); }
+/* 64 fp8 codes (bytes of x) as bf16, by two vpermi2b lookups on the 7-bit magnitude (vpermi2b ignores index
+ * bit 7) into tab (fp8_bf16_tables: the low bytes, then the high bytes, 128 each), the sign OR'd into the
+ * high byte, the bytes then unpacked within each 128-bit lane: *a holds codes 16 j + [0, 8) of lane j, *b
+ * codes 16 j + [8, 16), as pairs (lane 4 j + m of *a: codes 16 j + 2 m, + 1; of *b: 16 j + 8 + 2 m, + 1). */
+BF16_INLINE void v16i_fp8_widen(v16i x, const uint8_t *tab, v16i *a, v16i *b) {
+  const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(tab), x, _mm512_load_si512(tab + 64));
+  __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(tab + 128), x, _mm512_load_si512(tab + 192));
+  hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (x & 0x80) */
+  *a = _mm512_unpacklo_epi8(lo, hi), *b = _mm512_unpackhi_epi8(lo, hi);
 }
 
 #else /* the twin */
@@ -122,6 +135,26 @@ BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
   for (int i = 0; i < 16; i++) r[i] = t[idx[i] & 31];
   return v16_load(r);
 }
+BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) {
+  return (v16i){_mm256_unpacklo_epi8(a.lo, b.lo), _mm256_unpacklo_epi8(a.hi, b.hi)};
+}
+BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) {
+  return (v16i){_mm256_unpackhi_epi8(a.lo, b.lo), _mm256_unpackhi_epi8(a.hi, b.hi)};
+}
+/* the zmm form's lookups as table indexing, its lane order written out: word 8 j + w of *a is code 16 j + w,
+ * of *b code 16 j + 8 + w */
+BF16_INLINE void v16i_fp8_widen(v16i v, const uint8_t *tab, v16i *a, v16i *b) {
+  _Alignas(32) uint8_t x[64];
+  _mm256_store_si256((__m256i *)x, v.lo), _mm256_store_si256((__m256i *)x + 1, v.hi);
+  _Alignas(32) uint16_t w[2][32];
+  for (int j = 0; j < 4; j++)
+    for (int h = 0; h < 2; h++)
+      for (int k = 0; k < 8; k++) {
+        const uint8_t c = x[16 * j + 8 * h + k];
+        w[h][8 * j + k] = (uint16_t)(tab[c & 0x7f] | (tab[128 + (c & 0x7f)] | (c & 0x80)) << 8);
+      }
+  *a = v16i_load(w[0]), *b = v16i_load(w[1]);
+}
 
 #endif
 
@@ -155,6 +188,16 @@ AVX2_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
   int32_t i = 0;
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i / 2), pairs8_bf16(a + i));
   for (; i < n; i += 2) out[i / 2] = pair_bf16(a[i], a[i + 1]);
+}
+
+/* The tables of v16i_fp8_widen for fp8 dtype t: the low bytes of the bf16 of each magnitude code, then the
+ * high bytes (every fp8 value is exact in bf16: 3 or 2 mantissa bits, exponents and subnormals within bf16's
+ * normal range; NaN stays NaN, E5M2's infinities infinities). */
+static inline void fp8_bf16_tables(uattn_dtype t, uint8_t tab[256]) {
+  for (int c = 0; c < 128; c++) {
+    const uint16_t h = uattn_f32_to_bf16(uattn_fp8_to_f32(t, (uint8_t)c));
+    tab[c] = (uint8_t)h, tab[128 + c] = (uint8_t)(h >> 8);
+  }
 }
 
 /* n floats rounded to bf16 in place (P kept as floats for a P V in fp32 FMAs, avx512/decode.h's). */

@@ -103,10 +103,10 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
   cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
 }
 
-/* Where the CPU has AVX512-BF16, the avx512bf16 level serves bf16 models (bf16 queries on a bf16 cache),
- * from its generated bucket where there is one; an f16 or f32 cache, or f32 queries on a bf16 cache, go to
- * the avx512 level (the bf16 rounding of their inputs would add error); UATTN_ISA=avx512bf16 forces it on
- * any layer. */
+/* Where the CPU has AVX512-BF16, the avx512bf16 level serves bf16 models (bf16 queries on a bf16 cache,
+ * from its generated bucket where there is one, or on an fp8 cache, exact in bf16, from its generic set); an
+ * f16 or f32 cache, or f32 queries on a bf16 or fp8 cache, go to the avx512 level (the bf16 rounding of
+ * their inputs would add error); UATTN_ISA=avx512bf16 forces it on any layer. */
 Test(dispatch, the_bf16_level_serves_bf16_models) {
   unsetenv("UATTN_ISA");
   if (strcmp(uattn_kernel_set(NULL), "avx512bf16")) cr_skip_test("this CPU lacks AVX512-BF16");
@@ -119,13 +119,24 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
     cr_assert_str_eq(r.part_kernel[UATTN_PART_CAUSAL], "uattn_bf16_causal_b128_d128_c0__avx512bf16");
     cr_assert_str_eq(r.decode_kernel, "uattn_bf16_decode_b128_d128_c0__avx512bf16");
   }
-  const uattn_dtype others[][2] = {{UATTN_BF16, UATTN_F16}, {UATTN_F32, UATTN_F32}, {UATTN_F32, UATTN_BF16}};
+  for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
+    L.cache_dtype = t;
+    cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+    cr_assert_str_eq(r.kernel_set, "avx512bf16", "cache dtype %d: %s", (int)t, r.reason);
+    cr_assert_str_eq(r.decode_kernel, "avx512bf16", "cache dtype %d: %s", (int)t, r.reason);
+  }
+  const uattn_dtype others[][2] = {{UATTN_BF16, UATTN_F16},
+                                   {UATTN_F32, UATTN_F32},
+                                   {UATTN_F32, UATTN_BF16},
+                                   {UATTN_F32, UATTN_FP8_E4M3},
+                                   {UATTN_F32, UATTN_FP8_E5M2}};
   for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
     L.dtype = others[i][0], L.cache_dtype = others[i][1];
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
     cr_assert_str_eq(r.kernel_set, "avx512", "%s in, %s cache: %s", dtype_tag(L.dtype), dtype_tag(L.cache_dtype),
                      r.reason);
-    if (!r.bucket_hit) cr_assert(strstr(r.reason, "avx512bf16 takes bf16 queries and caches only"), "%s", r.reason);
+    if (!r.bucket_hit)
+      cr_assert(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only"), "%s", r.reason);
   }
   setenv("UATTN_ISA", "avx512bf16", 1);
   cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());

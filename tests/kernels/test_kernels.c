@@ -91,6 +91,7 @@ typedef struct case_limits {
   bool decode;     /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
   bool large;      /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
   bool bf16;       /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
+  bool fp8;        /* with bf16: fp8 caches instead (E4M3 or E5M2, exact in bf16: the bf16 level takes them too) */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
 } case_limits;
 
@@ -110,7 +111,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
       test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
   if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
     c->num_keys = lim->block_size, c->dtype = lim->dtype;
-  if (lim->bf16) c->dtype = UATTN_BF16;
+  if (lim->bf16) c->dtype = !lim->fp8 ? UATTN_BF16 : test_rng_range(rng, 0, 1) ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
   c->probs_fp32 = lim->probs_fp32;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
   c->panel_keys =
@@ -609,16 +610,18 @@ Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
 /* ---- the avx512bf16 set -------------------------------------------------------------------------------- */
 
 /* Its arithmetic through its twin (avx512bf16/vec.h: vdpbf16ps emulated exactly), which runs wherever AVX2
- * does: attend and decode against the portable set, P in bf16 (the default) and in fp32, on bf16 sources
- * (bf16 queries, keys and values: what the set is dispatched for). */
+ * does: attend and decode against the portable set, P in bf16 (the default) and in fp32, on what the set is
+ * dispatched for: bf16 queries on bf16 keys and values, and on fp8 ones (half as many cases). */
 static void check_bf16_set(const uattn_kernels *set, const char *label, bool decode, uint64_t seed) {
-  for (int fp32 = 0; fp32 < 2; fp32++) {
-    const case_limits lim = {.decode = decode, .bf16 = true, .probs_fp32 = fp32};
-    char name[96];
-    snprintf(name, sizeof name, "%s%s, P in %s", label, decode ? " decode" : "", fp32 ? "fp32" : "bf16");
-    check_set_on_random_jobs(set, decode ? UATTN_PART_UNIQUE : UATTN_PART_SHARED, name, &lim,
-                             (decode ? 1500 : 2000) / SPARSE, seed + (uint64_t)fp32);
-  }
+  for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+      const case_limits lim = {.decode = decode, .bf16 = true, .fp8 = fp8, .probs_fp32 = fp32};
+      char name[96];
+      snprintf(name, sizeof name, "%s%s, %s cache, P in %s", label, decode ? " decode" : "", fp8 ? "fp8" : "bf16",
+               fp32 ? "fp32" : "bf16");
+      check_set_on_random_jobs(set, decode ? UATTN_PART_UNIQUE : UATTN_PART_SHARED, name, &lim,
+                               (decode ? 1500 : 2000) / (fp8 ? 2 : 1) / SPARSE, seed + (uint64_t)fp32 + 10u * fp8);
+    }
   if (decode) return;
   /* head dims past the 512 whose query pairs the attend rounds at once (it takes them a slice at a time),
    * an odd one with its last dim alone in the last slice */
@@ -995,6 +998,43 @@ Test(kernels, fp8_widening_is_exact_for_every_code) {
       }
   }
   free(src), free(keys), free(values);
+}
+
+/* The avx512bf16 decode kernel's fp8 widening (avx512bf16/vec.h's v16i_fp8_widen, its twin form: table
+ * indexing that the vpermi2b form is held to by avx512bf16_is_its_twin_bit_for_bit) on every code of both
+ * formats at every one of its 64 positions: convert.h's value as bf16, in the byte unpack's lane order. */
+#if defined(__x86_64__)
+/* the 64 bf16 v16i_fp8_widen makes of src, back in dim order */
+AVX2_TARGET static void fp8_widen_in_order(const uint8_t *src, const uint8_t *tab, uint16_t *out) {
+  _Alignas(32) uint16_t w[2][32];
+  v16i a, b;
+  v16i_fp8_widen(v16i_load(src), tab, &a, &b);
+  _mm256_store_si256((__m256i *)w[0], a.lo), _mm256_store_si256((__m256i *)w[0] + 1, a.hi);
+  _mm256_store_si256((__m256i *)w[1], b.lo), _mm256_store_si256((__m256i *)w[1] + 1, b.hi);
+  for (int j = 0; j < 4; j++)
+    for (int k = 0; k < 8; k++) out[16 * j + k] = w[0][8 * j + k], out[16 * j + 8 + k] = w[1][8 * j + k];
+}
+#endif
+
+Test(kernels, avx512bf16_fp8_widening_is_exact_for_every_code) {
+  need_avx2();
+#if defined(__x86_64__)
+  for (int t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
+    _Alignas(64) uint8_t tab[256];
+    fp8_bf16_tables((uattn_dtype)t, tab);
+    for (int shift = 0; shift < 256; shift++) {
+      uint8_t src[64];
+      uint16_t out[64];
+      for (int i = 0; i < 64; i++) src[i] = (uint8_t)(i + shift);
+      fp8_widen_in_order(src, tab, out);
+      for (int i = 0; i < 64; i++) {
+        const float want = uattn_fp8_to_f32((uattn_dtype)t, src[i]), got = uattn_bf16_to_f32(out[i]);
+        cr_assert(isnan(want) ? isnan(got) && signbit(got) == signbit(want) : !memcmp(&got, &want, 4),
+                  "dtype %d, code 0x%02x at %d: %a, want %a", t, src[i], i, got, want);
+      }
+    }
+  }
+#endif
 }
 
 /* The soft cap's tanh is computed in fp64 and rounded once: every 5th float of [-20, 20] (tiny magnitudes

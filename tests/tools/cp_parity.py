@@ -21,7 +21,7 @@ steps uattn-run-cp rounds the merged result once to the step's dtype, as uattn-r
 fp32 result once: two roundings to nearest of fp32 values within 1e-5 of max |ref| of each other differ by at
 most that plus one ulp of the dtype at the element's magnitude, checked element by element:
 |cp - ref| <= 1e-5 * max |ref| + ulp(max(|cp|, |ref|)). Except where P is rounded to bf16 (the avx512bf16
-level, bf16 steps on bf16 caches, probs_fp32 false, as uattn-run runs them): each weight is rounded relative
+level, bf16 steps on bf16 or fp8 caches, probs_fp32 false, as uattn-run runs them): each weight is rounded relative
 to a running max the ranks' groupings of keys change, moving each result by up to 2^-9 max |v| from its
 P-in-fp32 value, so there the bound has 2 * 2^-9 max |v| more (v: the step's values and cache).
 """
@@ -45,14 +45,27 @@ def ulp(dtype, x):
     return np.ldexp(1.0, np.maximum(e - BITS[dtype], LOWEST[dtype]))
 
 
+def fp8_values(codes, fmt):
+    """fp8 codes (uint8) as float64: e4m3 (the "fn" variant) or e5m2; NaN and infinity codes as NaN."""
+    mant_bits, bias = (3, 7) if fmt == "fp8_e4m3" else (2, 15)
+    c = codes.astype(np.int64)
+    e, m = (c & 0x7F) >> mant_bits, c & ((1 << mant_bits) - 1)
+    mag = np.where(e == 0, np.ldexp(m / 2.0**mant_bits, 1 - bias), np.ldexp(1 + m / 2.0**mant_bits, e - bias))
+    special = (c & 0x7F) == 0x7F if fmt == "fp8_e4m3" else e == 31
+    return np.where(special, np.nan, np.where(c & 0x80, -mag, mag))
+
+
 def max_abs_v(step_path, step):
-    """max |v| over the step's values and value cache (bf16 files as uint16 bits), for the P-in-bf16 term."""
+    """max |v| over the step's values and value cache (bf16 files as uint16 bits, fp8 ones as codes times
+    v_scale), for the P-in-bf16 term."""
     d = os.path.dirname(os.path.abspath(step_path))
     m = 0.0
     for key in ("v", "value_cache"):
         a = np.load(os.path.join(d, step["tensors"][key]))
         if a.dtype == np.uint16 and step["dtype" if key == "v" else "cache_dtype"] == "bf16":
             a = (a.astype(np.uint32) << 16).view(np.float32)
+        if a.dtype == np.uint8 and key == "value_cache" and step["cache_dtype"].startswith("fp8_"):
+            a = np.nan_to_num(fp8_values(a, step["cache_dtype"]), nan=0.0) * step.get("v_scale", 1.0)
         if a.size:
             m = max(m, float(np.abs(a.astype(np.float64)).max()))
     return m
@@ -88,8 +101,9 @@ def cmd_compare(args):
     with open(args.step) as f:
         step = json.load(f)
     dtype = step["dtype"]
-    # P in bf16 where the avx512bf16 level may serve the step (bf16 on bf16 caches, P not kept in fp32)
-    p_bf16 = dtype == "bf16" and step.get("cache_dtype", dtype) == "bf16" and not step.get("probs_fp32", False)
+    # P in bf16 where the avx512bf16 level may serve the step (bf16 on bf16 or fp8 caches, P not kept in fp32)
+    cache = step.get("cache_dtype", dtype)
+    p_bf16 = dtype == "bf16" and (cache == "bf16" or cache.startswith("fp8_")) and not step.get("probs_fp32", False)
     p_abs = 2 * 2.0**-9 * max_abs_v(args.step, step) if p_bf16 else 0.0
     ok = True
 
