@@ -203,14 +203,28 @@ AVX2_INLINE void load_value_group(uattn_dtype t, const char *src, size_t step, i
   }
 }
 
-/* Asks for the cache lines of rows [i, min(i + 8, count)) of a source, in address order within each row. */
+/* Asks for the cache lines of rows [i, min(i + 8, count)) of a source, in address order within each row, into
+ * L2: a request for L1 holds one of the core's few L1 miss buffers until its line comes, which capped the
+ * lines in flight (the decode kernel's finding, avx2/decode.h). */
 AVX2_INLINE void prefetch_group(const char *src, size_t step, int32_t i, int32_t count, size_t row_bytes) {
   const int32_t end = count - i < 8 ? count : i + 8;
   for (; i < end; i++) {
     const char *r = src + (size_t)i * step;
-    for (size_t b = 0; b < row_bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
-    _mm_prefetch(r + row_bytes - 1, _MM_HINT_T0); /* a row need not start on a line */
+    for (size_t b = 0; b < row_bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T1);
+    _mm_prefetch(r + row_bytes - 1, _MM_HINT_T1); /* a row need not start on a line */
   }
+}
+
+enum { LOAD_AHEAD = 32 }; /* rows a load asks for ahead of the group it reads (a multiple of 8) */
+
+/* A load's prefetches as it reads rows [i, i + 8) of keys k and values v: the first LOAD_AHEAD rows at the
+ * start, then the group LOAD_AHEAD rows on. */
+AVX2_INLINE void load_prefetch(const char *k, const char *v, size_t step, int32_t i, int32_t count, size_t row_bytes) {
+  for (int32_t j = 0; i == 0 && j < LOAD_AHEAD && j < count; j += 8)
+    prefetch_group(k, step, j, count, row_bytes), prefetch_group(v, step, j, count, row_bytes);
+  if (i + LOAD_AHEAD < count)
+    prefetch_group(k, step, i + LOAD_AHEAD, count, row_bytes),
+        prefetch_group(v, step, i + LOAD_AHEAD, count, row_bytes);
 }
 
 /* Copies 8 rows of a group next to each other (row k at buf + k * row_bytes). */
@@ -230,7 +244,8 @@ enum { STAGE_BYTES = 4096 }; /* the staging buffer: 8 rows of up to 512 bytes (D
  * interleaved runs, about +-10% from one session to the next):
  *  - prefetching each group of 8 keys and values two groups ahead, in address order, when rows are apart
  *    (NHD): 20 -> 15 us. With contiguous rows (HND) the hardware prefetcher does better alone (7.7 us with
- *    the prefetches, 6.5 without);
+ *    the prefetches, 6.5 without). Later, into L2 and LOAD_AHEAD (32) rows ahead instead of into L1 and 16
+ *    ahead: cold NHD loads 3.4 -> 7.7 GB/s (bf16), 2.8-3.5 -> 4.3-6.8 (f16; uattn-kernel-bench, Zen 4);
  *  - copying a group's 8 key rows into an L1 buffer before transposing them, rather than transposing
  *    straight from memory (the transposes touch 8 rows at once, 16 bytes of each, while their stores to
  *    panels larger than L1 fill the store buffer and stall the loads behind them): HND 7.4 -> 6.2 us,
@@ -246,15 +261,8 @@ AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void
   float *kt = align64(keys), *vp = align64(values);
   const int stage = row_bytes * 8 <= STAGE_BYTES, prefetch = step != row_bytes;
   _Alignas(64) char buf[STAGE_BYTES];
-  for (int32_t i = 0; prefetch && i < 16 && i < count; i += 8) {
-    prefetch_group(k, step, i, count, row_bytes);
-    prefetch_group(v, step, i, count, row_bytes);
-  }
   for (int32_t i = 0; i < count; i += 8) {
-    if (prefetch && i + 16 < count) {
-      prefetch_group(k, step, i + 16, count, row_bytes);
-      prefetch_group(v, step, i + 16, count, row_bytes);
-    }
+    if (prefetch) load_prefetch(k, v, step, i, count, row_bytes);
     if (stage && count - i >= 8) {
       stage_group(k + (size_t)i * step, step, row_bytes, buf);
       load_key_group(dtype, buf, row_bytes, i, count, head_dim, P, kt);
@@ -479,13 +487,9 @@ typedef struct vec_rule {
   float slope;    /* ALiBi, 0 = none */
 } vec_rule;
 
-/* One vector's row of the tile: the score rule, then the online softmax. Turns S[j0, j1) into
- * P = e^(s - m_new) (0 where masked), updates m and l, and returns the factor o must be rescaled by. Only
- * the vectors of 8 scores that [lo, hi) cuts are masked, and scores are written back only where a rule
- * (mask, cap, slope) changed them: a row that sees its whole tile (all but the causal diagonal in a
- * prefill) is a max pass and an exp pass. The softmax of a 32 x 128 tile of such rows: 17.3 -> 13.9 TSC
- * ticks per 8 scores; it is 10-15% of a prefill tile's time, so the attend gains 1-2%. */
-AVX2_INLINE float softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap, float *m, float *l) {
+/* softmax_row's first pass, shared with avx512bf16/body.h's: the rule (mask, soft cap, ALiBi) applied to the
+ * scores S[j0, j1) of one vector, and their maximum. */
+AVX2_INLINE float row_rules_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i lo = _mm256_set1_epi32(v->lo - 1), hi = _mm256_set1_epi32(v->hi);
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -510,10 +514,26 @@ AVX2_INLINE float softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *
     if (cut || rule) _mm256_store_ps(s + (j - j0), x);
     vmax = _mm256_max_ps(vmax, x);
   }
-  const float block_max = hmax8(vmax), m_old = *m;
+  return hmax8(vmax);
+}
+
+/* A row's running max after a chunk whose max is block_max, and in *alpha the factor its o and l are rescaled
+ * by: as the portable rescale, 1 when the max stays, 0 from an empty state. */
+static inline float row_new_max(float block_max, float m_old, float *alpha) {
   const float m_new = block_max > m_old ? block_max : m_old;
-  /* as the portable rescale: nothing when the max stays, 0 from an empty state */
-  const float alpha = m_new == m_old ? 1.0f : (m_old == -INFINITY ? 0.0f : expf(m_old - m_new));
+  *alpha = m_new == m_old ? 1.0f : (m_old == -INFINITY ? 0.0f : expf(m_old - m_new));
+  return m_new;
+}
+
+/* One vector's row of the tile: the score rule, then the online softmax. Turns S[j0, j1) into
+ * P = e^(s - m_new) (0 where masked), updates m and l, and returns the factor o must be rescaled by. Only
+ * the vectors of 8 scores that [lo, hi) cuts are masked, and scores are written back only where a rule
+ * (mask, cap, slope) changed them: a row that sees its whole tile (all but the causal diagonal in a
+ * prefill) is a max pass and an exp pass. The softmax of a 32 x 128 tile of such rows: 17.3 -> 13.9 TSC
+ * ticks per 8 scores; it is 10-15% of a prefill tile's time, so the attend gains 1-2%. */
+AVX2_INLINE float softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap, float *m, float *l) {
+  float alpha;
+  const float m_new = row_new_max(row_rules_max(s, j0, j1, v, cap), *m, &alpha);
   const __m256 mv = _mm256_set1_ps(m_new);
   __m256 sum = _mm256_setzero_ps();
   for (int32_t j = j0; j < j1; j += 8) {

@@ -8,8 +8,8 @@
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
  *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
  *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.
- *   softmax     avx2/body.h's (block_softmax: mask, soft cap, ALiBi, online rescale), in fp32; l sums the
- *               unrounded weights.
+ *   softmax     bf16_softmax_row: avx2/body.h's rules (mask, soft cap, ALiBi) and online rescale, 16 lanes
+ *               at a time, in fp32, P written straight into bf16 pairs; l sums the unrounded weights.
  *   P V         default: P rounded to bf16 (relative 2^-9 each), pairs of keys multiplied by vdpbf16ps with
  *               fp32 accumulation. job->probs_fp32 (the layer's option): P stays fp32 and V, exact in
  *               fp32, goes through fp32 FMAs, the other sets' arithmetic for this product.
@@ -26,8 +26,7 @@
  *           16 and dims past the head dim up to the next 16 are zero.
  *   Both start at the first 64-byte boundary of their buffer.
  *
- * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules and
- * block_softmax shared), with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
+ * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared), with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
  * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (with 32
  * keys or dims a tile, 2: 5% slower on 128 rows x 512 keys, hot). Hand-written, not libxsmm's bf16 GEMM:
  * the fused tile keeps S and P in L1 and measured 1.7x the avx2 set's libxsmm body on this Zen 4 (one
@@ -97,7 +96,13 @@ AVX2_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_
   const int32_t P = key_stride(panel_keys), Dv = value_stride(D), end = (count + 15) & ~15;
   uint32_t *kp = (uint32_t *)align64(keys), *vp = (uint32_t *)align64(values);
   _Alignas(64) uint16_t kb[8][BF16_STAGE_DIMS], vb[8][BF16_STAGE_DIMS];
-  for (int32_t i = 0; i < end; i += 8)
+  /* avx2_load_body's prefetches, where rows are apart (NHD). On a cold NHD block (uattn-kernel-bench):
+   * 4.3 GB/s (this bucket) and 6.3 (the set's generic load), against 3.6 and 2.7 with the same prefetches
+   * into L1 and 16 rows ahead; spec-decode 16x8 on one core 79% -> 100% of the fp32 FMA peak */
+  const size_t row_bytes = (size_t)D * uattn_dtype_size(t);
+  const bool prefetch = step != row_bytes;
+  for (int32_t i = 0; i < end; i += 8) {
+    if (prefetch) load_prefetch(k_src, v_src, step, i, count, row_bytes);
     for (int32_t d0 = 0; d0 < D; d0 += BF16_STAGE_DIMS) {
       const int32_t n = D - d0 < BF16_STAGE_DIMS ? D - d0 : BF16_STAGE_DIMS, padded = (n + 15) & ~15;
       bf16_stage(t, k_src, step, i, count, d0, n, kb);
@@ -116,6 +121,7 @@ AVX2_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_
         }
       }
     }
+  }
 }
 
 /* ---- attend -------------------------------------------------------------------------------------------- */
@@ -199,6 +205,48 @@ BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uin
   for (; d < D; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, D - d, alpha);
 }
 
+/* One vector's row of a tile (softmax_row's job, 16 scores at a time): S[j0, j1) holds <q, k> unscaled;
+ * s = job->scale <q, k> (one rounding, the seed's), the rule, then P = e^(s - m_new) into pairs (bf16 pairs,
+ * P V's operand) or, with job->probs_fp32, into S as floats; m and l updated, and the factor o must be
+ * rescaled by returned. A row that sees all of [j0, j1) with no cap or slope (all but the diagonal of a
+ * prefill) takes its max on the unscaled scores (scaling by a positive factor and rounding keep the order, so
+ * the max of the scaled scores is the scaled max) and scales them in the exp pass: one pass over S less.
+ * Rows with a rule (or a layer scale <= 0, which the API allows) are scaled first and go through
+ * row_rules_max. 16 lanes a step, where softmax_row takes 8: the same exp to the bit (v16_exp), l summed in
+ * another order. */
+BF16_INLINE float bf16_softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, const uattn_panel_job *job,
+                                   float *m, float *l, uint32_t *pairs) {
+  const int32_t n = j1 - j0;
+  const v16 scale = v16_set1(job->scale);
+  const bool plain = job->scale > 0.0f && job->soft_cap <= 0.0f && v->slope == 0.0f && v->lo <= j0 && v->hi >= j1;
+  float block_max;
+  if (plain) {
+    v16 vmax = v16_set1(-INFINITY);
+    for (int32_t j = 0; j < n; j += 16) vmax = v16_max(vmax, v16_load(s + j));
+    block_max = v16_hmax(vmax) * job->scale;
+  } else {
+    for (int32_t j = 0; j < n; j += 16) v16_store(s + j, v16_mul(v16_load(s + j), scale));
+    block_max = row_rules_max(s, j0, j1, v, job->soft_cap);
+  }
+  float alpha;
+  const float m_new = row_new_max(block_max, *m, &alpha);
+  const v16 mv = v16_set1(m_new);
+  v16 sum = v16_zero();
+  for (int32_t j = 0; j < n; j += 16) {
+    v16 x = v16_load(s + j);
+    if (plain) x = v16_mul(x, scale);
+    const v16 p = v16_exp(v16_sub(x, mv));
+    sum = v16_add(sum, p);
+    if (job->probs_fp32)
+      v16_store(s + j, p);
+    else
+      _mm256_storeu_si256((__m256i *)(pairs + j / 2), v16_pairs_bf16(p));
+  }
+  *l = *l * alpha + v16_hsum(sum);
+  *m = m_new;
+  return alpha;
+}
+
 /* A call's panels, and its tiles: kept here, once for every block size's copy of the block code. */
 typedef struct bf16_ctx {
   const uattn_panel_job *job;
@@ -241,19 +289,23 @@ BF16_INLINE void bf16_attend_block(const int NB, const int32_t D, const bf16_ctx
         bf16_score_part(NB, 1, c->qp, np, kp, c->P, j, j0, p0 == 0, S), j += 16;
     }
   }
-  const v16 scale = v16_set1(job->scale); /* scale <q, k>: one fp32 rounding, the seed's formula's */
-  for (int i = 0; i < NB; i++)
-    for (int32_t j = 0; j < j1 - j0; j += 16) v16_store(S[i] + j, v16_mul(v16_load(S[i] + j), scale));
   float alpha[QB];
-  block_softmax(job, x0, NB, rule, S[0], KC, j0, j1, alpha);
+  for (int i = 0; i < NB; i++) {
+    const size_t x = (size_t)x0 + i;
+    if (rule[i].lo < rule[i].hi) {
+      alpha[i] = bf16_softmax_row(S[i], j0, j1, &rule[i], job, &job->m[x], &job->l[x], pp[i]);
+    } else { /* this vector sees none of the chunk: o stays exactly as it is */
+      alpha[i] = 1.0f;
+      memset(S[i], 0, sizeof(float) * (size_t)(j1 - j0));
+      memset(pp[i], 0, sizeof(uint32_t) * (size_t)(j1 - j0) / 2);
+    }
+  }
   float *o = job->o + (size_t)x0 * D;
   const int32_t r0 = klo / 2, r1 = (khi + 1) / 2; /* key pairs; P is 0 at the masked partner of an end */
-  if (job->probs_fp32) {
+  if (job->probs_fp32) /* FP32 a constant in each call: one loop of either kind, all its accumulators in registers */
     bf16_pv_tile(NB, true, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
-    return;
-  }
-  for (int i = 0; i < NB; i++) pairs_bf16(S[i], j1 - j0, pp[i]);
-  bf16_pv_tile(NB, false, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
+  else
+    bf16_pv_tile(NB, false, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
 }
 
 /* The job's vectors against its panel (avx2_attend_body's plan); D constant where the caller is specialized. */

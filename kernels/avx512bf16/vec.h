@@ -48,11 +48,51 @@ BF16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 #define V16_SHUF128(a, b, IMM) _mm512_shuffle_f32x4(a, b, IMM)
 /* within each 128-bit quarter: a's elements (IMM & 3), (IMM >> 2 & 3), b's (IMM >> 4 & 3), (IMM >> 6 & 3) */
 #define V16_SHUFPS(a, b, IMM) _mm512_shuffle_ps(a, b, IMM)
+/* lane i: b's where bit i of MASK is set, else a's (vblendmps, cheaper than a shuffle: avx512bf16/decode.h's
+ * bf16_sum16) */
+#define V16_BLEND(a, b, MASK) _mm512_mask_blend_ps((__mmask16)(MASK), a, b)
 /* quarter K (lanes 4 K to 4 K + 3) of a to p */
 #define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, _mm512_extractf32x4_ps(a, K))
 /* lane i: element idx[i] of the 32 lanes lo, hi (vpermt2ps) */
 BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
   return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(idx), hi);
+}
+/* For the tiles' softmax (avx512bf16/body.h): lane-wise IEEE operations, exact in both forms. */
+BF16_INLINE v16 v16_sub(v16 a, v16 b) { return _mm512_sub_ps(a, b); }
+BF16_INLINE v16 v16_max(v16 a, v16 b) { return _mm512_max_ps(a, b); }
+/* e^x: avx2/body.h's exp8 on 16 lanes, to the bit. Its 2^n as two multiplies (y 2^n1, exact, then 2^n2)
+ * rounds once, which is what vscalefps does in one: the same result down to the subnormals. */
+BF16_INLINE v16 v16_exp(v16 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-110.0f)), _mm512_set1_ps(88.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, fx);
+}
+/* the 16 lanes' maximum and sum (lane i + 8 with lane i first, then hmax8 / hsum8's order) */
+BF16_INLINE float v16_hmax(v16 a) {
+  return hmax8(
+      _mm256_max_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+}
+BF16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
+/* 16 floats rounded to bf16 as round8_bf16 does (to nearest even, NaN kept quiet, denormals kept), as 8 pairs
+ * in order (element 2k in the low half of pair k) */
+BF16_INLINE __m256i v16_pairs_bf16(v16 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) { return _mm512_unpacklo_epi8(a, b); }
 BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) { return _mm512_unpackhi_epi8(a, b); }
@@ -129,6 +169,8 @@ BF16_INLINE v16 v16_shuf128(v16 a, v16 b, int imm) {
 #define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, v16_quarter(a, K))
 /* vshufps works within 128-bit lanes, the same on ymm halves */
 #define V16_SHUFPS(a, b, IMM) ((v16){_mm256_shuffle_ps((a).lo, (b).lo, IMM), _mm256_shuffle_ps((a).hi, (b).hi, IMM)})
+#define V16_BLEND(a, b, MASK)                                                                                          \
+  ((v16){_mm256_blend_ps((a).lo, (b).lo, 0xff & (MASK)), _mm256_blend_ps((a).hi, (b).hi, 0xff & (MASK) >> 8)})
 BF16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
   _Alignas(32) float t[32], r[16];
   v16_store(t, lo), v16_store(t + 16, hi);
@@ -141,6 +183,11 @@ BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) {
 BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) {
   return (v16i){_mm256_unpackhi_epi8(a.lo, b.lo), _mm256_unpackhi_epi8(a.hi, b.hi)};
 }
+BF16_INLINE v16 v16_sub(v16 a, v16 b) { return (v16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+BF16_INLINE v16 v16_max(v16 a, v16 b) { return (v16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+BF16_INLINE v16 v16_exp(v16 x) { return (v16){exp8(x.lo), exp8(x.hi)}; }
+BF16_INLINE float v16_hmax(v16 a) { return hmax8(_mm256_max_ps(a.lo, a.hi)); }
+BF16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
 /* the zmm form's lookups as table indexing, its lane order written out: word 8 j + w of *a is code 16 j + w,
  * of *b code 16 j + 8 + w */
 BF16_INLINE void v16i_fp8_widen(v16i v, const uint8_t *tab, v16i *a, v16i *b) {
@@ -170,6 +217,15 @@ AVX2_INLINE __m256i round8_bf16(__m256 x) {
   const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
   return _mm256_and_si256(_mm256_blendv_epi8(r, quiet, nan), top);
 }
+
+#if !defined(AVX512_VEC_ZMM)
+/* the zmm form's v16_pairs_bf16: each half rounded, its high halves packed, the 128-bit lanes put in order */
+AVX2_INLINE __m256i v16_pairs_bf16(v16 x) {
+  const __m256i p =
+      _mm256_packus_epi32(_mm256_srli_epi32(round8_bf16(x.lo), 16), _mm256_srli_epi32(round8_bf16(x.hi), 16));
+  return _mm256_permute4x64_epi64(p, 0xd8);
+}
+#endif
 
 /* 16 floats to their 8 bf16 pairs (element 2k in the low half of pair k) */
 AVX2_INLINE __m256i pairs8_bf16(const float *a) {

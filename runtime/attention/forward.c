@@ -774,6 +774,17 @@ PART_FN void cross_part(const step_ctx *c) {
   }
 }
 
+/* Moves the parts that saw a key to the front and returns their count. A part that saw none is as reset_acc
+ * left it (m -inf, l 0, o 0): the seed's merge adds 0 to every sum for it, so leaving it out changes no bit,
+ * and it skips an expf of -FLT_MAX - M, libm's slow underflow path. In a prefill only the causal part sees
+ * keys: the merge's time per row drops to a third. */
+static int32_t seen_parts(uattn_state *parts, int32_t n) {
+  int32_t k = 0;
+  for (int32_t i = 0; i < n; i++)
+    if (parts[i].l != 0.0f || parts[i].m != -INFINITY) parts[k++] = parts[i];
+  return k;
+}
+
 /* Merges the tile's three parts into out and lse. */
 PART_FN void merge_tile(const step_ctx *c) {
   const uattn_layer *L = c->L;
@@ -787,7 +798,7 @@ PART_FN void merge_tile(const step_ctx *c) {
       uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
                               acc_state(c->w, ACC_UNIQUE, x, g, D)};
       fold_v_scale(L, parts + 1, 2); /* the tile is done with them: scaled in place */
-      const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
+      const float lse = uattn_seed_merge(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
     }
@@ -1095,7 +1106,8 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
         }
         fold_v_scale(L, parts + 1, 2); /* split 0's slots, read once: scaled in place */
         const int32_t head = g * G + h;
-        const float lse = uattn_seed_merge(parts, 3, L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
+        const float lse =
+            uattn_seed_merge(parts, seen_parts(parts, 3), L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
         const uattn_dtype odt = out_dtype(L, job->t);
         uattn_narrow(odt, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(odt),
                      (size_t)D);
