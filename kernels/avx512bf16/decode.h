@@ -1,5 +1,5 @@
 /* The avx512bf16 set's decode kernel: avx2/decode.h's jobs, phases and rules (decode_shape, the rows of every
- * head in the cache's order, decode_softmax), with both products by vdpbf16ps where the cache is bf16 and the
+ * head in the cache's order, decode_softmax's rules), with both products by vdpbf16ps where the cache is bf16 and the
  * head dim a multiple of 32 (the bf16 path below); other dtypes and dims, and probs_fp32, take the scores by
  * vdpbf16ps on rows rounded to bf16 and avx512/decode.h's fp32 P V.
  *
@@ -12,19 +12,31 @@
  *   scores  4 keys x up to 4 query vectors a step (16 accumulators of 16 lanes, 4 vdpbf16ps per pair of
  *           key and vector at head dim 128), summed by a tree of lane moves and adds into one vector holding
  *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
- *           16 scores, where folding each accumulator to 8 lanes and an hadd tree took 80. Keys in the cache's
+ *           16 scores (12 of the moves blends), where folding each accumulator to 8 lanes and an hadd tree took
+ *           80. Keys in the cache's
  *           order (4 rows, every head in turn), the rows BF16_AHEAD keys ahead asked for a head's share at a
  *           time (past the last key, the first values).
- *   softmax decode_softmax, per head and block.
- *   P V     P rounded to bf16 pairs; two value rows interleaved element by element (unpacklo/hi within each
- *           128-bit lane) are 32 dims as two vectors of pairs, so each 32 dims of an output are kept in that
- *           lane order (unpack32_to) during P V, moved in and out by one permute per 16 floats. Tiles of
- *           BF16_PV_TILE keys, every head in turn (the next tile asked for as a head starts it): each head's
- *           64-dim register tiles (4 vectors x 64 dims, 16 accumulators) loaded and stored once a tile, not
- *           once every 8 keys, and no select of a row of zeros inside the loop.
+ *   softmax bf16_decode_softmax, per head and block: decode_softmax's rules and online rescale 16 lanes at a
+ *           time (the same exp to the bit as exp8), P written straight as the bf16 pairs P V reads (the other
+ *           paths: as floats), each output rescaled and put in P V's order in the same pass. Against
+ *           decode_softmax and a pass of its own rounding P: 1.1x the whole kernel on a block in L2
+ *           (uattn-kernel-bench --decode, hot, GQA 4, 1 row: 20.2 -> 18.0 ns a key and KV head, alternated).
+ *   P V     two value rows interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as
+ *           two vectors of pairs, so each 32 dims of an output are kept in that lane order (unpack32_to) during
+ *           P V, moved in and out by one permute per 16 floats. Tiles of BF16_PV_TILE keys, every head in turn
+ *           (the next tile asked for as a head starts it): each head's 64-dim register tiles (4 vectors x 64
+ *           dims, 16 accumulators) loaded and stored once a tile, not once every 8 keys, and no select of a row
+ *           of zeros inside the loop.
  * Against the kernel before (folded scores, 8-key P V tiles): 1.4-2x faster on a block in L2 (uattn-kernel-bench
  * --decode, hot: 21 against 29-40 ns a key and KV head at GQA 4). What the memory gives it is
- * avx2/decode.h's prefetch_share, to L2. */
+ * avx2/decode.h's prefetch_share, to L2 (every line of a row: one prefetch per 128 bytes made a walk over a
+ * 256 MiB cache 1.5x slower).
+ * Where it stands (uattn-kernel-bench --decode --cpu-time, GQA 4, ns a key and KV head, 1 / 2 / 4 rows): hot
+ * 18.1 / 33.0 / 62.0 (from 19.6 / 37.2 / 68.9 before the fused softmax and the blends), cold 33.7 / 46.2 /
+ * 75.7 (from 34.4 / 49.0 / 80.7), the plain read 20: a decode's time on a cold cache is hot + read less
+ * 10-15%, so what keeps decode-long from the bandwidth is as much the memory time left unhidden as the
+ * compute (the rows asked for 8 or 32 keys ahead instead of 16, or the first 16 of a block at its start:
+ * no change). */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 
@@ -32,8 +44,10 @@
 #include "avx512bf16/vec.h"
 
 enum {
-  BF16_PV_TILE = 32, /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it */
-  BF16_AHEAD = 16,   /* rows ahead of the four being scored that are asked for */
+  /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it (64 keys: 2% faster on
+   * a block in L2, 1.3x slower on a walk over a 256 MiB cache) */
+  BF16_PV_TILE = 32,
+  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for */
 };
 
 /* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
@@ -77,12 +91,15 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
 
 /* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
  * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
- * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. */
+ * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. At the first and third
+ * levels one operand of each add is x's first half and y's second (halves of the vector, of each quarter): a
+ * blend, where a shuffle took the shuffle units the rest of the tree is bound by. 12 of its 30 shuffles are
+ * blends: the hot decode at GQA 4, 1 and 4 rows, 1.5-3.5% faster (alternated). */
 BF16_INLINE v16 bf16_sum16(v16 a[16]) {
   v16 b[8], c[4], e[2];
-  for (int k = 0; k < 8; k++) b[k] = v16_add(V16_SHUF128(a[k], a[k + 8], 0x44), V16_SHUF128(a[k], a[k + 8], 0xee));
+  for (int k = 0; k < 8; k++) b[k] = v16_add(V16_BLEND(a[k], a[k + 8], 0xff00), V16_SHUF128(a[k], a[k + 8], 0x4e));
   for (int k = 0; k < 4; k++) c[k] = v16_add(V16_SHUF128(b[k], b[k + 4], 0x88), V16_SHUF128(b[k], b[k + 4], 0xdd));
-  for (int k = 0; k < 2; k++) e[k] = v16_add(V16_SHUFPS(c[k], c[k + 2], 0x44), V16_SHUFPS(c[k], c[k + 2], 0xee));
+  for (int k = 0; k < 2; k++) e[k] = v16_add(V16_BLEND(c[k], c[k + 2], 0xcccc), V16_SHUFPS(c[k], c[k + 2], 0x4e));
   return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
 }
 
@@ -143,6 +160,95 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uin
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
         DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
                      keys);
+      }
+    }
+  }
+}
+
+/* ---- the softmax: 16 lanes, P written as P V reads it --------------------------------------------------- */
+
+/* The maximum of row s (columns [j0, j1), j0 and j1 multiples of 8 apart) after the rule v and the soft cap
+ * (row_rules_max's, which masks the blocks of 8 that [lo, hi) cuts and writes back what a rule changed).
+ * Without cap and slope only the cut blocks at the ends go through it; the whole blocks between take a
+ * 16-lane max (a max is the same in any order), so a decode row takes half the max instructions. */
+BF16_INLINE float bf16_row_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap) {
+  const int32_t a = v->lo > j0 ? j0 + ((v->lo - j0 + 7) & ~7) : j0; /* the whole blocks: [a, b) */
+  const int32_t b = v->hi < j1 ? j0 + ((v->hi - j0) & ~7) : j1;
+  if (cap > 0.0f || v->slope != 0.0f || a >= b) return row_rules_max(s, j0, j1, v, cap);
+  float mx = -INFINITY, x;
+  if (a > j0 && (x = row_rules_max(s, j0, a, v, cap)) > mx) mx = x;
+  if (b < j1 && (x = row_rules_max(s + (b - j0), b, j1, v, cap)) > mx) mx = x;
+  v16 vmax = v16_set1(-INFINITY);
+  int32_t j = a;
+  for (; j + 16 <= b; j += 16) vmax = v16_max(vmax, v16_load(s + (j - j0)));
+  if ((x = v16_hmax(vmax)) > mx) mx = x;
+  if (j < b && (x = hmax8(_mm256_load_ps(s + (j - j0)))) > mx) mx = x;
+  return mx;
+}
+
+/* One vector's S row (W floats from column j0; the keys [j0, j0 + W) a multiple of 8) to P, softmax_row's job
+ * 16 lanes at a time (v16_exp: exp8's bits; l summed in another order): the rule, the max, then P = e^(s -
+ * m_new) in one pass, written as bf16 pairs into the row's first W / 2 words (PAIRS: what bf16_pv reads, no
+ * pass of its own) or as floats; m and l updated, the factor o must be rescaled by returned. A last 8 keys
+ * go through the same 16 lanes, padded with -inf (P 0, which adds nothing to l). */
+BF16_INLINE float bf16_decode_row(const bool PAIRS, float *s, int32_t j0, int32_t W, const vec_rule *v, float cap,
+                                  float *m, float *l) {
+  float alpha;
+  const float m_new = row_new_max(bf16_row_max(s, j0, j0 + W, v, cap), *m, &alpha);
+  const v16 mv = v16_set1(m_new);
+  v16 sum = v16_zero();
+  int32_t j = 0;
+  for (; j + 16 <= W; j += 16) {
+    const v16 p = v16_exp(v16_sub(v16_load(s + j), mv));
+    sum = v16_add(sum, p);
+    if (PAIRS)
+      _mm256_storeu_si256((__m256i *)((uint32_t *)s + j / 2), v16_pairs_bf16(p));
+    else
+      v16_store(s + j, p);
+  }
+  if (j < W) {
+    _Alignas(64) float t[16];
+    _mm256_store_ps(t, _mm256_load_ps(s + j)), _mm256_store_ps(t + 8, _mm256_set1_ps(-INFINITY));
+    const v16 p = v16_exp(v16_sub(v16_load(t), mv));
+    sum = v16_add(sum, p);
+    if (PAIRS)
+      _mm_storeu_si128((__m128i *)((uint32_t *)s + j / 2), _mm256_castsi256_si128(v16_pairs_bf16(p)));
+    else
+      v16_store(t, p), _mm256_store_ps(s + j, _mm256_load_ps(t));
+  }
+  *l = *l * alpha + v16_hsum(sum);
+  *m = m_new;
+  return alpha;
+}
+
+/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs for bf16_pv), each output rescaled by its
+ * alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
+ * (unpack32_apply's: the order bf16_pv keeps them in). */
+BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *job, const decode_shape *s, float *S,
+                                     const int32_t *perm, const int32_t D) {
+  for (int32_t g = 0; g < s->heads; g++) {
+    const uattn_panel_job h = head_job(job, s, g);
+    for (int32_t b = 0; b < s->blocks; b++) {
+      vec_rule rule[4];
+      int32_t lo, hi;
+      block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
+      for (int i = 0; i < s->nb[b]; i++) {
+        const size_t x = (size_t)s->x0[b] + i;
+        float *row = S + ((size_t)g * s->n + x) * s->W;
+        float alpha = 1.0f;
+        if (rule[i].lo < rule[i].hi) /* else this vector sees none of the keys: o stays exactly as it is */
+          alpha = bf16_decode_row(PAIRS, row, s->j0, s->W, &rule[i], h.soft_cap, &h.m[x], &h.l[x]);
+        else
+          memset(row, 0, sizeof(float) * (size_t)s->W);
+        float *o = h.o + x * D;
+        const v16 a = v16_set1(alpha);
+        for (int32_t d = 0; perm && d < D; d += 32) {
+          v16 lo16 = v16_load(o + d), hi16 = v16_load(o + d + 16);
+          if (alpha != 1.0f) lo16 = v16_mul(a, lo16), hi16 = v16_mul(a, hi16);
+          v16_store(o + d, v16_perm2(lo16, hi16, perm)), v16_store(o + d + 16, v16_perm2(lo16, hi16, perm + 16));
+        }
+        for (int32_t d = 0; !perm && alpha != 1.0f && d < D; d += 8)
+          _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(o + d)));
       }
     }
   }
@@ -210,12 +316,11 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, cons
 }
 
 /* P V of every head and block, BF16_PV_TILE rows at a time, every head in turn (the next tile asked for a
- * head's share at a time); P turned into bf16 pairs in place first (each S row of W floats into its first
- * W / 2 words). tab: fp8 rows (D a multiple of 64). */
+ * head's share at a time); P as bf16 pairs, each S row's first W / 2 words (bf16_decode_softmax's). tab: fp8
+ * rows (D a multiple of 64). */
 BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const char *v, float *S,
                          const int32_t D) {
   const size_t esz = tab ? 1 : 2;
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) pairs_bf16(S + x * s->W, s->W, (uint32_t *)(S + x * s->W));
   const size_t ld = (size_t)s->W;
   for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
     for (int32_t g = 0; g < s->heads; g++) {
@@ -291,8 +396,8 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
   else
     WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
-  decode_softmax(job, &s, S, D); /* rescales the outputs (s.eo is false: in natural order) */
   if (fp8 && !job->probs_fp32) {
+    bf16_decode_softmax(true, job, &s, S, NULL, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
     bf16_pv(job, &s, tab, v_src, S, D);
@@ -301,13 +406,13 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     return;
   }
   if (bf16 && !job->probs_fp32) {
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_to);
+    bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
     bf16_pv(job, &s, NULL, v_src, S, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
     return;
   }
+  bf16_decode_softmax(false, job, &s, S, NULL, D); /* the outputs rescaled, in natural order (s.eo is false) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
   if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
     decode_pv(job, &s, t, v_src, S, D);
