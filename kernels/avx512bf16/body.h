@@ -26,7 +26,8 @@
  *           16 and dims past the head dim up to the next 16 are zero.
  *   Both start at the first 64-byte boundary of their buffer.
  *
- * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared), with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
+ * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared),
+ * with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
  * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (with 32
  * keys or dims a tile, 2: 5% slower on 128 rows x 512 keys, hot). Hand-written, not libxsmm's bf16 GEMM:
  * the fused tile keeps S and P in L1 and measured 1.7x the avx2 set's libxsmm body on this Zen 4 (one
