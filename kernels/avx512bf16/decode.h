@@ -32,11 +32,16 @@
  * avx2/decode.h's prefetch_share, to L2 (every line of a row: one prefetch per 128 bytes made a walk over a
  * 256 MiB cache 1.5x slower).
  * Where it stands (uattn-kernel-bench --decode --cpu-time, GQA 4, ns a key and KV head, 1 / 2 / 4 rows): hot
- * 18.1 / 33.0 / 62.0 (from 19.6 / 37.2 / 68.9 before the fused softmax and the blends), cold 33.7 / 46.2 /
- * 75.7 (from 34.4 / 49.0 / 80.7), the plain read 20: a decode's time on a cold cache is hot + read less
- * 10-15%, so what keeps decode-long from the bandwidth is as much the memory time left unhidden as the
- * compute (the rows asked for 8 or 32 keys ahead instead of 16, or the first 16 of a block at its start:
- * no change). */
+ * 18.1 / 33.0 / 62.0 (from 19.6 / 37.2 / 68.9 before the fused softmax and the blends); on a cold cache of
+ * 2 MiB pages 29-31 / 40-42 / 75, where a plain read of the same blocks takes 16.5-18. What caps it is how
+ * fast software prefetches bring lines in: about 18 GB/s on one core of this Zen 4 VM, at any distance (4 to
+ * 64 rows ahead), into L2 or L3 alike, in the rows' order or the heads', while the hardware prefetchers
+ * reach 29 GB/s only on a plain ascending read. Without prefetches (the hardware alone on this walk of a row
+ * a head at a time) the cold 1-row case takes 53; prefetcht0 or prefetchnta 62-66; bursts of a whole row
+ * group at once 44. Scores taken row by row (4 heads x 4 vectors a step, so the keys are read in address
+ * order) did not bring the hardware prefetchers in either: 45 without prefetches, 31 with, at 2.7 more hot.
+ * (A separate program reading the kernel's order: 42 ns per 512 bytes, 27.5 with these prefetches, 17.6 in
+ * address order.) */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 

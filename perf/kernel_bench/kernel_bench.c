@@ -162,10 +162,17 @@ static void run_attend(void *arg, long call) {
   c->set->attend[c->job.rows == 1 ? UATTN_PART_UNIQUE : UATTN_PART_SHARED](&c->job, c->job.num_keys);
 }
 
-/* A cache of n random elements of the bucket's dtype, made 1024 at a time. */
+/* A cache of n random elements of the bucket's dtype, made 1024 at a time, on the memory an engine should give
+ * its caches (uattn_cache_alloc: 2 MiB pages, as uattn-bench's; on 4 KiB pages a cold walk's page walks were
+ * part of what it timed). Free with free_cache(c, n). */
 static void *random_cache(size_t n) {
   const size_t esz = uattn_dtype_size(cache_dtype);
-  char *c = malloc(n * esz);
+  void *mem = NULL;
+  if (uattn_cache_alloc(n * esz, &mem) != UATTN_OK) {
+    fprintf(stderr, "uattn-kernel-bench: %s\n", uattn_last_error());
+    exit(1);
+  }
+  char *c = mem;
   float f[1024];
   for (size_t i = 0; i < n; i += 1024) {
     const size_t m = n - i < 1024 ? n - i : 1024;
@@ -174,6 +181,8 @@ static void *random_cache(size_t n) {
   }
   return c;
 }
+
+static void free_cache(void *c, size_t n) { uattn_cache_free(c, n * uattn_dtype_size(cache_dtype)); }
 
 /* GFLOP/s of each set's attend on rows x group query vectors against a panel of `keys` loaded from the cache;
  * causal: row r sees r + 1 keys (else all). */
@@ -219,7 +228,7 @@ static void bench_attend(const uattn_kernels *const set[2], int32_t rows, int32_
     gflops[s] = pairs * group * 4.0 * head_dim / seconds[s] * 1e-9;
     free(c[s].keys), free(c[s].values), free(c[s].job.m), free(c[s].job.l), free(c[s].job.o);
   }
-  free(k), free(v), free(q), free(scores), free(pos), free(vis);
+  free_cache(k, n), free_cache(v, n), free(q), free(scores), free(pos), free(vis);
 }
 
 /* ---- load ---------------------------------------------------------------------------------------------------- */
@@ -380,7 +389,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     printf(
         "\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
         "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
-  free(k), free(v);
+  free_cache(k, block * cold_blocks), free_cache(v, block * cold_blocks);
   return 0;
 }
 
@@ -466,10 +475,10 @@ static void bucket_spec(const uattn_bucket_kernels *e, bool isa, char *out, size
  * not generated or one generated only for ISAs this CPU lacks, after saying so on stderr (the first two)
  * unless quiet, with the list of the buckets that were generated. */
 static const uattn_bucket_kernels *find_bucket(const char *spec, bool quiet) {
-  char dtype[8], isa[32] = "";
+  char dtype[16], isa[32] = ""; /* the longest dtype name: "fp8_e4m3" */
   int32_t block, dim, chunk;
   int used = 0;
-  const int n = sscanf(spec, "%7[^:]:%d:%d:%d%n:%31[^:]%n", dtype, &block, &dim, &chunk, &used, isa, &used);
+  const int n = sscanf(spec, "%15[^:]:%d:%d:%d%n:%31[^:]%n", dtype, &block, &dim, &chunk, &used, isa, &used);
   if (n < 4 || spec[used]) {
     fprintf(stderr, "uattn-kernel-bench: --bucket %s: want DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]\n", spec);
     return NULL;
@@ -618,7 +627,7 @@ int main(int argc, char **argv) {
   snprintf(what, sizeof what, "load %s block, cold HND (256 MiB cache)", uattn_dtype_name(cache_dtype));
   bench_load(sets, k, v, cold_blocks, 1, x, speedup);
   row(what, "GB/s   ", x, speedup);
-  free(k), free(v);
+  free_cache(k, block * cold_blocks), free_cache(v, block * cold_blocks);
   printf("\n  best %s attend: %.0f%% of the FMA peak\n", name[1], 100.0 * best / peak);
   return 0;
 }
