@@ -3,6 +3,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
@@ -17,12 +18,23 @@ deps:
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
-# The sanitized build generates a few buckets (every dtype, a chunked one, an odd head dim), not the
-# release's 25 (gen/manifest.json's default): they are one template, and each costs ~10 s to compile with ASan.
+# The sanitized build generates a few buckets (every dtype but fp8_e5m2, whose layers then show the fallback
+# and its reason, a chunked one, an odd head dim), not the release's 30 (gen/manifest.json's default): they are
+# one template, and each costs ~10 s to compile with ASan.
 # This, TSAN_BUCKETS and FUZZ_BUCKETS are per-build choices, so they live here, not in the manifest.
-ASAN_BUCKETS ?= bf16:16,128:128:0 bf16:128:128:16 f16:16:64:0 f32:128:80:0
+ASAN_BUCKETS ?= bf16:16,128:128:0 bf16:128:128:16 f16:16:64:0 f32:128:80:0 fp8_e4m3:16:64:0
 
-$(ASAN_BUILD)/CMakeCache.txt: | deps
+# A build directory's bucket list is written to DIR/buckets.txt when it differs from the one there, so a list
+# changed here or on the command line re-configures an existing build (CMake would keep the cached one).
+%/buckets.txt: FORCE
+	@mkdir -p $(@D) && printf '%s\n' '$(BUCKETS_OF_$*)' | cmp -s - $@ || printf '%s\n' '$(BUCKETS_OF_$*)' > $@
+.PHONY: FORCE
+FORCE:
+BUCKETS_OF_$(ASAN_BUILD) = $(ASAN_BUCKETS)
+BUCKETS_OF_$(TSAN_BUILD) = $(TSAN_BUCKETS)
+BUCKETS_OF_$(FUZZ_BUILD) = $(FUZZ_BUCKETS)
+
+$(ASAN_BUILD)/CMakeCache.txt: $(ASAN_BUILD)/buckets.txt | deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DUATTN_SANITIZE=ON \
 	  -DUATTN_KERNEL_BUCKETS="$(ASAN_BUCKETS)" $(CMAKE_ARGS)
 
@@ -30,7 +42,7 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 # which cannot start under TSan (tests/common/standalone_test.h); its buckets are the ones those suites' layers use.
 TSAN_BUCKETS ?= bf16:16:64,128:0 f32:16:128:0 f16:32:96:0
 
-$(TSAN_BUILD)/CMakeCache.txt: | deps
+$(TSAN_BUILD)/CMakeCache.txt: $(TSAN_BUILD)/buckets.txt | deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUATTN_TSAN=ON -DUATTN_BUILD_PERF=OFF \
 	  -DUATTN_KERNEL_BUCKETS="$(TSAN_BUCKETS)" $(CMAKE_ARGS)
 
@@ -83,7 +95,6 @@ install: build
 
 # Coverage-guided fuzzing (tests/fuzz): clang's libFuzzer with ASan + UBSan, each target for FUZZ_SECONDS on
 # a scratch copy of its committed corpus; fails on any finding. clang is installed here only, not for `test`.
-FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 FUZZ_BUCKETS ?= bf16:16:128:0
@@ -91,7 +102,7 @@ FUZZ_BUCKETS ?= bf16:16:128:0
 fuzz-deps:
 	@bash cmake/install-deps.sh --fuzz
 
-$(FUZZ_BUILD)/CMakeCache.txt: | fuzz-deps
+$(FUZZ_BUILD)/CMakeCache.txt: $(FUZZ_BUILD)/buckets.txt | fuzz-deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUATTN_FUZZ=ON -DUATTN_BUILD_TESTS=OFF \
 	  -DUATTN_BUILD_PERF=OFF -DUATTN_KERNEL_BUCKETS="$(FUZZ_BUCKETS)" $(CMAKE_ARGS)
 

@@ -3,8 +3,8 @@
 # (the buckets and the ISA ladder). Sets UATTN_GENERATED_SOURCES.
 #
 # The default bucket list is the manifest's default_buckets (what it covers and why: there). A build may list
-# its own (the Makefile's sanitized, ThreadSanitizer and fuzz builds do); an existing build directory keeps the
-# value in its cache until it is given again.
+# its own (the Makefile's sanitized, ThreadSanitizer and fuzz builds do, on every build); an existing build
+# directory keeps a list it was given until it is given another, and follows the manifest's default otherwise.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(UATTN_GENERATOR ${CMAKE_CURRENT_SOURCE_DIR}/gen/generate.py)
 set(UATTN_MANIFEST ${CMAKE_CURRENT_SOURCE_DIR}/gen/manifest.json)
@@ -17,8 +17,18 @@ execute_process(
 if(NOT _uattn_gen_rc EQUAL 0)
   message(FATAL_ERROR "${_uattn_gen_error}")
 endif()
-set(UATTN_KERNEL_BUCKETS "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE STRING
-  "Kernel buckets to generate: groups DTYPES:BLOCK_SIZES:HEAD_DIMS:CHUNK_SIZES separated by spaces (see gen/generate.py); default: gen/manifest.json's; empty = generic kernels only")
+set(_uattn_buckets_doc "Kernel buckets to generate: groups DTYPES:BLOCK_SIZES:HEAD_DIMS:CHUNK_SIZES separated by spaces (see gen/generate.py); default: gen/manifest.json's; empty = generic kernels only")
+set(UATTN_KERNEL_BUCKETS "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE STRING "${_uattn_buckets_doc}")
+# A build directory that took the default follows the manifest when its default changes (a list the user gave
+# stays): the default it took is remembered beside the value.
+if(DEFINED CACHE{_UATTN_KERNEL_BUCKETS_TAKEN_DEFAULT}
+   AND UATTN_KERNEL_BUCKETS STREQUAL _UATTN_KERNEL_BUCKETS_TAKEN_DEFAULT
+   AND NOT UATTN_KERNEL_BUCKETS STREQUAL UATTN_KERNEL_BUCKETS_DEFAULT)
+  message(STATUS "uattn: gen/manifest.json's default buckets changed; this build takes the new default")
+  set(UATTN_KERNEL_BUCKETS "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE STRING "${_uattn_buckets_doc}" FORCE)
+endif()
+set(_UATTN_KERNEL_BUCKETS_TAKEN_DEFAULT "${UATTN_KERNEL_BUCKETS_DEFAULT}" CACHE INTERNAL
+  "the manifest's default when this build directory was last configured")
 
 execute_process(
   COMMAND ${Python3_EXECUTABLE} ${UATTN_GENERATOR} --buckets "${UATTN_KERNEL_BUCKETS}" --list

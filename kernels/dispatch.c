@@ -68,8 +68,10 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
    * their rounding, so such a layer takes the next level down, the avx512 set (which every CPU with
    * avx512bf16 runs), generated or generic; UATTN_ISA=avx512bf16 still forces them. A bf16 layer on an fp8
    * cache stays on this level: every fp8 value is exact in bf16, so P's rounding (the level's own) is all
-   * it changes. No bucket is generated for an fp8 cache (gen/manifest.json's dtypes have none), so it gets
-   * the generic set: "no bucket was generated for a fp8_e4m3 cache" */
+   * it changes. This level's buckets take fp8 caches as the others' do (gen/manifest.json's dtypes), so
+   * such a layer of a generated shape gets its bucket here, an f32 or f16 layer the avx512 bucket of the
+   * shape; another shape gets its level's generic set, and a build that lists no bucket of the cache's
+   * format says so: "no bucket was generated for a fp8_e5m2 cache". */
   const bool bf16_level = (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)) && dtype == UATTN_BF16;
   const char *bf16_only = "";
   if (generic == &uattn_kernels_avx512bf16 && !bf16_level) {

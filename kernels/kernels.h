@@ -88,7 +88,7 @@ typedef struct uattn_bucket_kernels {
   int32_t block_size, head_dim;
   uattn_dtype dtype; /* of the cache */
   int32_t chunk_size;
-  const char *isa;                         /* the generic set it specializes ("avx2", "avx512") */
+  const char *isa;                         /* the generic set it specializes ("avx2", "avx512", "avx512bf16") */
   int (*runs_here)(void);                  /* whether this CPU runs it */
   const char *part_names[UATTN_NUM_PARTS]; /* its attend functions' names, e.g. uattn_bf16_unique_b128_d128_c0__avx2 */
   uattn_kernels set;
@@ -113,8 +113,8 @@ extern const size_t uattn_isa_registry_size;
 /* The kernels for a layer's shape, and why: the bucket of (block_size, head_dim, cache dtype, chunk_size)
  * when one was generated for an ISA this CPU runs (and UATTN_ISA forces no generic set), else the generic
  * set of uattn_kernels_select. dtype (the layer's queries, keys and values) matters to one level only:
- * avx512bf16 serves bf16 queries on bf16 caches, and other layers go to the avx512 level below it. *bucket
- * is the bucket used (NULL for a generic set); why (>= 160 bytes) says which and why in words. */
+ * avx512bf16 serves bf16 queries on bf16 or fp8 caches, and other layers go to the avx512 level below it.
+ * *bucket is the bucket used (NULL for a generic set); why (>= 160 bytes) says which and why in words. */
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
                                             uattn_dtype dtype, int32_t chunk_size, const uattn_bucket_kernels **bucket,
                                             char *why, size_t why_size);

@@ -1,9 +1,12 @@
-/* One generated bucket of the avx512bf16 set (bf16 caches only): included by a source gen/generate.py
- * writes, after it has defined what avx2/bucket.h takes (the bucket, BUCKET_LOAD, BUCKET_CAUSAL,
- * BUCKET_SHARED, BUCKET_UNIQUE, BUCKET_DECODE, BUCKET_ENTRY). The bodies are avx512bf16/body.h's with the
- * head dim constant (and, where the call allows, the dtype and the block size), in the generic set's panel
- * layout; the load, the decode kernel and the entry are every ISA's (bucket_entry.h), and the three attend
- * functions, below, copies under their own names so a profile shows each part. */
+/* One generated bucket of the avx512bf16 set (bf16 and fp8 caches, whose values are all exact in bf16): included
+ * by a source gen/generate.py writes, after it has defined what avx2/bucket.h takes (the bucket, BUCKET_LOAD,
+ * BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE, BUCKET_DECODE, BUCKET_ENTRY). The bodies are avx512bf16/body.h's
+ * with the head dim constant (and, where the call allows, the dtype and the block size), in the generic set's
+ * panel layout; the load, the decode kernel and the entry are every ISA's (bucket_entry.h), and the three
+ * attend functions, below, copies under their own names so a profile shows each part. An fp8 bucket's load
+ * widens the codes exactly (bf16_stage) and its decode kernel takes its fp8 path (vpermi2b lookups) where the
+ * head dim is a multiple of 64, else its wide path; the cache's k_scale and v_scale are the forward's, as for
+ * the generic set. */
 #define AVX512_VEC_ZMM
 #include "avx512bf16/avx512bf16.h"
 #include "avx512bf16/body.h"

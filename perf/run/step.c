@@ -56,8 +56,8 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
       uattn_json_int(r, o, "", "num_q_heads", true, 0, 1, INT32_MAX, &s->hq) ||
       uattn_json_int(r, o, "", "num_kv_heads", true, 0, 1, INT32_MAX, &s->hkv) ||
       uattn_json_int(r, o, "", "head_dim", true, 0, 1, INT32_MAX, &s->head_dim) ||
-      uattn_json_dtype(r, o, "", "dtype", true, &s->dtype) ||
-      uattn_json_dtype(r, o, "", "cache_dtype", true, &s->cache_dtype))
+      uattn_json_dtype(r, o, "", "dtype", true, false, &s->dtype) ||
+      uattn_json_dtype(r, o, "", "cache_dtype", true, true, &s->cache_dtype))
     return -1;
   static const char *const layouts[] = {"NHD", "HND"};
   static const int layout_values[] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND};
@@ -82,10 +82,6 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
     return -1;
   s->scale = (float)scale;
   s->soft_cap = (float)soft_cap;
-  /* q, k, v and out are what an engine computes in; fp8 is a storage format for the caches only */
-  if (s->dtype == UATTN_FP8_E4M3 || s->dtype == UATTN_FP8_E5M2)
-    return fail(r, "dtype: %s is a cache dtype only (q, k, v and out are f32, bf16 or f16)",
-                uattn_dtype_name(s->dtype));
   /* The fp8 scales (uattn.h: finite and > 0; 1 when absent). Read whatever the cache dtype, so that a bad
    * value is never silently carried along; the library ignores them for other caches. The lower bound is
    * fp32's smallest positive value: a smaller one would become 0 as a float. */

@@ -161,7 +161,7 @@ static uattn_status refuse_missing(uattn_json_reader *r, const char *where, cons
                  : uattn_json_refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s%s is missing", where, key);
 }
 
-/* x is not what: an integer, a string (f32, bf16, f16), ... */
+/* x is not what: an integer, a string (NHD, HND), ... */
 static uattn_status refuse_kind(uattn_json_reader *r, const char *path, const char *what, const cJSON *x) {
   return tool(r) ? uattn_json_refuse(r, UATTN_ERR_INVALID_ARGUMENT, "%s: must be %s, got %s", path, what,
                                      uattn_json_kind(x))
@@ -272,12 +272,19 @@ uattn_status uattn_json_choice(uattn_json_reader *r, const cJSON *obj, const cha
 }
 
 uattn_status uattn_json_dtype(uattn_json_reader *r, const cJSON *obj, const char *where, const char *key,
-                              bool long_names, uattn_dtype *out) {
-  static const char allowed[] = "f32, bf16, f16";
+                              bool long_names, bool of_cache, uattn_dtype *out) {
+  const char *allowed = of_cache ? "f32, bf16, f16, fp8_e4m3, fp8_e5m2" : "f32, bf16, f16";
+  char what[64];
+  snprintf(what, sizeof what, "a string (%s)", allowed);
   const char *s = NULL;
-  if (get_string(r, obj, where, key, "a string (f32, bf16, f16)", &s) != UATTN_OK) return r->status;
-  if (uattn_dtype_parse(s, long_names, out)) return UATTN_OK;
-  return refuse_choice(r, where, key, s, allowed);
+  if (get_string(r, obj, where, key, what, &s) != UATTN_OK) return r->status;
+  if (!uattn_dtype_parse(s, long_names, out)) return refuse_choice(r, where, key, s, allowed);
+  if (of_cache || !uattn_dtype_is_fp8(*out)) return UATTN_OK;
+  /* q, k, v and out are what an engine computes in; fp8 is a storage format for the caches only */
+  return uattn_json_refuse(r, UATTN_ERR_INVALID_ARGUMENT,
+                           tool(r) ? "%s%s: %s is a cache dtype only (q, k, v and out are f32, bf16 or f16)"
+                                   : "%s%s = %s is a cache dtype only (q, k, v and out are f32, bf16 or f16)",
+                           where, key, uattn_dtype_name(*out));
 }
 
 uattn_status uattn_json_int_list(uattn_json_reader *r, const cJSON *x, const char *path, int64_t lo, int64_t hi,

@@ -67,9 +67,10 @@ uattn_status uattn_json_number(uattn_json_reader *r, const cJSON *obj, const cha
 /* A string, required. */
 uattn_status uattn_json_string(uattn_json_reader *r, const cJSON *obj, const char *where, const char *key,
                                const char **out);
-/* A dtype's name (convert.h's table: short names, long ones too when long_names), required. */
+/* A dtype's name (convert.h's table: short names, long ones too when long_names), required. The fp8 formats
+ * only where of_cache (a cache's dtype): q, k, v and out are f32, bf16 or f16. */
 uattn_status uattn_json_dtype(uattn_json_reader *r, const cJSON *obj, const char *where, const char *key,
-                              bool long_names, uattn_dtype *out);
+                              bool long_names, bool of_cache, uattn_dtype *out);
 /* One of names[n], giving values[i]; allowed lists them for messages ("NHD, HND"). Required. */
 uattn_status uattn_json_choice(uattn_json_reader *r, const cJSON *obj, const char *where, const char *key,
                                const char *const *names, const int *values, int n, const char *allowed, int *out);

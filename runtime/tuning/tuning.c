@@ -269,7 +269,7 @@ static uattn_status read_entry(uattn_json_reader *r, const cJSON *x, int index, 
     const int_field *f = &int_fields[k];
     st = uattn_json_int(r, x, where, f->key, f->required, 0, f->lo, f->hi, field_ptr(e, f));
   }
-  if (st == UATTN_OK) st = uattn_json_dtype(r, x, where, "cache_dtype", false, &e->cache_dtype);
+  if (st == UATTN_OK) st = uattn_json_dtype(r, x, where, "cache_dtype", false, true, &e->cache_dtype);
   for (int k = 0; k < 2 && st == UATTN_OK; k++)
     if (cJSON_GetObjectItemCaseSensitive(x, time_fields[k]))
       st = uattn_json_number(r, x, where, time_fields[k], 0, nextafter(TUNING_MS_LIMIT, 0),

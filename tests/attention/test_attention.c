@@ -166,26 +166,6 @@ Test(attention, split_k_decodes, .timeout = 300) {
 
 /* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */
 
-/* max |out - oracle| of one forward of the run on the calling thread, and in *scale max |oracle|. */
-static double error_against_oracle(attention_run *run, double *scale_out) {
-  const attention_case *c = &run->c;
-  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
-  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
-  int32_t effective[RB_MAX_REQS];
-  const oracle_step s = attention_oracle_step(run, effective);
-  double *out = malloc(sizeof(double) * (n + 1));
-  double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
-  cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
-  cr_assert_eq(oracle_attention(&s, &run->layer, &ref, out, lse), 0, "%s: oracle: %s", c->name, oracle_last_error());
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(out[i]));
-  for (size_t i = 0; i < n; i++) err = fmax(err, fabs(oracle_load(t.out, c->dtype, i) - out[i]));
-  free(out), free(lse);
-  attention_tensors_free(&t), attention_tensors_free(&ref);
-  *scale_out = scale;
-  return err;
-}
-
 /* bf16 models on the avx512bf16 level (UATTN_ISA forces it; a CPU without AVX512-BF16 runs its best set
  * instead, and the line printed names it), P in bf16 (the default) and in fp32, every kind of batch and
  * every score rule, against the dense fp64 oracle. P in fp32: attention_case.c's bf16 tolerance (4e-3 of
@@ -215,7 +195,7 @@ Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
       if (k == 0) level = uattn_kernel_set(NULL);
       run.layer.probs_fp32 = k == 1;
       if (k > 0) attention_run_check(&run);
-      err[k] = error_against_oracle(&run, &scale);
+      err[k] = attention_run_error(&run, &scale);
       const double bound = attention_tolerance(BF16, BF16) * scale + (k == 0 ? 0x1p-9 : 0.0);
       cr_assert(err[k] <= bound, "%s (%s, P %s): max error %.3g exceeds %.3g (max |out| %.3g)", cases[i].name,
                 uattn_kernel_set(NULL), k == 1 ? "fp32" : "bf16", err[k], bound, scale);
@@ -292,7 +272,7 @@ Test(attention, fp8_caches, .timeout = 300) {
     attention_run_build(&run, &fp8_cases[i]);
     attention_run_check(&run);
     double scale;
-    const double err = error_against_oracle(&run, &scale);
+    const double err = attention_run_error(&run, &scale);
     fprintf(stderr, "%-42s error / max|out| against fp64: %.3g (max |out| %.3g, %s)\n", fp8_cases[i].name,
             err / fmax(scale, 1e-30), scale, uattn_kernel_set(NULL));
     attention_run_free(&run);

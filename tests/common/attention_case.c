@@ -274,6 +274,25 @@ oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB
                        .block_table_stride = run->batch.stride};
 }
 
+double attention_run_error(attention_run *run, double *scale_out) {
+  const attention_case *c = &run->c;
+  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
+  uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
+  int32_t effective[RB_MAX_REQS];
+  const oracle_step s = attention_oracle_step(run, effective);
+  double *out = malloc(sizeof(double) * (n + 1));
+  double *lse = malloc(sizeof(double) * ((size_t)run->info.num_tokens * c->num_q_heads + 1));
+  cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  cr_assert_eq(oracle_attention(&s, &run->layer, &ref, out, lse), 0, "%s: oracle: %s", c->name, oracle_last_error());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(out[i]));
+  for (size_t i = 0; i < n; i++) err = fmax(err, fabs(oracle_load(t.out, c->dtype, i) - out[i]));
+  free(out), free(lse);
+  attention_tensors_free(&t), attention_tensors_free(&ref);
+  *scale_out = scale;
+  return err;
+}
+
 void attention_run_check(attention_run *run) {
   const attention_case *c = &run->c;
   const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;

@@ -65,6 +65,9 @@ uattn_tensors attention_run_forward(const attention_run *run, uattn_runtime *rt)
 /* Runs uattn_forward and the oracle and checks outputs, lse and both caches, with the tolerance of the
  * case's dtypes. Fails the calling test on any mismatch. */
 void attention_run_check(attention_run *run);
+/* max |out - oracle| of one forward of the run on the calling thread, and in *scale max |oracle|: for a
+ * bound of the caller's own (the avx512bf16 level's P in bf16 needs more than attention_tolerance). */
+double attention_run_error(attention_run *run, double *scale);
 /* The run's step as the dense oracle takes it (effective: the requests' token counts, drafts counted). */
 oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB_MAX_REQS]);
 

@@ -2,7 +2,8 @@
  * serve every part (each bucket of the registry: test_kernels.c's buckets suite), shapes outside the generated
  * list fall back to the generic kernels and say why, UATTN_ISA forces a generic set, uattn_last_forward_report
  * says what served a call, and a step served by a bucket matches the dense oracle and the generic kernels'
- * result, whatever the thread count. Tolerances: attention_case.c. */
+ * result, whatever the thread count; fp8 caches get their buckets, and steps on them (every part, both
+ * layouts, both formats) do the same. Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,13 +25,25 @@ static uattn_kernel_bucket runnable_bucket(bool chunked) {
   return all[0];
 }
 
+/* A layer of the bucket's shape; on an fp8 cache (q, k, v and out are never fp8) a bf16 model's, which every
+ * level takes. */
 static uattn_layer bucket_layer(const uattn_kernel_bucket *b) {
-  uattn_layer L = uattn_layer_default(8, 2, b->head_dim, b->dtype);
+  uattn_layer L = uattn_layer_default(8, 2, b->head_dim, uattn_dtype_is_fp8(b->dtype) ? UATTN_BF16 : b->dtype);
+  L.cache_dtype = b->dtype;
   L.chunk_size = b->chunk_size;
   return L;
 }
 
-static const char *dtype_tag(uattn_dtype t) { return t == UATTN_F32 ? "f32" : t == UATTN_BF16 ? "bf16" : "f16"; }
+/* Whether the build generated a bucket of this shape for isa (the registry, not the dispatch, says). */
+static bool generated(uattn_dtype dtype, int32_t block_size, int32_t head_dim, int32_t chunk_size, const char *isa) {
+  uattn_kernel_bucket all[4096];
+  const int32_t n = uattn_kernel_buckets(all, 4096);
+  for (int32_t i = 0; i < n && i < 4096; i++)
+    if (all[i].dtype == dtype && all[i].block_size == block_size && all[i].head_dim == head_dim &&
+        all[i].chunk_size == chunk_size && !strcmp(all[i].isa, isa))
+      return true;
+  return false;
+}
 
 Test(dispatch, buckets_are_listed) {
   const int32_t n = uattn_kernel_buckets(NULL, 0);
@@ -66,8 +79,8 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
     const bool own = !shares || (p == UATTN_PART_UNIQUE && decode);
     char want[64];
-    snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", dtype_tag(b.dtype), parts[p], b.block_size, b.head_dim,
-             b.chunk_size, own ? b.isa : shares);
+    snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", uattn_dtype_name(b.dtype), parts[p], b.block_size,
+             b.head_dim, b.chunk_size, own ? b.isa : shares);
     cr_assert_str_eq(r.part_kernel[p], want);
   }
   cr_assert(strstr(r.reason, "generated bucket"), "%s", r.reason);
@@ -119,11 +132,17 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
     cr_assert_str_eq(r.part_kernel[UATTN_PART_CAUSAL], "uattn_bf16_causal_b128_d128_c0__avx512bf16");
     cr_assert_str_eq(r.decode_kernel, "uattn_bf16_decode_b128_d128_c0__avx512bf16");
   }
+  /* fp8 caches: the level's bucket where the build generated one of the shape (the default list does, for both
+   * formats), else its generic set */
   for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
     L.cache_dtype = t;
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-    cr_assert_str_eq(r.kernel_set, "avx512bf16", "cache dtype %d: %s", (int)t, r.reason);
-    cr_assert_str_eq(r.decode_kernel, "avx512bf16", "cache dtype %d: %s", (int)t, r.reason);
+    cr_assert_str_eq(r.kernel_set, "avx512bf16", "%s cache: %s", uattn_dtype_name(t), r.reason);
+    const bool bucket = generated(t, 128, 128, 0, "avx512bf16");
+    cr_assert_eq(r.bucket_hit, bucket, "%s cache: %s", uattn_dtype_name(t), r.reason);
+    char want[64] = "avx512bf16";
+    if (bucket) snprintf(want, sizeof want, "uattn_%s_decode_b128_d128_c0__avx512bf16", uattn_dtype_name(t));
+    cr_assert_str_eq(r.decode_kernel, want, "%s cache: %s", uattn_dtype_name(t), r.reason);
   }
   const uattn_dtype others[][2] = {{UATTN_BF16, UATTN_F16},
                                    {UATTN_F32, UATTN_F32},
@@ -133,8 +152,8 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
   for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
     L.dtype = others[i][0], L.cache_dtype = others[i][1];
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-    cr_assert_str_eq(r.kernel_set, "avx512", "%s in, %s cache: %s", dtype_tag(L.dtype), dtype_tag(L.cache_dtype),
-                     r.reason);
+    cr_assert_str_eq(r.kernel_set, "avx512", "%s in, %s cache: %s", uattn_dtype_name(L.dtype),
+                     uattn_dtype_name(L.cache_dtype), r.reason);
     if (!r.bucket_hit)
       cr_assert(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only"), "%s", r.reason);
   }
@@ -143,6 +162,70 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
   cr_assert_str_eq(r.kernel_set, "avx512bf16", "%s", r.reason);
   cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
   unsetenv("UATTN_ISA");
+}
+
+/* fp8 caches have buckets of their own (gen/manifest.json's default list: both formats at block sizes 16 and
+ * 128 with head dim 128, E4M3 also at block size 16 with head dim 64): a layer of a generated fp8 shape gets
+ * one, for queries of every dtype, with every part under the bucket's names and its decode kernel; bf16
+ * queries get the avx512bf16 level's bucket where the CPU runs it and one was generated, other queries never.
+ * A format the build generated no bucket for falls back and says so. */
+Test(dispatch, fp8_caches_get_their_buckets) {
+  unsetenv("UATTN_ISA");
+  uattn_kernel_bucket all[4096];
+  const int32_t n = uattn_kernel_buckets(all, 4096);
+  for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
+    const char *name = uattn_dtype_name(t);
+    int32_t listed = 0;
+    for (int32_t i = 0; i < n && i < 4096; i++) {
+      const uattn_kernel_bucket *b = &all[i];
+      if (b->dtype != t) continue;
+      listed++;
+      if (!b->runs_here) continue;
+      for (uattn_dtype q = UATTN_F32; q <= UATTN_F16; q++) {
+        uattn_layer L = uattn_layer_default(8, 2, b->head_dim, q);
+        L.cache_dtype = t;
+        L.chunk_size = b->chunk_size;
+        uattn_kernel_report r;
+        cr_assert_eq(uattn_describe_kernels(&L, b->block_size, &r), UATTN_OK, "%s", uattn_last_error());
+        cr_assert(r.bucket_hit, "%s b%d d%d c%d, %s queries: %s", name, b->block_size, b->head_dim, b->chunk_size,
+                  uattn_dtype_name(q), r.reason);
+        cr_assert(generated(t, b->block_size, b->head_dim, b->chunk_size, r.kernel_set), "%s", r.reason);
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "generated bucket (%s cache, block size %d, head dim %d, chunk size %d)", name,
+                 b->block_size, b->head_dim, b->chunk_size);
+        cr_assert(strstr(r.reason, prefix), "%s", r.reason);
+        const bool bf16_level = q == UATTN_BF16 && !strcmp(uattn_kernel_set(NULL), "avx512bf16") &&
+                                generated(t, b->block_size, b->head_dim, b->chunk_size, "avx512bf16");
+        cr_assert_eq(!strcmp(r.kernel_set, "avx512bf16"), bf16_level, "%s queries on %s: %s", uattn_dtype_name(q), name,
+                     r.reason);
+        /* every part's function is the bucket's (the causal part's too: it reads this step's keys, in the
+         * layer's dtype, through the bucket's load); the unique part is its decode kernel */
+        const bool decode = b->head_dim % 8 == 0 && b->block_size <= 256;
+        for (int p = 0; p < UATTN_NUM_PARTS; p++) {
+          char want[96];
+          snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__", name,
+                   p == UATTN_PART_CAUSAL   ? "causal"
+                   : p == UATTN_PART_SHARED ? "shared"
+                   : decode                 ? "decode"
+                                            : "unique",
+                   b->block_size, b->head_dim, b->chunk_size);
+          cr_assert(!strncmp(r.part_kernel[p], want, strlen(want)), "part %d: %s, want %s...", p, r.part_kernel[p],
+                    want);
+        }
+        if (decode) cr_assert_str_eq(r.decode_kernel, r.part_kernel[UATTN_PART_UNIQUE]);
+      }
+    }
+    if (listed) continue;
+    /* no bucket of this format in the build: the generic kernels, and why */
+    uattn_layer L = uattn_layer_default(8, 2, 128, UATTN_BF16);
+    L.cache_dtype = t;
+    uattn_kernel_report r;
+    cr_assert_eq(uattn_describe_kernels(&L, 16, &r), UATTN_OK, "%s", uattn_last_error());
+    cr_assert(!r.bucket_hit, "%s", r.reason);
+    char want[64];
+    snprintf(want, sizeof want, "fallback: no bucket was generated for a %s cache", name);
+    cr_assert(strstr(r.reason, want), "%s", r.reason);
+  }
 }
 
 Test(dispatch, bad_input_is_refused) {
@@ -163,39 +246,42 @@ static void *report_on_fresh_thread(void *arg) {
   return NULL;
 }
 
-/* A mixed step on a bucket's shape: the oracle's answer, the generic kernels' answer within the same
- * tolerance, the same bits on 1 and 2 threads, and a report naming the bucket's kernels with the calls
- * each part got. The report is per thread: a thread that ran nothing has none. */
-static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, uint64_t seed) {
+/* A step of case c, a bucket's shape: the oracle's answer, the generic kernels' answer within the same
+ * tolerance, the same bits on 1 and 2 threads, and a report naming the bucket of the case's cache dtype with
+ * the calls each part got. The report is per thread: a thread that ran nothing has none. On the avx512bf16
+ * level P is rounded to bf16, which moves an output by up to 2^-9 of the largest |v| beyond the dtype's
+ * tolerance (test_attention.c's bf16_level_against_the_oracle): its outputs are held to that bound, then to
+ * attention_run_check's (caches, outputs, lse) with P in fp32. */
+static void check_step_case(const attention_case *cp) {
   unsetenv("UATTN_ISA");
-  const attention_case c = {"bucket step",
-                            kind,
-                            b->block_size,
-                            8,
-                            2,
-                            b->head_dim,
-                            b->dtype,
-                            b->dtype,
-                            UATTN_LAYOUT_NHD,
-                            UATTN_ATTENTION_DECODER,
-                            0,
-                            0,
-                            0,
-                            0,
-                            b->chunk_size,
-                            0,
-                            seed};
+  const attention_case c = *cp;
   attention_run run;
   attention_run_build(&run, &c);
-  attention_run_check(&run); /* against the oracle, on the bucket */
+  double oracle_scale;
+  const double err = attention_run_error(&run, &oracle_scale); /* on the bucket */
   uattn_kernel_report r;
   cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK, "%s", uattn_last_error());
-  cr_assert(r.bucket_hit, "%s", r.reason);
+  cr_assert(r.bucket_hit, "%s: %s", c.name, r.reason);
+  /* the values: in [-1, 1], an fp8 cache's times v_scale */
+  const double max_v = uattn_dtype_is_fp8(c.cache_dtype) && c.v_scale > 1.0f ? c.v_scale : 1.0;
+  const double p_slack = !strcmp(r.kernel_set, "avx512bf16") && !run.layer.probs_fp32 ? 0x1p-9 * max_v : 0.0;
+  const double bound = attention_tolerance(c.dtype, c.cache_dtype) * oracle_scale + p_slack;
+  cr_assert(err <= bound, "%s (%s): max error %.3g exceeds %.3g (max |out| %.3g)", c.name, r.part_kernel[0], err, bound,
+            oracle_scale);
+  run.layer.probs_fp32 = true; /* the other sets ignore it */
+  attention_run_check(&run);
+  run.layer.probs_fp32 = false;
+  char own[32];
+  snprintf(own, sizeof own, "uattn_%s_", uattn_dtype_name(c.cache_dtype));
+  for (int p = 0; p < UATTN_NUM_PARTS; p++)
+    cr_assert(!strncmp(r.part_kernel[p], own, strlen(own)), "%s: part %d ran %s", c.name, p, r.part_kernel[p]);
   cr_assert_gt(r.part_calls[UATTN_PART_CAUSAL] + r.part_calls[UATTN_PART_SHARED] + r.part_calls[UATTN_PART_UNIQUE], 0);
-  if (kind == BATCH_MIXED) cr_assert_gt(r.part_calls[UATTN_PART_CAUSAL], 0, "a mixed step has prompt rows");
+  if (c.kind == BATCH_MIXED && c.attn_type == UATTN_ATTENTION_DECODER)
+    cr_assert_gt(r.part_calls[UATTN_PART_CAUSAL], 0, "a mixed step has prompt rows");
   cr_assert_gt(r.workspace_bytes, 0);
   /* the decode kernel: the bucket's unique-part function; it serves some of each part's calls (never the
-   * causal part's), and on this NHD cache (chunk size 0) every block of a mixed step's decodes */
+   * causal part's), and (chunk size 0) every block of a mixed step's decodes (cross attention's encoder keys
+   * are a shared part of their own, cross_part) */
   cr_assert_str_eq(r.decode_kernel, r.part_kernel[UATTN_PART_UNIQUE]);
   int64_t decode_calls = 0;
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
@@ -203,7 +289,8 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
     decode_calls += r.decode_calls[p];
   }
   cr_assert_eq(r.decode_calls[UATTN_PART_CAUSAL], 0, "prompt rows never go through the decode kernel");
-  if (b->chunk_size == 0 && kind == BATCH_MIXED) cr_assert_gt(decode_calls, 0);
+  if (c.chunk_size == 0 && c.kind == BATCH_MIXED && c.attn_type == UATTN_ATTENTION_DECODER)
+    cr_assert_gt(decode_calls, 0, "%s", c.name);
 
   uattn_tensors on_bucket = attention_run_forward(&run, NULL);
   uattn_runtime_config cfg = uattn_runtime_config_default();
@@ -227,8 +314,8 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
     scale = fmax(scale, fabs(g));
     diff = fmax(diff, fabs(a - g));
   }
-  cr_assert_leq(diff, 2 * attention_tolerance(c.dtype, c.cache_dtype) * fmax(scale, 1e-30), "bucket vs portable: %g",
-                diff);
+  cr_assert_leq(diff, 2 * attention_tolerance(c.dtype, c.cache_dtype) * fmax(scale, 1e-30) + p_slack,
+                "bucket vs portable: %g", diff);
   attention_tensors_free(&on_bucket), attention_tensors_free(&two), attention_tensors_free(&generic);
   attention_run_free(&run);
 
@@ -237,6 +324,28 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
   pthread_create(&th, NULL, report_on_fresh_thread, &other);
   pthread_join(th, NULL);
   cr_assert_eq(other, UATTN_ERR_INVALID_ARGUMENT, "a thread that ran no forward has no report");
+}
+
+/* A step of the given kind on a bucket's shape, NHD, its cache dtype (a bf16 model's queries on an fp8 one). */
+static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, uint64_t seed) {
+  const attention_case c = {"bucket step",
+                            kind,
+                            b->block_size,
+                            8,
+                            2,
+                            b->head_dim,
+                            uattn_dtype_is_fp8(b->dtype) ? UATTN_BF16 : b->dtype,
+                            b->dtype,
+                            UATTN_LAYOUT_NHD,
+                            UATTN_ATTENTION_DECODER,
+                            0,
+                            0,
+                            0,
+                            0,
+                            b->chunk_size,
+                            0,
+                            seed};
+  check_step_case(&c);
 }
 
 Test(dispatch, a_step_served_by_a_bucket, .timeout = 300) {
@@ -249,6 +358,80 @@ Test(dispatch, a_step_served_by_a_bucket, .timeout = 300) {
 Test(dispatch, a_step_served_by_a_chunked_bucket, .timeout = 300) {
   const uattn_kernel_bucket b = runnable_bucket(true);
   check_step_on_bucket(&b, BATCH_SHARED_PREFIX, 74);
+}
+
+/* The first generated bucket of cache dtype t (of chunk size 0 unless chunked) this CPU runs, best ISA first. */
+static bool runnable_bucket_of(uattn_dtype t, bool chunked, uattn_kernel_bucket *out) {
+  uattn_kernel_bucket all[4096];
+  const int32_t n = uattn_kernel_buckets(all, 4096);
+  for (int32_t i = 0; i < n && i < 4096; i++)
+    if (all[i].dtype == t && all[i].runs_here && (all[i].chunk_size > 0) == chunked) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
+/* Steps on fp8 caches served by their buckets, against the oracle and the generic kernels (check_step_case):
+ * both formats, NHD and HND, bf16 queries (the avx512bf16 level's bucket where the CPU has it) and f32 ones
+ * (the level below's), every part: prompts (causal), shared prefixes (shared), decodes (unique: the decode
+ * kernel), split-K decodes, cross attention, and chunked shared parts where the build generated a chunked
+ * fp8 bucket (the default list has none); k_scale and v_scale apart from 1 and from each other, so that a
+ * scale lost, doubled or swapped on a bucket's path shows. */
+Test(dispatch, steps_on_fp8_caches_served_by_their_buckets, .timeout = 300) {
+  const uattn_kv_layout NHD = UATTN_LAYOUT_NHD, HND = UATTN_LAYOUT_HND;
+  const uattn_attention_type DEC = UATTN_ATTENTION_DECODER, CROSS = UATTN_ATTENTION_ENCODER_DECODER;
+  const struct {
+    const char *name;
+    batch_kind kind;
+    uattn_dtype dtype;
+    uattn_kv_layout layout;
+    uattn_attention_type type;
+    int32_t split_min_keys, split_keys;
+    float k_scale, v_scale;
+  } steps[] = {
+      {"fp8 bucket, mixed, bf16", BATCH_MIXED, UATTN_BF16, NHD, DEC, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, mixed, f32, HND", BATCH_MIXED, UATTN_F32, HND, DEC, 0, 0, 3.0f, 0.5f},
+      {"fp8 bucket, shared prefix, bf16, HND", BATCH_SHARED_PREFIX, UATTN_BF16, HND, DEC, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, spec decode, f32", BATCH_SPEC_DECODE, UATTN_F32, NHD, DEC, 0, 0, 3.0f, 0.5f},
+      {"fp8 bucket, split-K decodes, bf16, HND", BATCH_DECODE, UATTN_BF16, HND, DEC, 100, 200, 0.5f, 3.0f},
+      {"fp8 bucket, split-K decodes, f32", BATCH_DECODE, UATTN_F32, NHD, DEC, 100, 200, 3.0f, 0.5f},
+      {"fp8 bucket, cross attention, bf16", BATCH_MIXED, UATTN_BF16, NHD, CROSS, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, cross attention, f32, HND", BATCH_DECODE, UATTN_F32, HND, CROSS, 0, 0, 3.0f, 0.5f},
+  };
+  int served = 0;
+  for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++)
+    for (int chunked = 0; chunked < 2; chunked++) {
+      uattn_kernel_bucket b;
+      if (!runnable_bucket_of(t, chunked, &b)) continue;
+      served++;
+      for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        if (chunked && steps[i].kind != BATCH_SHARED_PREFIX) continue; /* the chunked merge is the shared part's */
+        const attention_case c = {steps[i].name,
+                                  steps[i].kind,
+                                  b.block_size,
+                                  8,
+                                  2,
+                                  b.head_dim,
+                                  steps[i].dtype,
+                                  t,
+                                  steps[i].layout,
+                                  steps[i].type,
+                                  0,
+                                  0,
+                                  0,
+                                  0,
+                                  b.chunk_size,
+                                  0,
+                                  80 + 10 * (uint64_t)t + i,
+                                  steps[i].split_min_keys,
+                                  steps[i].split_keys,
+                                  steps[i].k_scale,
+                                  steps[i].v_scale};
+        check_step_case(&c);
+      }
+    }
+  if (!served) cr_skip_test("no fp8 bucket runs on this CPU (none was generated, or this CPU lacks their ISAs)");
 }
 
 /* A tuning file's entry for the bucket fills what the layer leaves 0: the chunk size (so the chunked bucket

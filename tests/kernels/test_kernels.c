@@ -91,7 +91,8 @@ typedef struct case_limits {
   bool decode;     /* jobs the decode kernel takes: up to UATTN_DECODE_MAX_VECTORS vectors */
   bool large;      /* jobs of many rows, often several key chunks long (what the libxsmm body is for) */
   bool bf16;       /* bf16 sources only (a bf16 set's: its dot products round others to bf16) */
-  bool fp8;        /* with bf16: fp8 caches instead (E4M3 or E5M2, exact in bf16: the bf16 level takes them too) */
+  bool fp8;        /* with bf16: fp8 caches instead (E4M3 or E5M2, exact in bf16: the bf16 level takes them too),
+                    * and for a bucket's jobs (a block size) bf16 keys among them */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
 } case_limits;
 
@@ -109,9 +110,15 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
   c->num_keys =
       test_rng_range(rng, 0, lim->large ? 2 : 19) == 0 ? test_rng_range(rng, 257, 700) : test_rng_range(rng, 1, 256);
+  bool own = false;
   if (lim->block_size && test_rng_range(rng, 0, 3) > 0) /* a whole cache block, the bucket's own case */
-    c->num_keys = lim->block_size, c->dtype = lim->dtype;
-  if (lim->bf16) c->dtype = !lim->fp8 ? UATTN_BF16 : test_rng_range(rng, 0, 1) ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
+    c->num_keys = lim->block_size, c->dtype = lim->dtype, own = true;
+  /* a bf16 set's other jobs: bf16 keys, or fp8 ones of either format; a bf16 fp8 bucket's also bf16 ones (its
+   * causal part reads a bf16 layer's own keys) */
+  if (lim->bf16 && !own) {
+    const int32_t k = !lim->fp8 ? 2 : test_rng_range(rng, 0, lim->block_size ? 2 : 1);
+    c->dtype = k == 2 ? UATTN_BF16 : k == 1 ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
+  }
   c->probs_fp32 = lim->probs_fp32;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
   c->panel_keys =
@@ -383,11 +390,8 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
     cr_assert(e <= tol,
               "%s: case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
               "%.3g; against fp64: %.3g, portable %.3g)",
-              label, i, c.rows, c.group, c.D, c.num_keys, c.panel_keys,
-              c.dtype == UATTN_F32    ? "f32"
-              : c.dtype == UATTN_BF16 ? "bf16"
-                                      : "f16",
-              c.soft_cap, c.window, c.has_alibi, e, tol, ea, ep);
+              label, i, c.rows, c.group, c.D, c.num_keys, c.panel_keys, uattn_dtype_name(c.dtype), c.soft_cap, c.window,
+              c.has_alibi, e, tol, ea, ep);
     /* the same job again: the same bits (no state, no data-dependent order) */
     job_result again = run_set(set, part, &c);
     cr_assert(same_bits(&again, &got, &c), "%s: case %d: two runs differ", label, i);
@@ -782,7 +786,9 @@ ParameterizedTestParameters(buckets, match_portable_on_random_jobs) {
 }
 
 /* Every part of every generated bucket against the portable set, on random jobs of the bucket's head dim,
- * mostly whole blocks of its block size and dtype (the unique part: the decode kernel's jobs of a few rows). */
+ * mostly whole blocks of its block size and dtype (the unique part: the decode kernel's jobs of a few rows),
+ * NHD and HND sources; an fp8 bucket's blocks are raw codes of its format, as the cache holds them (the forward
+ * applies the scales). */
 ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = 300) {
   const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
   if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
@@ -791,7 +797,8 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
                            .block_size = b->block_size,
                            .dtype = b->dtype,
                            .decode = decode,
-                           .bf16 = b->set.unscaled_q};
+                           .bf16 = b->set.unscaled_q,
+                           .fp8 = uattn_dtype_is_fp8(b->dtype)};
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
    * shape, and for every build that lists it */

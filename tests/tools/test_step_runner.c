@@ -739,6 +739,9 @@ static void string_block_size(cJSON *root) { cJSON_ReplaceItemInObject(root, "bl
 static void fractional_heads(cJSON *root) { cJSON_ReplaceItemInObject(root, "num_q_heads", cJSON_CreateNumber(4.5)); }
 static void huge_blocks(cJSON *root) { cJSON_ReplaceItemInObject(root, "num_blocks", cJSON_CreateNumber(3e9)); }
 static void bad_dtype(cJSON *root) { cJSON_ReplaceItemInObject(root, "dtype", cJSON_CreateString("fp8")); }
+static void bad_cache_dtype(cJSON *root) {
+  cJSON_ReplaceItemInObject(root, "cache_dtype", cJSON_CreateString("fp8_e4m3fn"));
+}
 static void bad_layout(cJSON *root) { cJSON_ReplaceItemInObject(root, "kv_layout", cJSON_CreateString("nhd")); }
 static void bad_attn(cJSON *root) { cJSON_ReplaceItemInObject(root, "attn_type", cJSON_CreateString("cross")); }
 static void zero_threads(cJSON *root) { cJSON_AddNumberToObject(root, "threads", 0); }
@@ -792,6 +795,8 @@ Test(step_runner, bad_values_are_named_by_their_key) {
   expect_json_error(fractional_heads, "fraction", "num_q_heads: must be an integer", NULL);
   expect_json_error(huge_blocks, "int32", "num_blocks: 3000000000 is over 2147483647", NULL);
   expect_json_error(bad_dtype, "dtype", "dtype: \"fp8\" is not one of f32, bf16, f16", NULL);
+  expect_json_error(bad_cache_dtype, "cache dtype",
+                    "cache_dtype: \"fp8_e4m3fn\" is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2", NULL);
   expect_json_error(bad_layout, "layout", "kv_layout: \"nhd\" is not one of NHD, HND", NULL);
   expect_json_error(bad_attn, "attn_type", "attn_type: \"cross\" is not one of decoder, encoder", NULL);
   expect_json_error(zero_threads, "threads", "threads: 0 must be >= 1", NULL);

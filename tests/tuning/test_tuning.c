@@ -529,7 +529,7 @@ Test(tuning, out_of_range_values_are_refused) {
   cJSON *d = valid_doc();
   cJSON_ReplaceItemInObject(first_entry(d), "cache_dtype", cJSON_CreateString("fp8"));
   assert_refused(write_doc(d, "dtype.json"), UATTN_ERR_OUT_OF_RANGE,
-                 "cache_dtype \"fp8\" is not one of f32, bf16, f16");
+                 "cache_dtype \"fp8\" is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2");
   d = valid_doc();
   cJSON_DeleteItemFromObject(first_entry(d), "query_tile");
   cJSON_AddNumberToObject(first_entry(d), "query_tile", 1.5);
