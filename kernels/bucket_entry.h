@@ -6,6 +6,7 @@
  *   BUCKET_LOAD, BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE             the entry's load and attend functions:
  *       the bucket's own (generate.py names them), or those of the bucket of the ISA it shares (bucket.h);
  *   BUCKET_ISA, BUCKET_RUNS_HERE    the generic set it specializes (its name, a string) and that set's probe;
+ *   BUCKET_GENERIC                  that set (a uattn_kernels), whose decode kernel takes other dtypes' calls;
  *   BUCKET_TARGET                   the target attribute of the functions defined here;
  *   BUCKET_PANEL_FLOATS             the panel size of its layout (the generic set's);
  *   BUCKET_UNSCALED_Q               uattn_kernels.unscaled_q of the set;
@@ -38,7 +39,7 @@ BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void 
 #endif
 
 /* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
- * uattn_decode_fits); the dtype constant too in the common call. */
+ * uattn_decode_fits), with the dtype constant too. */
 #if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
 void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
                    const void *v_src, size_t stride, size_t head_stride, float *scratch);
@@ -49,8 +50,9 @@ BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size
   if (dtype == BUCKET_DTYPE)
     BUCKET_DECODE_BODY(job, heads, head_vectors, BUCKET_DTYPE, k_src, v_src, stride, head_stride, scratch,
                        BUCKET_HEAD_DIM);
-  else
-    BUCKET_DECODE_BODY(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, BUCKET_HEAD_DIM);
+  else /* a cache of another dtype, which the dispatch never gives a bucket: the generic set's kernel, so that
+        * the body is compiled once a bucket (a second instance took a third of the library's build time) */
+    BUCKET_GENERIC.decode(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch);
 }
 #define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
 #else

@@ -15,6 +15,7 @@
 #include "avx2/xsmm.h"
 
 #define BUCKET_ISA "avx2"
+#define BUCKET_GENERIC uattn_kernels_avx2
 #define BUCKET_RUNS_HERE uattn_avx2_runs_here
 #define BUCKET_TARGET AVX2_TARGET
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats

@@ -14,6 +14,7 @@
 #define BUCKET_SHARED AVX2_BUCKET_SHARED
 #define BUCKET_UNIQUE AVX2_BUCKET_UNIQUE
 #define BUCKET_ISA "avx512"
+#define BUCKET_GENERIC uattn_kernels_avx512
 #define BUCKET_RUNS_HERE uattn_avx512_runs_here
 #define BUCKET_TARGET AVX512_TARGET
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats

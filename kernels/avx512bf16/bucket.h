@@ -12,6 +12,7 @@
 #include "avx512bf16/body.h"
 
 #define BUCKET_ISA "avx512bf16"
+#define BUCKET_GENERIC uattn_kernels_avx512bf16
 #define BUCKET_RUNS_HERE uattn_avx512bf16_runs_here
 #define BUCKET_TARGET BF16_TARGET
 #define BUCKET_PANEL_FLOATS uattn_avx512bf16_panel_floats
