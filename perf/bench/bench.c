@@ -7,7 +7,7 @@
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
  *               [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]
- *               [--layout nhd|hnd] [--json] [--plot FILE.png] [--list] */
+ *               [--layout nhd|hnd] [--probs-fp32] [--json] [--plot FILE.png] [--list] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,7 @@ typedef struct options {
   uattn_dtype dtype, cache_dtype; /* q/k/v/out; the caches (--cache-dtype, default --dtype's) */
   bool cache_dtype_set;
   uattn_kv_layout layout;
+  bool probs_fp32;      /* uattn_layer.probs_fp32: P kept in fp32 for P V (the bf16 level rounds it to bf16) */
   const char *scenario; /* a part of the case names to run; NULL: all */
   const char *plot;
   bool preset[16];
@@ -102,15 +103,18 @@ static int parse_args(int argc, char **argv, options *o) {
     if (takes_value && !v) return bad_usage("%s needs a value", a);
     if (!strcmp(a, "--json"))
       o->json = 1;
+    else if (!strcmp(a, "--probs-fp32"))
+      o->probs_fp32 = true;
     else if (!strcmp(a, "--list"))
       return print_list(), 0;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf(
           "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
           "                   [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]\n"
-          "                   [--layout nhd|hnd] [--json] [--plot FILE.png] [--list]\n"
+          "                   [--layout nhd|hnd] [--probs-fp32] [--json] [--plot FILE.png] [--list]\n"
           "--dtype: q, k, v and out (default bf16); --cache-dtype: the KV caches (default: --dtype's), whose\n"
-          "element size the read bytes count\n");
+          "element size the read bytes count; --probs-fp32: the layers keep P in fp32 for P V (uattn_layer's\n"
+          "probs_fp32; the bf16 kernels round it to bf16 by default)\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -245,6 +249,7 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
   uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
   L.soft_cap = p->soft_cap;
   L.kv_layout = o->layout;
+  L.probs_fp32 = o->probs_fp32;
   L.cache_dtype = o->cache_dtype; /* fp8: k_scale = v_scale = 1 (the default); the values are in range */
   const uattn_tensors t = {.q = q,
                            .k = k,
@@ -315,10 +320,11 @@ static void load_average(char *buf, size_t size) {
 static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo, const case_result *res,
                         int n, const char *load0, const char *load1) {
   printf(
-      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v, %s caches, block %d, %s; medians of %d "
+      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v, %s caches, block %d, %s%s; medians of %d "
       "cold-cache runs\n",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, uattn_dtype_name(o->dtype),
-      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->runs);
+      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? ", fp32 P" : "",
+      o->runs);
   printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
          o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
          lim->threads);
@@ -381,16 +387,17 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
   char b1[32], b2[32];
   printf(
       "{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
-      "\"cache_dtype\": \"%s\", \"block_size\": %d, \"layout\": \"%s\", \"load_average\": [\"%s\", \"%s\"],\n "
+      "\"cache_dtype\": \"%s\", \"block_size\": %d, \"layout\": \"%s\", \"probs_fp32\": %s, "
+      "\"load_average\": [\"%s\", \"%s\"],\n "
       "\"limits\": {\"read_gbs_1\": "
       "%.2f, "
       "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
       "\"bf16_dot_gflops_1\": %s, "
       "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype),
-      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], load0, load1, lim->read_gbs_1,
-      lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all, lim->bf16_dot ? "true" : "false",
-      json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? "true" : "false", load0,
+      load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
+      lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
       json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
