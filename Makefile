@@ -97,7 +97,7 @@ install: build
 # a scratch copy of its committed corpus; fails on any finding. clang is installed here only, not for `test`.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
-FUZZ_BUCKETS ?= bf16:16:128:0
+FUZZ_BUCKETS ?= bf16:16:128:0 fp8_e4m3:16:128:0
 
 fuzz-deps:
 	@bash cmake/install-deps.sh --fuzz

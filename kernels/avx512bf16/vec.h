@@ -11,8 +11,11 @@
  * one assumption: MXCSR with neither DAZ nor FTZ set (the default), so its own FMAs round denormals as IEEE
  * does before it flushes them. (A result that is denormal before rounding and FLT_MIN after it is left at
  * FLT_MIN; attention's scores and weights are nowhere near that range.)
- * Rounding fp32 to bf16 (the query and P) is the same AVX2 code in both forms, convert.h's rounding: to
- * nearest even, NaN kept quiet, denormals kept (vdpbf16ps then reads them as zero).
+ * Rounding fp32 to bf16 (the query and P, vdpbf16ps's operands) is vcvtneps2bf16's: to nearest even, NaN
+ * quieted, denormal inputs taken as a zero of their sign (vdpbf16ps would read a denormal bf16 as zero anyway;
+ * only an fp32 just under FLT_MIN, which convert.h's rounding takes up to FLT_MIN, comes out otherwise). One
+ * instruction for 16 floats in the zmm form, where convert.h's rounding took 9; the twin emulates it, and the
+ * tests hold the two to each other. round8_bf16 below (convert.h's rounding) serves P kept as floats.
  * Include after avx512/vec.h's decision (AVX512_VEC_ZMM or not). */
 #ifndef UATTN_AVX512BF16_VEC_H
 #define UATTN_AVX512BF16_VEC_H
@@ -83,17 +86,9 @@ BF16_INLINE float v16_hmax(v16 a) {
       _mm256_max_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
 }
 BF16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
-/* 16 floats rounded to bf16 as round8_bf16 does (to nearest even, NaN kept quiet, denormals kept), as 8 pairs
- * in order (element 2k in the low half of pair k) */
-BF16_INLINE __m256i v16_pairs_bf16(v16 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  const __mmask16 nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+/* 16 floats rounded to bf16 by vcvtneps2bf16 (see the top), as 8 pairs in order (element 2k in the low half of
+ * pair k) */
+BF16_INLINE __m256i v16_pairs_bf16(v16 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
 BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) { return _mm512_unpacklo_epi8(a, b); }
 BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) { return _mm512_unpackhi_epi8(a, b); }
 /* 64 fp8 codes (bytes of x) as bf16, by two vpermi2b lookups on the 7-bit magnitude (vpermi2b ignores index
@@ -219,30 +214,29 @@ AVX2_INLINE __m256i round8_bf16(__m256 x) {
 }
 
 #if !defined(AVX512_VEC_ZMM)
-/* the zmm form's v16_pairs_bf16: each half rounded, its high halves packed, the 128-bit lanes put in order */
+/* the zmm form's v16_pairs_bf16 (vcvtneps2bf16): each half's denormals to zeros, rounded, its high halves
+ * packed, the 128-bit lanes put in order */
 AVX2_INLINE __m256i v16_pairs_bf16(v16 x) {
-  const __m256i p =
-      _mm256_packus_epi32(_mm256_srli_epi32(round8_bf16(x.lo), 16), _mm256_srli_epi32(round8_bf16(x.hi), 16));
+  const __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(round8_bf16(daz8(x.lo)), 16),
+                                        _mm256_srli_epi32(round8_bf16(daz8(x.hi)), 16));
   return _mm256_permute4x64_epi64(p, 0xd8);
 }
 #endif
 
-/* 16 floats to their 8 bf16 pairs (element 2k in the low half of pair k) */
-AVX2_INLINE __m256i pairs8_bf16(const float *a) {
-  __m256 e, o;
-  to_eo(a, &e, &o);
-  return _mm256_or_si256(_mm256_srli_epi32(round8_bf16(e), 16), round8_bf16(o));
+/* One float rounded as v16_pairs_bf16 rounds (vcvtneps2bf16), for ragged ends. */
+static inline uint16_t bf16_of_daz(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (u & 0x7f800000u) ? uattn_f32_to_bf16(x) : (uint16_t)(u >> 16 & 0x8000u);
 }
 
-/* The pair of two floats, each rounded as above (for ragged ends). */
-static inline uint32_t pair_bf16(float e, float o) {
-  return (uint32_t)uattn_f32_to_bf16(e) | (uint32_t)uattn_f32_to_bf16(o) << 16;
-}
+/* The pair of two floats, each rounded as above. */
+static inline uint32_t pair_bf16(float e, float o) { return (uint32_t)bf16_of_daz(e) | (uint32_t)bf16_of_daz(o) << 16; }
 
 /* n floats (n even) to n / 2 pairs. */
-AVX2_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
+BF16_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
   int32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i / 2), pairs8_bf16(a + i));
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(out + i / 2), v16_pairs_bf16(v16_load(a + i)));
   for (; i < n; i += 2) out[i / 2] = pair_bf16(a[i], a[i + 1]);
 }
 

@@ -58,7 +58,11 @@ static uattn_status plan_step(fuzz_input *in, uattn_plan *plan, int32_t block_si
   return uattn_plan_step(plan, &s);
 }
 
-static size_t dtype_bytes(uattn_dtype d) { return d == UATTN_BF16 || d == UATTN_F16 ? 2 : 4; }
+/* an element's bytes (4 for an invalid dtype, which the forward refuses): the buffers are exactly as long as
+ * the layer says, so a read past them is caught */
+static size_t dtype_bytes(uattn_dtype d) {
+  return d == UATTN_BF16 || d == UATTN_F16 ? 2 : d == UATTN_FP8_E4M3 || d == UATTN_FP8_E5M2 ? 1 : 4;
+}
 static size_t positive(int64_t v) { return v > 0 ? (size_t)v : 0; }
 
 /* A buffer of bytes, pattern-filled, offset by `skew` bytes from its 64-byte-aligned start (skew 0..3). */
@@ -100,8 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const int32_t q_heads[] = {-1, 0, 1, 2, 3, 4, 8, 2}, kv_heads[] = {-1, 0, 1, 2, 3, 1, 1, 1};
   static const int32_t head_dims[] = {-1, 0, 1, 3, 4, 8, 16, 64, 80, 128, 256, 4097, 128, 64, 8, 16};
   uattn_layer L = uattn_layer_default(q_heads[fuzz_range(&in, 0, 7)], kv_heads[fuzz_range(&in, 0, 7)],
-                                      head_dims[fuzz_range(&in, 0, 15)], (uattn_dtype)fuzz_range(&in, 0, 3));
-  L.cache_dtype = (uattn_dtype)fuzz_range(&in, 0, 3);
+                                      head_dims[fuzz_range(&in, 0, 15)], (uattn_dtype)fuzz_range(&in, 0, 5));
+  L.cache_dtype = (uattn_dtype)fuzz_range(&in, 0, 5); /* every dtype (fp8 a cache's only) and an invalid one */
   L.kv_layout = (uattn_kv_layout)fuzz_range(&in, 0, 2);
   L.attn_type = (uattn_attention_type)fuzz_range(&in, -1, 4);
   const uint8_t opts = fuzz_u8(&in);

@@ -745,6 +745,63 @@ Test(kernels, vdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
 #endif
 }
 
+/* vcvtneps2bf16 as Intel's pseudocode has it: a denormal input a zero of its sign, a NaN quieted, the rest
+ * rounded to nearest even (overflow to infinity). */
+static uint16_t cvtneps2bf16_reference(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (!(u & 0x7f800000u)) return (uint16_t)(u >> 16 & 0x8000u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40u);
+  return (uint16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+}
+
+#if defined(__x86_64__)
+AVX2_TARGET static void cvtneps2bf16_twin(const float *x, uint16_t *out) {
+  _mm256_storeu_si256((__m256i *)out, v16_pairs_bf16(v16_load(x)));
+}
+__attribute__((target("avx512f,avx512bf16"))) static void cvtneps2bf16_hardware(const float *x, uint16_t *out) {
+  _mm256_storeu_si256((__m256i *)out, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x)));
+}
+#endif
+
+/* 16 random floats' bits: every class (normal, denormal, zero, infinity, NaN), halfway cases and the largest
+ * finite values that round to infinity. */
+static void random_f32_lanes(test_rng *rng, float *x) {
+  for (int i = 0; i < 16; i++) {
+    const uint32_t sign = (uint32_t)test_rng_range(rng, 0, 1) << 31, low = (uint32_t)test_rng_range(rng, 0, 0xffff);
+    const uint32_t mid = (uint32_t)test_rng_range(rng, 0, 0x7f) << 16;
+    const int32_t kind = test_rng_range(rng, 0, 5);
+    const uint32_t e = kind == 0 ? 0u : kind == 1 ? 0xffu : kind == 2 ? 0xfeu : (uint32_t)test_rng_range(rng, 1, 254);
+    const uint32_t frac = kind == 3 ? mid | 0x8000u : mid | low; /* kind 3: halfway between two bf16 */
+    const uint32_t u = sign | e << 23 | frac;
+    memcpy(&x[i], &u, 4);
+  }
+}
+
+/* The twin's v16_pairs_bf16 is vcvtneps2bf16's pseudocode, wherever AVX2 runs; and where AVX512-BF16 runs, the
+ * instruction is too (the zmm kernels round the query and P with it). */
+Test(kernels, vcvtneps2bf16_twin_and_instruction_are_the_pseudocode) {
+  need_avx2();
+#if defined(__x86_64__)
+  const bool hardware = uattn_avx512bf16_runs_here();
+  test_rng rng = {20261125};
+  for (int it = 0; it < 100000 / SPARSE; it++) {
+    _Alignas(64) float x[16];
+    uint16_t twin[16], hw[16];
+    random_f32_lanes(&rng, x);
+    cvtneps2bf16_twin(x, twin);
+    if (hardware) cvtneps2bf16_hardware(x, hw);
+    for (int i = 0; i < 16; i++) {
+      uint32_t u;
+      memcpy(&u, &x[i], 4);
+      const uint16_t e = cvtneps2bf16_reference(x[i]);
+      cr_assert_eq(twin[i], e, "%08x: twin %04x, pseudocode %04x", u, twin[i], e);
+      if (hardware) cr_assert_eq(hw[i], e, "%08x: vcvtneps2bf16 %04x, pseudocode %04x", u, hw[i], e);
+    }
+  }
+#endif
+}
+
 /* Where AVX512-BF16 runs: the set computes its twin's bits, attend and decode, both P modes, every dtype. */
 Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = 300) {
   if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the twin is tested above)");
