@@ -41,7 +41,15 @@
  * group at once 44. Scores taken row by row (4 heads x 4 vectors a step, so the keys are read in address
  * order) did not bring the hardware prefetchers in either: 45 without prefetches, 31 with, at 2.7 more hot.
  * (A separate program reading the kernel's order: 42 ns per 512 bytes, 27.5 with these prefetches, 17.6 in
- * address order.) */
+ * address order.) Nor does a layout of the cache (uattn-kernel-bench --decode-layouts, the same kernel on the
+ * same blocks, 1 row cold: NHD 28.4-28.8, HND a head a call 34.5-36.9, each head's keys then its values, the
+ * block one ascending stream, 33.6-35.7; without prefetches the stream is read at 39-41 and NHD at 52; with
+ * every second line or 2-4x the distance, no better either): the walk in the cache's order with every line
+ * asked for is the best this core does. What a layout would buy is compute: keys transposed within a block
+ * (each lane a key) give the scores without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at
+ * GQA 4 (9.0 against 14.1 at 8 vectors; a standalone test of the scores alone), which the fp8 kernel and GQA 7,
+ * compute-bound here, would gain; transposing NHD rows in the kernel costs what the tree saves (9.2 at GQA 4,
+ * 14.0 at 8 vectors). */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 

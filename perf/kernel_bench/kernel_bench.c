@@ -27,6 +27,11 @@
  * interleaved. Hot against the FMA peak says how fast its compute is; the read against cold, what share of the
  * bandwidth it reaches; cold against hot + read, how much of the memory time it hides.
  *
+ * --decode-layouts: that decode kernel's cold walk over the same blocks in three layouts (NHD in one call a
+ * block, HND and a head-major layout with each head's keys then its values, one call a head), against a
+ * plain read and the kernel hot, 1 and 2 rows of GQA 4: what a layout of uattn's own would buy the memory
+ * side before anyone builds one (DESIGN: allowed beside NHD and HND where it pays).
+ *
  * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
  * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant.c, an avx2 bucket of its shape only; by default
  * kernels/ itself, which shows the noise floor when A is the avx2 bucket too: --bucket bf16:128:128:0:avx2):
@@ -37,6 +42,7 @@
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
+ *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--cpu-time]
  *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]                     (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
@@ -80,7 +86,7 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-enum { MAX_CASES = 4, MAX_RUNS = 64 };
+enum { MAX_CASES = 5, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
  * read; A and B hot and cold), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
@@ -89,7 +95,8 @@ enum { MAX_CASES = 4, MAX_RUNS = 64 };
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
                              double (*raw)[MAX_RUNS]) {
   double t[MAX_CASES][MAX_RUNS];
-  long calls[MAX_CASES] = {1, 1, 1, 1};
+  long calls[MAX_CASES];
+  for (int s = 0; s < n; s++) calls[s] = 1;
   for (int s = 0; s < n; s++)
     for (;;) { /* calibrate */
       const double t0 = now();
@@ -278,6 +285,37 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
 
+/* The last `rows` rows (<= 4, causal) of GQA 4 on every KV head of a block, as the forward hands them to a
+ * decode kernel: their vectors (head after head), states, outputs and the kernel's scratch. */
+typedef struct decode_rows {
+  float *q, *m, *l, *o, *scratch;
+  int32_t pos[4], vis[4];
+  uattn_panel_job job;
+} decode_rows;
+
+static void decode_rows_init(decode_rows *d, int32_t rows) {
+  const size_t nx = (size_t)KV_HEADS * rows * GROUP;
+  d->q = malloc(sizeof(float) * nx * head_dim), d->m = malloc(sizeof(float) * nx), d->l = malloc(sizeof(float) * nx);
+  d->o = calloc(nx * head_dim, sizeof(float));
+  d->scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, head_dim));
+  for (size_t i = 0; i < nx * head_dim; i++) d->q[i] = unit() / sqrtf((float)head_dim);
+  for (size_t x = 0; x < nx; x++) d->m[x] = -INFINITY, d->l[x] = 0.0f;
+  for (int32_t r = 0; r < rows; r++) d->pos[r] = block_keys - rows + r, d->vis[r] = d->pos[r] + 1;
+  d->job = (uattn_panel_job){.rows = rows,
+                             .group = GROUP,
+                             .head_dim = head_dim,
+                             .q = d->q,
+                             .query_pos = d->pos,
+                             .visible = d->vis,
+                             .num_keys = block_keys,
+                             .m = d->m,
+                             .l = d->l,
+                             .o = d->o,
+                             .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
+}
+
+static void decode_rows_free(decode_rows *d) { free(d->q), free(d->m), free(d->l), free(d->o), free(d->scratch); }
+
 typedef struct decode_case {
   const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
   const char *k, *v;        /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
@@ -337,25 +375,10 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
   else
     printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
   for (int32_t rows = 1; rows <= 4; rows *= 2) {
-    const size_t nx = (size_t)KV_HEADS * rows * GROUP;
-    float *q = malloc(sizeof(float) * nx * head_dim), *m = malloc(sizeof(float) * nx), *l = malloc(sizeof(float) * nx);
-    float *o = calloc(nx * head_dim, sizeof(float));
-    float *scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, head_dim));
-    int32_t pos[4], vis[4];
-    for (size_t i = 0; i < nx * head_dim; i++) q[i] = unit() / sqrtf((float)head_dim);
-    for (size_t x = 0; x < nx; x++) m[x] = -INFINITY, l[x] = 0.0f;
-    for (int32_t r = 0; r < rows; r++) pos[r] = block_keys - rows + r, vis[r] = pos[r] + 1; /* the last rows: causal */
-    const uattn_panel_job job = {.rows = rows,
-                                 .group = GROUP,
-                                 .head_dim = head_dim,
-                                 .q = q,
-                                 .query_pos = pos,
-                                 .visible = vis,
-                                 .num_keys = block_keys,
-                                 .m = m,
-                                 .l = l,
-                                 .o = o,
-                                 .scale = 1.0f /* q holds the scale: for the sets that apply it to scores */};
+    decode_rows d;
+    decode_rows_init(&d, rows);
+    const uattn_panel_job job = d.job;
+    float *scratch = d.scratch;
     const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
     char name[48];
     snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
@@ -380,7 +403,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
              100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
              sec[1] / (sec[0] + sec[2]));
     }
-    free(q), free(m), free(l), free(o), free(scratch);
+    decode_rows_free(&d);
   }
   if (variant)
     printf(
@@ -390,6 +413,89 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
         "\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
         "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
   free_cache(k, block * cold_blocks), free_cache(v, block * cold_blocks);
+  return 0;
+}
+
+/* The cache layouts --decode-layouts walks: the block's keys and values are 2 x block_keys x KV_HEADS x
+ * head_dim elements at kv + the block's offset, arranged as */
+typedef enum block_layout {
+  LAYOUT_NHD,     /* keys [key][head][dim], then values so: the forward's all-heads unit, one call a block */
+  LAYOUT_HND,     /* keys [head][key][dim], then values so: the forward's units of one head, a call each */
+  LAYOUT_HEAD_KV, /* [head][keys, then values][key][dim]: the block one ascending stream, a call a head */
+  LAYOUT_READ,    /* no kernel: a plain read of the block's bytes, in address order */
+} block_layout;
+
+typedef struct layout_case {
+  const uattn_kernels *set;
+  block_layout layout;
+  const char *kv; /* the cache: cold_blocks blocks of keys and values */
+  long blocks;    /* 1: the same block each call (hot) */
+  uattn_panel_job job;
+  float *scratch;
+  float sink[8];
+} layout_case;
+
+static void run_layout(void *arg, long call) {
+  layout_case *c = arg;
+  const size_t esz = uattn_dtype_size(cache_dtype), half = (size_t)block_keys * KV_HEADS * head_dim * esz;
+  const char *k = c->kv + 2 * walk_offset(c->blocks, call), *v = k + half;
+  const size_t head_keys = (size_t)block_keys * head_dim * esz, hv = (size_t)c->job.rows * GROUP;
+  switch (c->layout) {
+  case LAYOUT_NHD:
+    c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
+    return;
+  case LAYOUT_READ: read_block(k, v, c->sink); return;
+  case LAYOUT_HND:
+  case LAYOUT_HEAD_KV:
+    for (int32_t g = 0; g < KV_HEADS; g++) {
+      uattn_panel_job h = c->job; /* head g's vectors and states (decode in kernels.h) */
+      h.q += g * hv * head_dim, h.o += g * hv * head_dim, h.m += g * hv, h.l += g * hv;
+      const char *kg = c->layout == LAYOUT_HND ? k + g * head_keys : k + 2 * g * head_keys;
+      const char *vg = c->layout == LAYOUT_HND ? v + g * head_keys : kg + head_keys;
+      c->set->decode(&h, 1, hv, cache_dtype, kg, vg, (size_t)head_dim, 0, c->scratch);
+    }
+    return;
+  }
+}
+
+/* --decode-layouts: what a cache layout buys the decode kernel's walk over memory (DESIGN: a layout of
+ * uattn's own is allowed where it pays). The same kernel on the same 512 MiB of blocks (keys and values
+ * adjacent) in three layouts, cold, against a plain read of the blocks and the kernel hot, for 1 and 2 rows
+ * of GQA 4, in ns per key and KV head. */
+static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
+  if (!uattn_decode_fits(set, block_keys, head_dim, GROUP)) {
+    fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n", set->name);
+    return 1;
+  }
+  const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
+  char *kv = random_cache(2 * block * cold_blocks);
+  printf(
+      "  the %s decode kernel; %d-key %s blocks, keys and values adjacent, a walk over %ld MiB;\n"
+      "  ns per key and KV head\n",
+      which, block_keys, uattn_dtype_name(cache_dtype),
+      (long)(2 * block * cold_blocks * uattn_dtype_size(cache_dtype) >> 20));
+  printf("  %-28s %8s %8s %10s %8s %8s\n", "", "hot", "NHD", "HND", "head K|V", "read");
+  for (int32_t rows = 1; rows <= 2; rows++) {
+    decode_rows d;
+    decode_rows_init(&d, rows);
+    const uattn_panel_job job = d.job;
+    float *scratch = d.scratch;
+    layout_case c[5] = {{set, LAYOUT_NHD, kv, 1, job, scratch, {0}},
+                        {set, LAYOUT_NHD, kv, cold_blocks, job, scratch, {0}},
+                        {set, LAYOUT_HND, kv, cold_blocks, job, scratch, {0}},
+                        {set, LAYOUT_HEAD_KV, kv, cold_blocks, job, scratch, {0}},
+                        {set, LAYOUT_READ, kv, cold_blocks, job, scratch, {0}}};
+    double sec[5];
+    time_interleaved(run_layout, 5, (void *const[5]){&c[0], &c[1], &c[2], &c[3], &c[4]}, sec, NULL);
+    const double kh = (double)block_keys * KV_HEADS;
+    char name[48];
+    snprintf(name, sizeof name, "%d row%s x %d heads (%d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
+    printf("  %-28s %8.1f %8.1f %10.1f %8.1f %8.1f\n", name, sec[0] / kh * 1e9, sec[1] / kh * 1e9, sec[2] / kh * 1e9,
+           sec[3] / kh * 1e9, sec[4] / kh * 1e9);
+    decode_rows_free(&d);
+  }
+  printf("\n  hot: NHD, one block again and again; NHD, HND, head K|V: the cold walk in each layout\n");
+  free_cache(kv, 2 * block * cold_blocks);
   return 0;
 }
 
@@ -528,7 +634,7 @@ static const uattn_kernels *generic_set(const char *isa) {
 }
 
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0, decode = 0, variant = 0;
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0;
   const char *spec = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) {
@@ -538,6 +644,8 @@ int main(int argc, char **argv) {
       xsmm = 1;
     else if (!strcmp(argv[i], "--decode"))
       decode = 1;
+    else if (!strcmp(argv[i], "--decode-layouts"))
+      decode = layouts = 1;
     else if (!strcmp(argv[i], "--variant"))
       variant = 1;
     else if (!strcmp(argv[i], "--cpu-time"))
@@ -545,10 +653,11 @@ int main(int argc, char **argv) {
     else
       runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant))) {
+  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant)) {
     fprintf(stderr,
             "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
-            "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
+            "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
+            "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
             MAX_RUNS);
     return 2;
   }
@@ -593,7 +702,9 @@ int main(int argc, char **argv) {
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const bool own = e && e->set.decode;
-    return bench_decode(own ? &e->set : &uattn_kernels_avx2, NULL, own ? which : "generic avx2 set's", peak);
+    const uattn_kernels *set = own ? &e->set : &uattn_kernels_avx2;
+    if (layouts) return bench_decode_layouts(set, own ? which : "generic avx2 set's");
+    return bench_decode(set, NULL, own ? which : "generic avx2 set's", peak);
   }
   const char *const name[2] = {variant ? "bucket" : sets[0]->name, variant ? "variant" : bucket ? "bucket" : "avx2"};
   printf("  %-44s %9s %9s %s %20s\n", "", name[0], name[1], "       ", "speedup [quartiles]");
