@@ -89,7 +89,7 @@ static float unit(void) {
 enum { MAX_CASES = 5, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
- * read; A and B hot and cold), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * read; A and B hot and cold; the layouts), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
  * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
  * case, in run order. */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
