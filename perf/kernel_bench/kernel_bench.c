@@ -478,13 +478,11 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
     decode_rows_init(&d, rows);
-    const uattn_panel_job job = d.job;
-    float *scratch = d.scratch;
-    layout_case c[5] = {{set, LAYOUT_NHD, kv, 1, job, scratch, {0}},
-                        {set, LAYOUT_NHD, kv, cold_blocks, job, scratch, {0}},
-                        {set, LAYOUT_HND, kv, cold_blocks, job, scratch, {0}},
-                        {set, LAYOUT_HEAD_KV, kv, cold_blocks, job, scratch, {0}},
-                        {set, LAYOUT_READ, kv, cold_blocks, job, scratch, {0}}};
+    layout_case c[5] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
+                        {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
+                        {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
+                        {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
+                        {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}}};
     double sec[5];
     time_interleaved(run_layout, 5, (void *const[5]){&c[0], &c[1], &c[2], &c[3], &c[4]}, sec, NULL);
     const double kh = (double)block_keys * KV_HEADS;
