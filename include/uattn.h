@@ -443,6 +443,16 @@ typedef enum uattn_dtype {
 typedef enum uattn_kv_layout {
   UATTN_LAYOUT_NHD = 0, /* [num_blocks * block_size, num_kv_heads, head_dim] */
   UATTN_LAYOUT_HND = 1, /* [num_blocks, num_kv_heads, block_size, head_dim] */
+  /* uattn's own, for the decode kernels with bf16 dot products: each block in tiles of 16 keys, each tile
+   * every KV head in turn, keys transposed into dim pairs and values interleaved in key pairs, so that one
+   * 64-byte line of bf16 holds one dim pair of 16 keys (16 scores a vdpbf16ps) or 16 dims of a key pair (P V
+   * without reordering). Key i of tile t of block b is slot b * block_size + 16 t + i; dim d = 2 p + e:
+   *   key_cache   [num_blocks, block_size / 16, num_kv_heads, head_dim / 2, 16, 2]: element (b, t, h, p, i, e)
+   *   value_cache [num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2]:      element (b, t, h, i / 2, d, i % 2)
+   * The same bytes as NHD and HND (fp8 caches: one code an element), written by uattn_forward's cache write;
+   * an engine allocates it like the others and leaves its contents to uattn. Needs a block size that is a
+   * multiple of 16 and an even head dim. Measured against NHD: README (Kernels). */
+  UATTN_LAYOUT_TILED = 2,
 } uattn_kv_layout;
 
 /* Which keys a query sees (vLLM's attention types). */
@@ -566,7 +576,9 @@ typedef struct uattn_kernel_report {
    * generic set's name */
   char part_kernel[UATTN_NUM_PARTS][64];
   /* the function that reads a few rows' keys straight from the cache, without panels ("" when the set has
-   * none): decodes' unique blocks, and on an NHD cache every block of a decode or a short verification */
+   * none): decodes' unique blocks, and on an NHD or TILED cache every block of a decode or a short
+   * verification. On a TILED cache: the set's kernel for that layout, or, where it has none for the layer,
+   * its decode kernel followed by " (gathered)": the blocks are copied into rows first. */
   char decode_kernel[64];
   char reason[192]; /* "generated bucket" or, for a fallback, what is missing and what serves instead */
   /* uattn_last_forward_report only (0 in uattn_describe_kernels): the kernel jobs each part got (0 = the

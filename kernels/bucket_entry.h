@@ -13,7 +13,9 @@
  *   BUCKET_LOAD_BODY (optional)     the load body: BUCKET_LOAD is defined here with it (else it is another
  *                                   bucket's);
  *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
- *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one.
+ *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one;
+ *   BUCKET_DECODE_TILED_BODY (optional)  the same for kernels.h's decode_tiled (BUCKET_DECODE_TILED, named by
+ *                                   generate.py), where the bucket's shape allows one.
  * The ISA's bucket.h defines the attend functions (their bodies differ in what each part gets). */
 #include "kernels.h"
 
@@ -61,6 +63,27 @@ BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size
 #define BUCKET_UNIQUE_KERNEL BUCKET_UNIQUE
 #endif
 
+/* The same on a TILED cache, where the ISA has such a kernel (uattn_decode_tiled_fits) and the shape allows it. */
+#if defined(BUCKET_DECODE_TILED_BODY) && BUCKET_HEAD_DIM % 32 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
+void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                         const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
+
+BUCKET_TARGET void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                                       uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                       size_t head_stride, float *scratch) {
+  if (dtype == BUCKET_DTYPE)
+    BUCKET_DECODE_TILED_BODY(job, heads, head_vectors, BUCKET_DTYPE, k_src, v_src, stride, head_stride, scratch,
+                             BUCKET_HEAD_DIM);
+  else /* as BUCKET_DECODE's */
+    BUCKET_GENERIC.decode_tiled(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch);
+}
+#define BUCKET_DECODE_TILED_NAME BUCKET_STR(BUCKET_DECODE_TILED)
+#else
+#undef BUCKET_DECODE_TILED
+#define BUCKET_DECODE_TILED NULL
+#define BUCKET_DECODE_TILED_NAME NULL
+#endif
+
 const uattn_bucket_kernels BUCKET_ENTRY = {
     .block_size = BUCKET_BLOCK_SIZE,
     .head_dim = BUCKET_HEAD_DIM,
@@ -69,10 +92,12 @@ const uattn_bucket_kernels BUCKET_ENTRY = {
     .isa = BUCKET_ISA,
     .runs_here = BUCKET_RUNS_HERE,
     .part_names = {BUCKET_STR(BUCKET_CAUSAL), BUCKET_STR(BUCKET_SHARED), BUCKET_STR(BUCKET_UNIQUE_KERNEL)},
+    .decode_tiled_name = BUCKET_DECODE_TILED_NAME,
     .set = {.name = BUCKET_ISA,
             .load = BUCKET_LOAD,
             .attend = {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE},
             .panel_floats = BUCKET_PANEL_FLOATS,
             .decode = BUCKET_DECODE,
+            .decode_tiled = BUCKET_DECODE_TILED,
             .unscaled_q = BUCKET_UNSCALED_Q},
 };

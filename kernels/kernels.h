@@ -55,6 +55,12 @@ typedef struct uattn_kernels {
    * and a head dim that is a multiple of 8. */
   void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
                  const void *v_src, size_t stride, size_t head_stride, float *scratch);
+  /* Optional (NULL: the forward stages a TILED cache's blocks into rows for decode): decode's job on a
+   * UATTN_LAYOUT_TILED cache, where uattn_decode_tiled_fits says so. k_src / v_src: the block's first tile,
+   * the first head's share of it; stride: elements from a tile to the next; head_stride: from a head's share
+   * of a tile to the next head's. */
+  void (*decode_tiled)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                       const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
   /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by
    * job->scale itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets
    * (avx512bf16, its twin and buckets) do: they round the query to bf16, and rounding the model's own bf16
@@ -63,6 +69,8 @@ typedef struct uattn_kernels {
 } uattn_kernels;
 
 #define UATTN_DECODE_MAX_KEYS 256
+/* Keys of a tile of the TILED layout (uattn.h): a 64-byte line holds a dim pair of this many bf16 keys. */
+#define UATTN_TILED_KEYS 16
 #define UATTN_DECODE_MAX_VECTORS 16
 
 /* Scratch floats a decode call of `heads` heads of `vectors` query vectors each needs (the vectors in the
@@ -75,6 +83,15 @@ static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors,
  * cache dtype: the decode kernels widen each, fp8 included). */
 static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
   return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
+}
+
+/* Whether a set's decode_tiled takes a layer's TILED cache blocks: the decode kernel's limits, bf16 or fp8 codes
+ * (its bf16 dot products read both exactly), a head dim that is a multiple of 32 (whole 64-byte lines of 16
+ * dims) and P in bf16 (probs_fp32 keeps decode.h's fp32 P V, on staged rows). */
+static inline bool uattn_decode_tiled_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group,
+                                           uattn_dtype cache_dtype, bool probs_fp32) {
+  return k->decode_tiled && uattn_decode_fits(k, block_size, head_dim, group) && head_dim % 32 == 0 && !probs_fp32 &&
+         (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
 }
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
@@ -91,6 +108,7 @@ typedef struct uattn_bucket_kernels {
   const char *isa;                         /* the generic set it specializes ("avx2", "avx512", "avx512bf16") */
   int (*runs_here)(void);                  /* whether this CPU runs it */
   const char *part_names[UATTN_NUM_PARTS]; /* its attend functions' names, e.g. uattn_bf16_unique_b128_d128_c0__avx2 */
+  const char *decode_tiled_name;           /* its decode_tiled's name, NULL without one */
   uattn_kernels set;
 } uattn_bucket_kernels;
 

@@ -34,11 +34,12 @@
  * thread, hot: 160 against 95 GFLOP/s), about 70% of the vdpbf16ps peak uattn-bench measures (235). The
  * rest is mostly the fp32 softmax, which bf16 products do not speed up.
  *
- * decode: avx512bf16/decode.h. */
+ * decode: avx512bf16/decode.h; on a TILED cache, avx512bf16/decode_tiled.h. */
 #ifndef UATTN_AVX512BF16_BODY_H
 #define UATTN_AVX512BF16_BODY_H
 
 #include "avx512bf16/decode.h"
+#include "avx512bf16/decode_tiled.h"
 #include "avx512bf16/vec.h"
 
 enum {

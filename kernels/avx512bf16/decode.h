@@ -382,19 +382,30 @@ static inline void fp8_pv_order(float *a, int32_t n) {
 
 /* ---- the kernel ----------------------------------------------------------------------------------------- */
 
+/* What both decode kernels (this one and decode_tiled.h's) start with: the call's shape (false when no vector
+ * sees a key) and the query vectors as bf16 pairs in scratch ([heads][n][D / 2]: half the floats decode
+ * scratch has for the vectors), the score rows S after them. */
+BF16_INLINE bool bf16_decode_begin(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                   size_t stride, size_t head_stride, float *scratch, const int32_t D, decode_shape *s,
+                                   uint32_t **q, float **S) {
+  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, s)) return false;
+  s->eo = false; /* the scores read pairs; P V keeps its own order */
+  *q = (uint32_t *)scratch, *S = scratch + (size_t)heads * s->n * D;
+  for (int32_t g = 0; g < heads; g++)
+    for (int32_t x = 0; x < s->n; x++)
+      pairs_bf16(job->q + g * s->hq + (size_t)x * D, D, *q + ((size_t)g * s->n + x) * (D / 2));
+  return true;
+}
+
 /* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */
 BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                   const void *k_src, const void *v_src, size_t stride, size_t head_stride,
                                   float *scratch, const int32_t D) {
   decode_shape s;
-  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
-  s.eo = false; /* the scores read pairs; P V below keeps its own order */
-  /* scratch: the query pairs [heads][n][D / 2] (half the floats decode scratch has for the vectors), then S */
+  uint32_t *q;
+  float *S;
+  if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
   const int32_t n = s.n;
-  uint32_t *q = (uint32_t *)scratch;
-  float *S = scratch + (size_t)heads * n * D;
-  for (int32_t g = 0; g < heads; g++)
-    for (int32_t x = 0; x < n; x++) pairs_bf16(job->q + g * s.hq + (size_t)x * D, D, q + ((size_t)g * n + x) * (D / 2));
   /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
   const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;

@@ -19,9 +19,16 @@ BF16_TARGET static void BF16_FN(decode)(const uattn_panel_job *job, int32_t head
   bf16_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
+BF16_TARGET static void BF16_FN(decode_tiled)(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                                              uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                              size_t head_stride, float *scratch) {
+  bf16_decode_tiled_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+}
+
 const uattn_kernels BF16_SET = {.name = "avx512bf16",
                                 .load = BF16_FN(load),
                                 .attend = {BF16_FN(attend), BF16_FN(attend), BF16_FN(attend)},
                                 .panel_floats = uattn_avx512bf16_panel_floats,
                                 .decode = BF16_FN(decode),
+                                .decode_tiled = BF16_FN(decode_tiled),
                                 .unscaled_q = true};

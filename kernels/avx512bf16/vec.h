@@ -102,6 +102,32 @@ BF16_INLINE void v16i_fp8_widen(v16i x, const uint8_t *tab, v16i *a, v16i *b) {
   *a = _mm512_unpacklo_epi8(lo, hi), *b = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/* For the TILED layout's decode (avx512bf16/decode_tiled.h): */
+/* 64 fp8 codes in their order as bf16 (v16i_fp8_widen's lookups), the words then put in order by two
+ * vpermt2b (where v16i_fp8_widen's unpacks leave them in each 128-bit lane's order): *a codes 0-31, *b 32-63 */
+BF16_INLINE void v16i_fp8_widen_in_order(v16i x, const uint8_t *tab, v16i *a, v16i *b) {
+  static const uint8_t order[2][64] __attribute__((aligned(64))) = {
+#define FP8_WORD(i) i, 64 + i /* the low byte from the low bytes' lookup, the high from the high bytes' */
+      {FP8_WORD(0),  FP8_WORD(1),  FP8_WORD(2),  FP8_WORD(3),  FP8_WORD(4),  FP8_WORD(5),  FP8_WORD(6),  FP8_WORD(7),
+       FP8_WORD(8),  FP8_WORD(9),  FP8_WORD(10), FP8_WORD(11), FP8_WORD(12), FP8_WORD(13), FP8_WORD(14), FP8_WORD(15),
+       FP8_WORD(16), FP8_WORD(17), FP8_WORD(18), FP8_WORD(19), FP8_WORD(20), FP8_WORD(21), FP8_WORD(22), FP8_WORD(23),
+       FP8_WORD(24), FP8_WORD(25), FP8_WORD(26), FP8_WORD(27), FP8_WORD(28), FP8_WORD(29), FP8_WORD(30), FP8_WORD(31)},
+      {FP8_WORD(32), FP8_WORD(33), FP8_WORD(34), FP8_WORD(35), FP8_WORD(36), FP8_WORD(37), FP8_WORD(38), FP8_WORD(39),
+       FP8_WORD(40), FP8_WORD(41), FP8_WORD(42), FP8_WORD(43), FP8_WORD(44), FP8_WORD(45), FP8_WORD(46), FP8_WORD(47),
+       FP8_WORD(48), FP8_WORD(49), FP8_WORD(50), FP8_WORD(51), FP8_WORD(52), FP8_WORD(53), FP8_WORD(54), FP8_WORD(55),
+       FP8_WORD(56), FP8_WORD(57), FP8_WORD(58), FP8_WORD(59), FP8_WORD(60), FP8_WORD(61), FP8_WORD(62), FP8_WORD(63)}};
+#undef FP8_WORD
+  const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(tab), x, _mm512_load_si512(tab + 64));
+  __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(tab + 128), x, _mm512_load_si512(tab + 192));
+  hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (x & 0x80) */
+  *a = _mm512_permutex2var_epi8(lo, _mm512_load_si512(order[0]), hi);
+  *b = _mm512_permutex2var_epi8(lo, _mm512_load_si512(order[1]), hi);
+}
+/* x AND m in every lane */
+BF16_INLINE v16i v16i_and32(v16i x, uint32_t m) { return _mm512_and_si512(x, _mm512_set1_epi32((int)m)); }
+/* the lanes of x whose bit is set in mask to p (the others' memory untouched) */
+BF16_INLINE void v16_store_lanes(float *p, v16 x, uint32_t mask) { _mm512_mask_storeu_ps(p, (__mmask16)mask, x); }
+
 #else /* the twin */
 
 #define BF16_TARGET AVX2_TARGET
@@ -196,6 +222,25 @@ BF16_INLINE void v16i_fp8_widen(v16i v, const uint8_t *tab, v16i *a, v16i *b) {
         w[h][8 * j + k] = (uint16_t)(tab[c & 0x7f] | (tab[128 + (c & 0x7f)] | (c & 0x80)) << 8);
       }
   *a = v16i_load(w[0]), *b = v16i_load(w[1]);
+}
+
+/* the zmm form's v16i_fp8_widen_in_order: word w of *a is code w, of *b code 32 + w */
+BF16_INLINE void v16i_fp8_widen_in_order(v16i v, const uint8_t *tab, v16i *a, v16i *b) {
+  _Alignas(32) uint8_t x[64];
+  _mm256_store_si256((__m256i *)x, v.lo), _mm256_store_si256((__m256i *)x + 1, v.hi);
+  _Alignas(32) uint16_t w[64];
+  for (int k = 0; k < 64; k++) w[k] = (uint16_t)(tab[x[k] & 0x7f] | (tab[128 + (x[k] & 0x7f)] | (x[k] & 0x80)) << 8);
+  *a = v16i_load(w), *b = v16i_load(w + 32);
+}
+BF16_INLINE v16i v16i_and32(v16i x, uint32_t m) {
+  const __m256i y = _mm256_set1_epi32((int)m);
+  return (v16i){_mm256_and_si256(x.lo, y), _mm256_and_si256(x.hi, y)};
+}
+BF16_INLINE void v16_store_lanes(float *p, v16 x, uint32_t mask) {
+  _Alignas(32) float t[16];
+  v16_store(t, x);
+  for (int i = 0; i < 16; i++)
+    if (mask >> i & 1) p[i] = t[i];
 }
 
 #endif

@@ -7,7 +7,7 @@
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
  *               [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]
- *               [--layout nhd|hnd] [--probs-fp32] [--json] [--plot FILE.png] [--list] */
+ *               [--layout nhd|hnd|tiled] [--probs-fp32] [--json] [--plot FILE.png] [--list] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@ typedef struct case_result {
   uattn_kernel_report kernels; /* what served the last all-thread run: a generated bucket or a generic set */
 } case_result;
 
-static const char *const layout_names[] = {"NHD", "HND"}; /* by uattn_kv_layout */
+static const char *const layout_names[] = {"NHD", "HND", "TILED"}; /* by uattn_kv_layout */
 
 static int bad_usage(const char *fmt, ...) {
   va_list ap;
@@ -111,7 +111,7 @@ static int parse_args(int argc, char **argv, options *o) {
       printf(
           "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
           "                   [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]\n"
-          "                   [--layout nhd|hnd] [--probs-fp32] [--json] [--plot FILE.png] [--list]\n"
+          "                   [--layout nhd|hnd|tiled] [--probs-fp32] [--json] [--plot FILE.png] [--list]\n"
           "--dtype: q, k, v and out (default bf16); --cache-dtype: the KV caches (default: --dtype's), whose\n"
           "element size the read bytes count; --probs-fp32: the layers keep P in fp32 for P V (uattn_layer's\n"
           "probs_fp32; the bf16 kernels round it to bf16 by default)\n");
@@ -132,8 +132,11 @@ static int parse_args(int argc, char **argv, options *o) {
         return bad_usage("--cache-dtype wants f32, bf16, f16, fp8_e4m3 or fp8_e5m2, not '%s'", v);
       o->cache_dtype_set = true;
     } else if (!strcmp(a, "--layout")) {
-      if (strcmp(v, "nhd") && strcmp(v, "hnd")) return bad_usage("--layout wants nhd or hnd, not '%s'", v);
-      o->layout = strcmp(v, "nhd") ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
+      static const char *const names[] = {"nhd", "hnd", "tiled"}; /* layout_names, as typed */
+      int l = 0;
+      while (l < 3 && strcmp(v, names[l])) l++;
+      if (l == 3) return bad_usage("--layout wants nhd, hnd or tiled, not '%s'", v);
+      o->layout = (uattn_kv_layout)l;
     } else if (!strcmp(a, "--preset"))
       presets = v;
     else if (!strcmp(a, "--scenario") || !strcmp(a, "--case"))
@@ -151,6 +154,9 @@ static int parse_args(int argc, char **argv, options *o) {
   } else
     o->preset[0] = true;
   if (!o->cache_dtype_set) o->cache_dtype = o->dtype;
+  /* the library would refuse every case's forward; say why once, before the machine's limits are measured */
+  if (o->layout == UATTN_LAYOUT_TILED && o->block_size % 16)
+    return bad_usage("--layout tiled wants a --block-size that is a multiple of 16, not %d", o->block_size);
   int matched = 0;
   for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);

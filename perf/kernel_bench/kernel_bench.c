@@ -86,7 +86,7 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-enum { MAX_CASES = 5, MAX_RUNS = 64 };
+enum { MAX_CASES = 7, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
  * read; A and B hot and cold; the layouts), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
@@ -422,6 +422,8 @@ typedef enum block_layout {
   LAYOUT_NHD,     /* keys [key][head][dim], then values so: the forward's all-heads unit, one call a block */
   LAYOUT_HND,     /* keys [head][key][dim], then values so: the forward's units of one head, a call each */
   LAYOUT_HEAD_KV, /* [head][keys, then values][key][dim]: the block one ascending stream, a call a head */
+  LAYOUT_TILED,   /* uattn's own (UATTN_LAYOUT_TILED): keys, then values, in 16-key tiles of every head in
+                   * turn, the set's decode_tiled, one call a block */
   LAYOUT_READ,    /* no kernel: a plain read of the block's bytes, in address order */
 } block_layout;
 
@@ -444,6 +446,10 @@ static void run_layout(void *arg, long call) {
   case LAYOUT_NHD:
     c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
     return;
+  case LAYOUT_TILED:
+    c->set->decode_tiled(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
+                         (size_t)UATTN_TILED_KEYS * head_dim, c->scratch);
+    return;
   case LAYOUT_READ: read_block(k, v, c->sink); return;
   case LAYOUT_HND:
   case LAYOUT_HEAD_KV:
@@ -460,8 +466,9 @@ static void run_layout(void *arg, long call) {
 
 /* --decode-layouts: what a cache layout buys the decode kernel's walk over memory (DESIGN: a layout of
  * uattn's own is allowed where it pays). The same kernel on the same 512 MiB of blocks (keys and values
- * adjacent) in three layouts, cold, against a plain read of the blocks and the kernel hot, for 1 and 2 rows
- * of GQA 4, in ns per key and KV head. */
+ * adjacent) in three layouts, cold, and the set's decode_tiled (where it has one) on them as a TILED cache,
+ * hot and cold, against a plain read of the blocks and the kernel hot, for 1 and 2 rows of GQA 4, in ns per
+ * key and KV head. */
 static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
   if (!uattn_decode_fits(set, block_keys, head_dim, GROUP)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n", set->name);
@@ -474,25 +481,35 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
       "  ns per key and KV head\n",
       which, block_keys, uattn_dtype_name(cache_dtype),
       (long)(2 * block * cold_blocks * uattn_dtype_size(cache_dtype) >> 20));
-  printf("  %-28s %8s %8s %10s %8s %8s\n", "", "hot", "NHD", "HND", "head K|V", "read");
+  const bool tiled = block_keys % UATTN_TILED_KEYS == 0 &&
+                     uattn_decode_tiled_fits(set, block_keys, head_dim, GROUP, cache_dtype, false);
+  printf("  %-28s %8s %8s %8s %10s %8s %8s %8s\n", "", "hot", "hot T", "NHD", "HND", "head K|V", "TILED", "read");
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
     decode_rows_init(&d, rows);
-    layout_case c[5] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
-                        {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
-                        {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
-                        {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
-                        {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}}};
-    double sec[5];
-    time_interleaved(run_layout, 5, (void *const[5]){&c[0], &c[1], &c[2], &c[3], &c[4]}, sec, NULL);
+    layout_case c[MAX_CASES] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
+                                {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
+                                {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
+                                {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
+                                {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}},
+                                {set, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
+                                {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}}};
+    double sec[MAX_CASES];
+    const int n = tiled ? 7 : 5;
+    time_interleaved(run_layout, n, (void *const[7]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]}, sec, NULL);
     const double kh = (double)block_keys * KV_HEADS;
-    char name[48];
+    char name[48], hot_t[16] = "-", cold_t[16] = "-";
     snprintf(name, sizeof name, "%d row%s x %d heads (%d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
-    printf("  %-28s %8.1f %8.1f %10.1f %8.1f %8.1f\n", name, sec[0] / kh * 1e9, sec[1] / kh * 1e9, sec[2] / kh * 1e9,
-           sec[3] / kh * 1e9, sec[4] / kh * 1e9);
+    if (tiled)
+      snprintf(hot_t, sizeof hot_t, "%.1f", sec[5] / kh * 1e9),
+          snprintf(cold_t, sizeof cold_t, "%.1f", sec[6] / kh * 1e9);
+    printf("  %-28s %8.1f %8s %8.1f %10.1f %8.1f %8s %8.1f\n", name, sec[0] / kh * 1e9, hot_t, sec[1] / kh * 1e9,
+           sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold_t, sec[4] / kh * 1e9);
     decode_rows_free(&d);
   }
-  printf("\n  hot: NHD, one block again and again; NHD, HND, head K|V: the cold walk in each layout\n");
+  printf(
+      "\n  hot: NHD, one block again and again; hot T: the same with decode_tiled (- : the set has none for\n"
+      "  this shape); NHD, HND, head K|V, TILED: the cold walk in each layout\n");
   free_cache(kv, 2 * block * cold_blocks);
   return 0;
 }

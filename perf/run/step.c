@@ -59,19 +59,24 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
       uattn_json_dtype(r, o, "", "dtype", true, false, &s->dtype) ||
       uattn_json_dtype(r, o, "", "cache_dtype", true, true, &s->cache_dtype))
     return -1;
-  static const char *const layouts[] = {"NHD", "HND"};
-  static const int layout_values[] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND};
+  static const char *const layouts[] = {"NHD", "HND", "TILED"};
+  static const int layout_values[] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND, UATTN_LAYOUT_TILED};
   static const char *const types[] = {"decoder", "encoder"};
   /* "encoder" in a step dump is an encoder-only model's bidirectional self-attention over its own
    * requests (the encoder of an encoder-decoder model would need cross-attention inputs we do not take) */
   static const int type_values[] = {UATTN_ATTENTION_DECODER, UATTN_ATTENTION_ENCODER_ONLY};
   int layout, type;
-  if (uattn_json_choice(r, o, "", "kv_layout", layouts, layout_values, 2, "NHD, HND", &layout) ||
+  if (uattn_json_choice(r, o, "", "kv_layout", layouts, layout_values, 3, "NHD, HND, TILED", &layout) ||
       uattn_json_choice(r, o, "", "attn_type", types, type_values, 2, "decoder, encoder", &type))
     return -1;
   s->layout = (uattn_kv_layout)layout;
   s->attn_type = (uattn_attention_type)type;
   if (s->hq % s->hkv != 0) return fail(r, "num_q_heads: %d is not a multiple of num_kv_heads (%d)", s->hq, s->hkv);
+  /* TILED's cache shapes exist only for these (uattn.h); said here, or the tensors' check would name a shape
+   * that cannot be */
+  if (s->layout == UATTN_LAYOUT_TILED && (s->block_size % 16 || s->head_dim % 2))
+    return fail(r, "kv_layout: TILED needs a block_size that is a multiple of 16 and an even head_dim (got %d, %d)",
+                s->block_size, s->head_dim);
   double scale, soft_cap;
   if (uattn_json_number(r, o, "", "scale", -3.4e38, 3.4e38, &scale) ||
       uattn_json_number(r, o, "", "soft_cap", 0.0, 3.4e38, &soft_cap) ||
@@ -284,17 +289,28 @@ static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *jso
   const char *dt = uattn_dtype_name(s->dtype), *cdt = uattn_dtype_name(s->cache_dtype);
   const npy_dtype io = npy_of(s->dtype), cache = npy_of(s->cache_dtype);
   const int64_t q_shape[] = {T, hq, d}, kv_shape[] = {T, hkv, d}, heads[] = {hq};
+  /* the caches by layout (uattn.h): [0] keys, [1] values; NHD and HND shape both alike, TILED does not */
   const int64_t nhd[] = {nb * bs, hkv, d}, hnd[] = {nb, hkv, bs, d};
-  const bool is_nhd = s->layout == UATTN_LAYOUT_NHD;
-  const int64_t *c_shape = is_nhd ? nhd : hnd;
-  const int c_ndim = is_nhd ? 3 : 4;
-  const char *c_dims =
-      is_nhd ? "num_blocks * block_size, num_kv_heads, head_dim" : "num_blocks, num_kv_heads, block_size, head_dim";
+  const int64_t tiled_k[] = {nb, bs / 16, hkv, d / 2, 16, 2}, tiled_v[] = {nb, bs / 16, hkv, 8, d, 2};
+  const int64_t *c_shape[2] = {nhd, nhd};
+  int c_ndim = 3;
+  const char *c_dims[2] = {"num_blocks * block_size, num_kv_heads, head_dim",
+                           "num_blocks * block_size, num_kv_heads, head_dim"};
+  if (s->layout == UATTN_LAYOUT_HND) {
+    c_shape[0] = c_shape[1] = hnd;
+    c_ndim = 4;
+    c_dims[0] = c_dims[1] = "num_blocks, num_kv_heads, block_size, head_dim";
+  } else if (s->layout == UATTN_LAYOUT_TILED) {
+    c_shape[0] = tiled_k, c_shape[1] = tiled_v;
+    c_ndim = 6;
+    c_dims[0] = "TILED keys: num_blocks, block_size / 16, num_kv_heads, head_dim / 2, 16, 2";
+    c_dims[1] = "TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2";
+  }
   if (check_tensor(r, &s->t[STEP_Q], io, "dtype", dt, 3, q_shape, "T, num_q_heads, head_dim") ||
       check_tensor(r, &s->t[STEP_K], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
       check_tensor(r, &s->t[STEP_V], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
-      check_tensor(r, &s->t[STEP_KEY_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape, c_dims) ||
-      check_tensor(r, &s->t[STEP_VALUE_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape, c_dims))
+      check_tensor(r, &s->t[STEP_KEY_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape[0], c_dims[0]) ||
+      check_tensor(r, &s->t[STEP_VALUE_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape[1], c_dims[1]))
     return -1;
   for (int i = STEP_SINKS; i <= STEP_ALIBI; i++)
     if (s->t[i].path && check_tensor(r, &s->t[i], NPY_F4, NULL, NULL, 1, heads, "num_q_heads")) return -1;
@@ -424,11 +440,12 @@ int step_write_results(const step *s, const char *dir, const void *out, const fl
     out = widened;
   }
   const int64_t out_shape[] = {T, hq, d}, lse_shape[] = {T, hq};
-  const npy_array *kc = &s->t[STEP_KEY_CACHE].a;
+  /* each in its input's shape: a TILED cache's keys and values are shaped differently */
+  const npy_array *kc = &s->t[STEP_KEY_CACHE].a, *vc = &s->t[STEP_VALUE_CACHE].a;
   const int rc = step_write_npy(dir, "out.npy", NPY_F4, 3, out_shape, out, why, cap) ||
                          step_write_npy(dir, "lse.npy", NPY_F4, 2, lse_shape, lse, why, cap) ||
                          step_write_npy(dir, "key_cache.npy", kc->dtype, kc->ndim, kc->shape, key_cache, why, cap) ||
-                         step_write_npy(dir, "value_cache.npy", kc->dtype, kc->ndim, kc->shape, value_cache, why, cap)
+                         step_write_npy(dir, "value_cache.npy", vc->dtype, vc->ndim, vc->shape, value_cache, why, cap)
                      ? -1
                      : 0;
   free(widened);

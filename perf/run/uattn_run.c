@@ -37,11 +37,14 @@ static const char usage_text[] =
     "  -h, --help      this text\n"
     "\n"
     "STEP.json keys: block_size num_blocks num_q_heads num_kv_heads head_dim dtype (f32|bf16|f16) cache_dtype\n"
-    "(f32|bf16|f16|fp8_e4m3|fp8_e5m2) kv_layout (NHD|HND) scale soft_cap sliding_window attn_type\n"
+    "(f32|bf16|f16|fp8_e4m3|fp8_e5m2) kv_layout (NHD|HND|TILED) scale soft_cap sliding_window attn_type\n"
     "(decoder|encoder) [causal_width chunk_size threads k_scale v_scale] requests [{num_computed num_scheduled\n"
     "num_prompt block_table [draft_tokens]}] tensors {q k v key_cache value_cache [sinks alibi_slopes]}; tensor\n"
     "paths are relative to STEP.json. bf16 tensors are <u2 arrays of their bits, fp8 caches |u1 arrays of\n"
     "theirs; k_scale and v_scale (fp8 caches: the cache holds fp8(x / scale)) default to 1, finite and > 0.\n"
+    "Caches: NHD [num_blocks * block_size, Hkv, D], HND [num_blocks, Hkv, block_size, D], TILED (uattn.h; a\n"
+    "block_size that is a multiple of 16, an even D) keys [num_blocks, block_size / 16, Hkv, D / 2, 16, 2],\n"
+    "values [num_blocks, block_size / 16, Hkv, 8, D, 2].\n"
     "Exit status: 0, or 2 with one line on stderr naming the key or file at fault.\n";
 
 /* ---- errors ------------------------------------------------------------------------------------------ */

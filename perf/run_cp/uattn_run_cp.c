@@ -110,19 +110,39 @@ static void run_free(cp_run *r) {
   free(r->lse);
 }
 
-/* Elements before (slot, kv head) in a cache of the step's layout: NHD [slots, Hkv, D], HND [blocks, Hkv,
- * block_size, D]. A slot's head_dim values are contiguous in both. */
-static size_t slot_offset(const step *s, int64_t slot, int32_t h) {
-  if (s->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * (size_t)s->hkv + (size_t)h) * (size_t)s->head_dim;
-  const int64_t b = slot / s->block_size, o = slot % s->block_size;
-  return (((size_t)b * (size_t)s->hkv + (size_t)h) * (size_t)s->block_size + (size_t)o) * (size_t)s->head_dim;
+/* Element (slot, KV head h, dim d) of the step's key cache (value false) or value cache (value true), as
+ * uattn.h lays them out: NHD [slots, Hkv, D] and HND [blocks, Hkv, block_size, D] both caches alike; TILED
+ * keys [blocks, block_size / 16, Hkv, D / 2, 16, 2], values [blocks, block_size / 16, Hkv, 8, D, 2]. */
+static size_t cache_index(const step *s, bool value, int64_t slot, int32_t h, int32_t d) {
+  const size_t hkv = (size_t)s->hkv, D = (size_t)s->head_dim, bs = (size_t)s->block_size;
+  const size_t b = (size_t)slot / bs, o = (size_t)slot % bs, hh = (size_t)h, dd = (size_t)d;
+  if (s->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * hkv + hh) * D + dd;
+  if (s->layout == UATTN_LAYOUT_HND) return ((b * hkv + hh) * bs + o) * D + dd;
+  const size_t tile = (b * (bs / 16) + o / 16) * hkv + hh, i = o % 16;
+  return value ? ((tile * 8 + i / 2) * D + dd) * 2 + i % 2 : ((tile * (D / 2) + dd / 2) * 16 + i) * 2 + dd % 2;
 }
 
-/* Copies one slot's K/V (every KV head) between caches of the step's layout. */
-static void copy_slot(const step *s, void *dst, int64_t dst_slot, const void *src, int64_t src_slot) {
-  const size_t es = uattn_dtype_size(s->cache_dtype), n = (size_t)s->head_dim * es;
-  for (int32_t h = 0; h < s->hkv; h++)
-    memcpy((char *)dst + slot_offset(s, dst_slot, h) * es, (const char *)src + slot_offset(s, src_slot, h) * es, n);
+/* Where dim d of (slot, KV head h) is: in the cache, or for a slot of -1 in a packed [head_dim] row. */
+static size_t head_index(const step *s, bool value, int64_t slot, int32_t h, int32_t d) {
+  return slot < 0 ? (size_t)d : cache_index(s, value, slot, h, d);
+}
+
+/* Copies the head_dim values of KV head h between two caches of the step's layout or a cache and a packed
+ * row (slot -1). NHD and HND hold a slot's head contiguously; TILED strides it (a key's dim pairs 32
+ * elements apart, a value's dims 2 apart), so it goes an element at a time. */
+static void copy_head(const step *s, bool value, void *dst, int64_t dst_slot, const void *src, int64_t src_slot,
+                      int32_t h) {
+  const size_t es = uattn_dtype_size(s->cache_dtype);
+  const int32_t n = s->layout == UATTN_LAYOUT_TILED ? s->head_dim : 1;
+  const size_t run = s->layout == UATTN_LAYOUT_TILED ? es : (size_t)s->head_dim * es;
+  for (int32_t d = 0; d < n; d++)
+    memcpy((char *)dst + head_index(s, value, dst_slot, h, d) * es,
+           (const char *)src + head_index(s, value, src_slot, h, d) * es, run);
+}
+
+/* Copies one slot's K or V (every KV head) between caches of the step's layout. */
+static void copy_slot(const step *s, bool value, void *dst, int64_t dst_slot, const void *src, int64_t src_slot) {
+  for (int32_t h = 0; h < s->hkv; h++) copy_head(s, value, dst, dst_slot, src, src_slot, h);
 }
 
 /* ---- this rank's share of the cache ---------------------------------------------------------------------- */
@@ -230,8 +250,8 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
       const int64_t g = slots[(size_t)i * bs + o], l = (int64_t)id_of[i] * bs + o;
       r->local_slots[l] = g;
       if (g < 0) continue;
-      copy_slot(s, r->key_cache, l, s->t[STEP_KEY_CACHE].a.data, g);
-      copy_slot(s, r->value_cache, l, s->t[STEP_VALUE_CACHE].a.data, g);
+      copy_slot(s, false, r->key_cache, l, s->t[STEP_KEY_CACHE].a.data, g);
+      copy_slot(s, true, r->value_cache, l, s->t[STEP_VALUE_CACHE].a.data, g);
     }
   }
   rc = 0;
@@ -373,14 +393,14 @@ static void pack_writes(const cp_run *r, written *w) {
   const step *s = &r->s;
   uattn_plan_info in;
   uattn_plan_get_info(r->plan, &in);
-  const size_t row = cache_row_bytes(s), es = uattn_dtype_size(s->cache_dtype), d = (size_t)s->head_dim * es;
+  const size_t row = cache_row_bytes(s), d = (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
   for (int32_t t = 0; t < s->num_tokens; t++) {
     const int64_t l = in.slot_mapping[t];
     w->slots[t] = l < 0 ? -1 : r->local_slots[l];
     if (l < 0) continue;
     for (int32_t h = 0; h < s->hkv; h++) {
-      memcpy((char *)w->k_rows + t * row + (size_t)h * d, (const char *)r->key_cache + slot_offset(s, l, h) * es, d);
-      memcpy((char *)w->v_rows + t * row + (size_t)h * d, (const char *)r->value_cache + slot_offset(s, l, h) * es, d);
+      copy_head(s, false, (char *)w->k_rows + t * row + (size_t)h * d, -1, r->key_cache, l, h);
+      copy_head(s, true, (char *)w->v_rows + t * row + (size_t)h * d, -1, r->value_cache, l, h);
     }
   }
 }
@@ -430,7 +450,7 @@ static int gather_writes(cp_run *r, gathered *g, const written *w) {
 
   uattn_plan_info whole;
   uattn_plan_get_info(r->whole, &whole);
-  const size_t bytes = cache_row_bytes(s), es = uattn_dtype_size(s->cache_dtype), d = (size_t)s->head_dim * es;
+  const size_t bytes = cache_row_bytes(s), d = (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
   for (int32_t t = 0; t < T; t++) {
     int writer = -1, writers = 0;
     for (int i = 0; i < num_ranks; i++)
@@ -444,8 +464,8 @@ static int gather_writes(cp_run *r, gathered *g, const written *w) {
     if (writer < 0) continue;
     const size_t at = ((size_t)writer * T + (size_t)t) * bytes;
     for (int32_t h = 0; h < s->hkv; h++) {
-      memcpy((char *)s->t[STEP_KEY_CACHE].a.data + slot_offset(s, want, h) * es, (char *)g->k_rows + at + h * d, d);
-      memcpy((char *)s->t[STEP_VALUE_CACHE].a.data + slot_offset(s, want, h) * es, (char *)g->v_rows + at + h * d, d);
+      copy_head(s, false, s->t[STEP_KEY_CACHE].a.data, want, (char *)g->k_rows + at + h * d, -1, h);
+      copy_head(s, true, s->t[STEP_VALUE_CACHE].a.data, want, (char *)g->v_rows + at + h * d, -1, h);
     }
   }
   return 0;

@@ -346,6 +346,7 @@ static const char *dtype_str(uattn_dtype d) {
 static bool is_fp8(uattn_dtype d) { return d == UATTN_FP8_E4M3 || d == UATTN_FP8_E5M2; }
 
 static const char *attn_type_names[] = {"decoder", "encoder", "encoder_only", "encoder_decoder"};
+static const char *layout_names[] = {"NHD", "HND", "TILED"}; /* by uattn_kv_layout */
 
 /* ---- errors --------------------------------------------------------------------------------------- */
 
@@ -601,14 +602,13 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
   L.cache_dtype = cache_dtype;
   L.k_scale = ks;
   L.v_scale = vs;
-  if (!strcmp(layout, "NHD"))
-    L.kv_layout = UATTN_LAYOUT_NHD;
-  else if (!strcmp(layout, "HND"))
-    L.kv_layout = UATTN_LAYOUT_HND;
-  else {
-    PyErr_Format(PyExc_ValueError, "kv_layout: expected \"NHD\" or \"HND\", got \"%s\"", layout);
+  int l = 0;
+  while (l < 3 && strcmp(layout, layout_names[l])) l++;
+  if (l == 3) {
+    PyErr_Format(PyExc_ValueError, "kv_layout: expected \"NHD\", \"HND\" or \"TILED\", got \"%s\"", layout);
     return -1;
   }
+  L.kv_layout = (uattn_kv_layout)l;
   int t = -1;
   for (int i = 0; i < 4; i++)
     if (!strcmp(attn, attn_type_names[i])) t = i;
@@ -660,7 +660,7 @@ static PyObject *Layer_get(LayerObject *self, void *which) {
   case 2: return PyLong_FromLong(L->head_dim);
   case 3: return PyUnicode_FromString(dtype_str(L->dtype));
   case 4: return PyUnicode_FromString(dtype_str(L->cache_dtype));
-  case 5: return PyUnicode_FromString(L->kv_layout == UATTN_LAYOUT_NHD ? "NHD" : "HND");
+  case 5: return PyUnicode_FromString(layout_names[L->kv_layout]);
   case 6: return PyFloat_FromDouble(L->scale);
   case 7: return PyFloat_FromDouble(L->soft_cap);
   case 8: return PyLong_FromLong(L->sliding_window);
@@ -691,7 +691,7 @@ static PyObject *Layer_repr(LayerObject *self) {
       "uattn.Layer(%d, %d, %d, dtype=\"%s\", cache_dtype=\"%s\", kv_layout=\"%s\", "
       "attn_type=\"%s\")",
       L->num_q_heads, L->num_kv_heads, L->head_dim, dtype_str(L->dtype), dtype_str(L->cache_dtype),
-      L->kv_layout == UATTN_LAYOUT_NHD ? "NHD" : "HND", attn_type_names[L->attn_type]);
+      layout_names[L->kv_layout], attn_type_names[L->attn_type]);
 }
 
 static PyTypeObject Layer_Type = {
@@ -703,8 +703,9 @@ static PyTypeObject Layer_Type = {
         "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
         "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False, k_scale=1.0,\n"
         "      v_scale=1.0)\n\n"
-        "One attention layer (uattn_layer); immutable. scale None: 1/sqrt(head_dim); cache_dtype None: "
-        "dtype; \"fp8_e4m3\" (\"float8_e4m3fn\") and \"fp8_e5m2\" (\"float8_e5m2\") are cache dtypes only, "
+        "One attention layer (uattn_layer); immutable. kv_layout: \"NHD\", \"HND\" or \"TILED\" (the cache "
+        "shapes: forward's doc). scale None: 1/sqrt(head_dim); cache_dtype None: dtype; \"fp8_e4m3\" "
+        "(\"float8_e4m3fn\") and \"fp8_e5m2\" (\"float8_e5m2\") are cache dtypes only, "
         "their caches uint8 arrays of the codes: the cache holds fp8(k / k_scale) and fp8(v / v_scale) and is "
         "read as fp8 * scale (k_scale, v_scale: finite, > 0). sinks and alibi_slopes ([num_q_heads]) are "
         "copied. probs_fp32: keep P in fp32 where the kernels would round it to bf16 (bf16 dot-product CPUs).",
@@ -1171,7 +1172,9 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
     goto done;
 
   /* The caches: NHD as [num_blocks * block_size, Hkv, D] (uattn.h) or [num_blocks, block_size, Hkv, D]
-   * (vLLM's), HND as [num_blocks, Hkv, block_size, D]; both caches alike. */
+   * (vLLM's), HND as [num_blocks, Hkv, block_size, D], both caches alike; TILED as uattn.h's
+   * [num_blocks, block_size / 16, Hkv, D / 2, 16, 2] keys and [num_blocks, block_size / 16, Hkv, 8, D, 2]
+   * values. */
   Py_ssize_t num_blocks = -1;
   PyObject *cache_objs[2] = {kc_o, vc_o};
   const char *cache_names[2] = {"key_cache", "value_cache"};
@@ -1179,7 +1182,20 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
     array *ca = &a[A_KC + c];
     if (array_get(ca, cache_objs[c], cache_names[c], 1) || array_kind(ca, cwant, calt, cdesc)) goto done;
     Py_ssize_t nb = -1;
-    if (L->kv_layout == UATTN_LAYOUT_HND) {
+    if (L->kv_layout == UATTN_LAYOUT_TILED) {
+      /* TILED's shapes exist only for these; the library refuses the others too, but the shape check below
+       * would first name a shape that cannot be */
+      if (bs % 16 || D % 2) {
+        fail_arg(ca,
+                 "kv_layout \"TILED\" needs a block_size that is a multiple of 16 and an even head_dim, got "
+                 "%zd and %zd",
+                 bs, D);
+        goto done;
+      }
+      Py_ssize_t wk[6] = {num_blocks, bs / 16, Hkv, D / 2, 16, 2}, wv[6] = {num_blocks, bs / 16, Hkv, 8, D, 2};
+      if (array_shape(ca, 6, c ? wv : wk)) goto done;
+      nb = ca->shape[0];
+    } else if (L->kv_layout == UATTN_LAYOUT_HND) {
       Py_ssize_t w[4] = {num_blocks, Hkv, bs, D};
       if (array_shape(ca, 4, w)) goto done;
       nb = ca->shape[0];
@@ -1544,8 +1560,10 @@ static PyMethodDef module_methods[] = {
      "Writes this step's k/v into the caches (in place) and computes attention for every query row of the\n"
      "plan's last step. q [T, Hq, D], k/v [T, Hkv, D] in layer.dtype (bf16: uint16 bits or a bfloat16\n"
      "tensor); caches in layer.cache_dtype: NHD [num_blocks * block_size, Hkv, D] or\n"
-     "[num_blocks, block_size, Hkv, D], HND [num_blocks, Hkv, block_size, D]. out is made in the kind of q\n"
-     "unless given; lse [T, Hq] float32. The GIL is released while it runs."},
+     "[num_blocks, block_size, Hkv, D], HND [num_blocks, Hkv, block_size, D], TILED keys\n"
+     "[num_blocks, block_size / 16, Hkv, D / 2, 16, 2] and values [num_blocks, block_size / 16, Hkv, 8, D, 2]\n"
+     "(uattn.h). out is made in the kind of q unless given; lse [T, Hq] float32. The GIL is released while it\n"
+     "runs."},
     {"merge_states", (PyCFunction)(void (*)(void))py_merge_states, METH_VARARGS | METH_KEYWORDS,
      "merge_states(outs, lses, out=None, lse=None) -> (out, lse)\n\n"
      "Merges attention results over disjoint key sets: float32 outs [rows, heads, D], lses [rows, heads]."},

@@ -85,6 +85,46 @@ def dense_attention(q, keys, values, q_pos, scale, soft_cap=0.0, window=0, sinks
     return out, lse
 
 
+def cache_shapes(layout, num_blocks, bs, hkv, d):
+    """The (key, value) cache shapes of a layout, from uattn.h: NHD and HND shape both caches alike; TILED
+    puts each block's keys in tiles of 16, keys as dim pairs of 16 keys, values as key pairs of D dims."""
+    if layout == "NHD":
+        return ((num_blocks * bs, hkv, d),) * 2
+    if layout == "HND":
+        return ((num_blocks, hkv, bs, d),) * 2
+    return (num_blocks, bs // 16, hkv, d // 2, 16, 2), (num_blocks, bs // 16, hkv, 8, d, 2)
+
+
+def _cache_index(layout, bs, slots, value):
+    """The index of the [n, Hkv, D] entries at slots (TILED keys: [n, Hkv, D / 2, 2], dim d = 2 p + e) of a
+    key (value False) or value cache of the layout. TILED, uattn.h: key i = o % 16 of tile o // 16 of block
+    b (o = slot % bs) at [b, tile, h, d // 2, i, d % 2], its value at [b, tile, h, i // 2, d, i % 2]."""
+    slots = np.asarray(slots)
+    b, o = slots // bs, slots % bs
+    if layout == "NHD":
+        return (slots,)
+    if layout == "HND":
+        return (b, slice(None), o)
+    t, i = o // 16, o % 16
+    if value:
+        return (b, t, slice(None), i // 2, slice(None), i % 2)
+    return (b, t, slice(None), slice(None), i, slice(None))
+
+
+def cache_get(cache, layout, bs, slots, value):
+    """The entries at slots of a key (value False) or value cache of the layout, as [n, Hkv, D]."""
+    x = cache[_cache_index(layout, bs, slots, value)]
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def cache_put(cache, layout, bs, slots, value, x):
+    """Writes x [n, Hkv, D] at slots of a key (value False) or value cache of the layout."""
+    x = np.asarray(x)
+    if layout == "TILED" and not value:
+        x = x.reshape(x.shape[0], x.shape[1], -1, 2)
+    cache[_cache_index(layout, bs, slots, value)] = x
+
+
 class PagedSim:
     """A paged KV cache with its requests: block allocation, block tables, the plan's step, the forward,
     and the dense check of every row."""
@@ -98,9 +138,9 @@ class PagedSim:
         self.layer = uattn.Layer(hq, hkv, d, dtype=dtype, cache_dtype=self.cache_dtype, kv_layout=layout,
                                  **layer_kw)
         self.plan = uattn.Plan(bs, num_blocks, max_seqs, max_tokens, max_model_len, **(plan_kw or {}))
-        shape = (num_blocks * bs, hkv, d) if layout == "NHD" else (num_blocks, hkv, bs, d)
-        self.key_cache = np.zeros(shape, dtype=STORAGE[self.cache_dtype])
-        self.value_cache = np.zeros(shape, dtype=STORAGE[self.cache_dtype])
+        kshape, vshape = cache_shapes(layout, num_blocks, bs, hkv, d)
+        self.key_cache = np.zeros(kshape, dtype=STORAGE[self.cache_dtype])
+        self.value_cache = np.zeros(vshape, dtype=STORAGE[self.cache_dtype])
         self.rng = np.random.default_rng(seed)
         self.free = list(self.rng.permutation(num_blocks))  # blocks handed out in a scattered order
         self.reqs = {}  # id -> dict(keys, values, blocks, computed, prompt)
@@ -193,10 +233,6 @@ class PagedSim:
 
     def cache_rows(self, slots):
         """The cache entries at the given slots, as [n, Hkv, D] float64."""
-        slots = np.asarray(slots)
-        if self.layout == "NHD":
-            x = self.key_cache[slots], self.value_cache[slots]
-        else:
-            x = (self.key_cache[slots // self.bs, :, slots % self.bs],
-                 self.value_cache[slots // self.bs, :, slots % self.bs])
+        x = (cache_get(self.key_cache, self.layout, self.bs, slots, False),
+             cache_get(self.value_cache, self.layout, self.bs, slots, True))
         return tuple(from_storage(c, self.cache_dtype) for c in x)

@@ -51,13 +51,13 @@ def test_caches_are_the_callers_memory_updated_in_place(step):
     assert np.array_equal(values, a["v"].astype(np.float64))
 
 
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("layout", ["NHD", "HND", "TILED"])
 def test_cache_views_and_vllm_nhd_shape(layout):
     """A cache that is a view of a bigger buffer (an engine's one allocation for all layers) is written in
     place; an NHD cache may also be [num_blocks, block_size, Hkv, D] as vLLM shapes it."""
     sim = PagedSim(seed=22, layout=layout)
     big_k = np.zeros((3,) + sim.key_cache.shape, np.float32)
-    big_v = np.zeros_like(big_k)
+    big_v = np.zeros((3,) + sim.value_cache.shape, np.float32)  # TILED: shaped unlike the keys
     sim.key_cache, sim.value_cache = big_k[1], big_v[1]
     if layout == "NHD":
         sim.key_cache = sim.key_cache.reshape(sim.nb, sim.bs, sim.hkv, sim.d)
@@ -210,12 +210,51 @@ def test_plan_step_argument_errors():
         plan.step([4], [1], [4], np.zeros((1, 1), np.int32), draft_tokens=[[1], [2]])
     with pytest.raises(ValueError, match="dtype"):
         uattn.Layer(4, 2, 64, dtype="f64")
-    with pytest.raises(ValueError, match="kv_layout"):
+    with pytest.raises(ValueError, match='kv_layout: expected "NHD", "HND" or "TILED", got "HDN"'):
         uattn.Layer(4, 2, 64, kv_layout="HDN")
     with pytest.raises(ValueError, match="sinks"):
         uattn.Layer(4, 2, 64, sinks=[1.0, 2.0])
     with pytest.raises(ValueError, match="num_q_heads"):
         uattn.Layer(3, 2, 64)
+
+
+def test_tiled_layout_shapes_and_refusals():
+    """kv_layout="TILED" is taken and reported; its caches are uattn.h's two shapes (keys and values
+    differ), anything else is refused by name before anything is written, as are a block size that is not
+    a multiple of 16 and an odd head dim."""
+    layer = uattn.Layer(4, 2, 64, dtype="f32", kv_layout="TILED")
+    assert layer.kv_layout == "TILED" and 'kv_layout="TILED"' in repr(layer)
+    sim = PagedSim(seed=23, layout="TILED")
+    assert sim.key_cache.shape == (64, 1, 2, 32, 16, 2) and sim.value_cache.shape == (64, 1, 2, 8, 64, 2)
+    info = sim.plan.step([0], [20], [20], np.array([[3, 9]], np.int32))
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((20, h, 64)).astype(np.float32) for h in (4, 2, 2))
+    hnd = np.zeros((64, 2, 16, 64), np.float32)
+    snap = snapshot(sim)
+    with pytest.raises(ValueError, match=r"key_cache: expected shape \(\*, 1, 2, 32, 16, 2\), got \(64, 2, 16, 64\)"):
+        uattn.forward(sim.plan, sim.layer, q, k, v, hnd, sim.value_cache)
+    with pytest.raises(ValueError,
+                       match=r"value_cache: expected shape \(64, 1, 2, 8, 64, 2\), got \(64, 1, 2, 32, 16, 2\)"):
+        uattn.forward(sim.plan, sim.layer, q, k, v, sim.key_cache, sim.key_cache.copy())
+    assert unchanged(sim, snap)
+    out = uattn.forward(sim.plan, sim.layer, q, k, v, sim.key_cache, sim.value_cache)
+    slots = info.slot_mapping
+    keys, values = sim.cache_rows(slots)
+    assert np.array_equal(keys, k.astype(np.float64)) and np.array_equal(values, v.astype(np.float64))
+    # the step's 20 keys and values were written and nothing else: 20 * Hkv * D elements each
+    assert np.count_nonzero(sim.key_cache) == np.count_nonzero(k) and np.count_nonzero(sim.value_cache) == \
+        np.count_nonzero(v)
+    ref, _ = dense_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), np.arange(20),
+                             layer.scale)
+    assert np.abs(out - ref).max() < 2e-5 * max(1.0, np.abs(ref).max())
+    plan8 = uattn.Plan(8, 64, 4, 64, 256)
+    plan8.step([0], [4], [4], np.array([[1]], np.int32))
+    kc8 = np.zeros((64, 0, 2, 32, 16, 2), np.float32)
+    with pytest.raises(ValueError, match="TILED.*multiple of 16 and an even head_dim, got 8 and 64"):
+        uattn.forward(plan8, layer, q[:4], k[:4], v[:4], kc8, kc8.copy())
+    odd = uattn.Layer(4, 2, 63, dtype="f32", kv_layout="TILED")
+    with pytest.raises(ValueError, match="got 16 and 63"):
+        uattn.forward(sim.plan, odd, q[:, :, :63].copy(), k[:, :, :63].copy(), v[:, :, :63].copy(), hnd, hnd)
 
 
 def test_library_refusal_writes_nothing(step):

@@ -1,11 +1,11 @@
 """uattn.forward against the float64 dense reference (refsim.dense_attention), over steps an engine makes:
 prefills, chunked prefills, decodes, mixed batches, speculative verification, shared prefixes; every dtype,
-both cache layouts, and each scoring feature."""
+every cache layout (NHD, HND, TILED), and each scoring feature."""
 import numpy as np
 import pytest
 
 import uattn
-from refsim import PagedSim, dense_attention
+from refsim import PagedSim, cache_get, cache_put, cache_shapes, dense_attention
 
 DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("f32", "bf16"), ("bf16", "f32"), ("f16", "bf16")]
 
@@ -27,12 +27,12 @@ def run_mixed(sim, drafts=False):
 
 
 @pytest.mark.parametrize("dtype,cache_dtype", DTYPES)
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("layout", ["NHD", "HND", "TILED"])
 def test_mixed_every_dtype_and_layout(dtype, cache_dtype, layout):
     run_mixed(PagedSim(dtype=dtype, cache_dtype=cache_dtype, layout=layout, seed=1))
 
 
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("layout", ["NHD", "HND", "TILED"])
 def test_decode_only(layout):
     sim = PagedSim(layout=layout, hq=8, hkv=2, d=128, dtype="bf16", seed=2)
     for r in range(5):
@@ -51,6 +51,29 @@ def test_prefill_only_gqa_and_mqa():
         sim.step({0: 17, 1: 34, 2: 51})
 
 
+@pytest.mark.parametrize("bs,dtype,cache_dtype", [(16, "bf16", "bf16"), (64, "bf16", "bf16"), (32, "f32", "f16")])
+def test_tiled_mixed_batch(bs, dtype, cache_dtype):
+    """A TILED cache through mixed batches (prompts, a chunk, decodes and verifications in one step) on two
+    workers, against the reference; Llama-like heads (the default build's bf16 bucket at block 16), blocks of
+    one, two and four tiles. Then every key and value each request has is read back from the cache where
+    uattn.h's TILED definition puts it (refsim.cache_get)."""
+    sim = PagedSim(bs=bs, hq=8, hkv=2, d=128, dtype=dtype, cache_dtype=cache_dtype, layout="TILED", seed=14)
+    assert sim.layer.kv_layout == "TILED"
+    rt = uattn.Runtime(num_threads=2)
+    sim.add(0, 40)
+    sim.add(1, 70)
+    sim.step({0: 40, 1: 32}, runtime=rt)
+    sim.add(2, 9)
+    sim.step({0: 1, 1: 32, 2: 9}, runtime=rt)  # decode + chunk + prefill
+    sim.step({1: 6, 0: 1, 2: 1}, runtime=rt)
+    sim.step({0: 1, 1: 1, 2: 1}, drafts={0: [5, 6, 7], 2: [3]}, runtime=rt)
+    for r in sim.reqs.values():
+        p = np.arange(r["computed"])
+        slots = np.asarray(r["blocks"])[p // bs] * bs + p % bs
+        keys, values = sim.cache_rows(slots)
+        assert np.array_equal(keys, r["keys"]) and np.array_equal(values, r["values"])
+
+
 def test_chunked_prompt_then_decode():
     sim = PagedSim(bs=16, seed=3)
     sim.add(0, 100)
@@ -62,7 +85,7 @@ def test_chunked_prompt_then_decode():
 
 
 def test_spec_decode_verification():
-    for layout in ("NHD", "HND"):
+    for layout in ("NHD", "HND", "TILED"):
         sim = PagedSim(layout=layout, seed=4)
         run_mixed(sim, drafts=True)
 
@@ -76,11 +99,11 @@ def test_spec_decode_with_placeholders():
     assert info.num_scheduled[0] == 3
 
 
-@pytest.mark.parametrize("chunk_size", [0, 2])
-def test_prefix_sharing(chunk_size):
+@pytest.mark.parametrize("chunk_size,layout", [(0, "NHD"), (2, "NHD"), (0, "TILED"), (2, "TILED")])
+def test_prefix_sharing(chunk_size, layout):
     """A system prompt of 3 blocks computed once; later requests start on those blocks (prefix cache) and
     decode together, so the step has shared blocks read by several rows."""
-    sim = PagedSim(bs=16, seed=6, chunk_size=chunk_size)
+    sim = PagedSim(bs=16, seed=6, chunk_size=chunk_size, layout=layout)
     sim.add(0, 48 + 5)
     sim.step({0: 53})
     for r in (1, 2, 3):
@@ -105,6 +128,7 @@ def test_prefix_sharing(chunk_size):
 def test_scoring_features(feature, dtype):
     run_mixed(PagedSim(dtype=dtype, seed=7, **feature))
     run_mixed(PagedSim(dtype=dtype, seed=8, layout="HND", **feature), drafts=True)
+    run_mixed(PagedSim(dtype=dtype, seed=9, layout="TILED", **feature), drafts=True)
 
 
 def test_window_on_prefix_sharing():
@@ -132,8 +156,9 @@ def test_runtime_threads_give_the_same_bits():
         assert np.array_equal(a, b)
 
 
-def test_large_head_dim_and_block_size():
-    sim = PagedSim(bs=128, num_blocks=8, hq=4, hkv=1, d=128, dtype="bf16", seed=11)
+@pytest.mark.parametrize("layout", ["NHD", "TILED"])
+def test_large_head_dim_and_block_size(layout):
+    sim = PagedSim(bs=128, num_blocks=8, hq=4, hkv=1, d=128, dtype="bf16", seed=11, layout=layout)
     sim.add(0, 200)
     sim.step({0: 150})
     sim.step({0: 50})
@@ -141,7 +166,7 @@ def test_large_head_dim_and_block_size():
 
 
 def test_encoder_only_is_bidirectional():
-    for layout in ("NHD", "HND"):
+    for layout in ("NHD", "HND", "TILED"):
         sim = PagedSim(layout=layout, seed=12, attn_type="encoder_only")
         for r in range(3):
             sim.add(r, 10 + 15 * r)
@@ -205,7 +230,8 @@ def fp8_table(fmt):
     return sign * val
 
 
-@pytest.mark.parametrize("fmt,layout", [("fp8_e4m3", "NHD"), ("fp8_e5m2", "HND")])
+@pytest.mark.parametrize("fmt,layout", [("fp8_e4m3", "NHD"), ("fp8_e5m2", "HND"), ("fp8_e4m3", "TILED"),
+                                        ("fp8_e5m2", "TILED")])
 def test_fp8_caches_with_scales(fmt, layout):
     """fp8 caches as uint8 arrays of codes, k_scale 0.5 and v_scale 3 on the Layer: a decode (its own new key
     read back from the cache) and a prompt. The step's k/v are exactly code * scale, so the cache after the
@@ -218,9 +244,9 @@ def test_fp8_caches_with_scales(fmt, layout):
     plan = uattn.Plan(bs, nb, 4, 64, 128)
     layer = uattn.Layer(hq, hkv, d, dtype="f32", cache_dtype=fmt, kv_layout=layout, k_scale=ks, v_scale=vs)
     assert (layer.cache_dtype, layer.k_scale, layer.v_scale) == (fmt, ks, vs)
-    shape = (nb * bs, hkv, d) if layout == "NHD" else (nb, hkv, bs, d)
-    kc = rng.choice(safe, size=shape).astype(np.uint8)
-    vc = rng.choice(safe, size=shape).astype(np.uint8)
+    kshape, vshape = cache_shapes(layout, nb, bs, hkv, d)
+    kc = rng.choice(safe, size=kshape).astype(np.uint8)
+    vc = rng.choice(safe, size=vshape).astype(np.uint8)
     blocks = np.array([[2, 5], [1, 0]], np.int32)
     info = plan.step([20, 0], [1, 5], [5, 5], blocks)  # a decode at position 20, a 5-token prompt
     T = info.num_tokens
@@ -232,26 +258,16 @@ def test_fp8_caches_with_scales(fmt, layout):
     want_k, want_v = kc.copy(), vc.copy()
     out = uattn.forward(plan, layer, q, k, v, kc, vc)
 
-    def rows(cache, slots):  # [n, hkv, d] at the given slots, whatever the layout
-        if layout == "NHD":
-            return cache[slots]
-        return cache[slots // bs, :, slots % bs]
-
-    def put(cache, slots, x):
-        if layout == "NHD":
-            cache[slots] = x
-        else:
-            cache[slots // bs, :, slots % bs] = x
-
     qsl, pos = info.query_start_loc, info.token_positions
     slots = np.array([blocks[r, p // bs] * bs + p % bs for r in range(2) for p in pos[qsl[r]:qsl[r + 1]]])
-    put(want_k, slots, kcodes)
-    put(want_v, slots, vcodes)
+    cache_put(want_k, layout, bs, slots, False, kcodes)
+    cache_put(want_v, layout, bs, slots, True, vcodes)
     assert np.array_equal(kc, want_k) and np.array_equal(vc, want_v)  # fp8(k / k_scale), bit for bit
     for r, n in enumerate([21, 5]):
         p = np.arange(n)
         s = blocks[r, p // bs] * bs + p % bs
-        keys, values = table[rows(kc, s)] * ks, table[rows(vc, s)] * vs
+        keys = table[cache_get(kc, layout, bs, s, False)] * ks
+        values = table[cache_get(vc, layout, bs, s, True)] * vs
         ref, _ = dense_attention(q[qsl[r]:qsl[r + 1]].astype(np.float64), keys, values, pos[qsl[r]:qsl[r + 1]],
                                  layer.scale)
         assert np.abs(out[qsl[r]:qsl[r + 1]] - ref).max() < 2e-5 * max(1.0, np.abs(ref).max())

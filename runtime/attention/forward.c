@@ -48,7 +48,8 @@
 #include "tuning/tuning.h"
 
 #define UATTN_DEFAULT_CAUSAL_WIDTH 512
-#define UATTN_MAX_NODES 16 /* NUMA nodes the work handout distinguishes; more share queues */
+#define UATTN_MAX_NODES 16      /* NUMA nodes the work handout distinguishes; more share queues */
+#define UATTN_MAX_HEAD_DIM 4096 /* validate_layer's bound, which sizes the per-row buffers on the stack */
 
 uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, uattn_dtype dtype) {
   uattn_layer l;
@@ -75,8 +76,9 @@ static uattn_status validate_layer(const uattn_layer *L) {
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
                       "layer: num_q_heads (%d) must be a multiple of num_kv_heads (%d) for grouped-query attention",
                       L->num_q_heads, L->num_kv_heads);
-  if (L->head_dim <= 0 || L->head_dim > 4096)
-    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim = %d must be in 1..4096", L->head_dim);
+  if (L->head_dim <= 0 || L->head_dim > UATTN_MAX_HEAD_DIM)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim = %d must be in 1..%d", L->head_dim,
+                      UATTN_MAX_HEAD_DIM);
   if (!uattn_dtype_valid(L->dtype) || !uattn_dtype_valid(L->cache_dtype))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: dtype %d / cache_dtype %d is not a uattn_dtype",
                       (int)L->dtype, (int)L->cache_dtype);
@@ -93,8 +95,12 @@ static uattn_status validate_layer(const uattn_layer *L) {
   if (uattn_dtype_is_fp8(L->cache_dtype) && (!isfinite(L->v_scale) || !(L->v_scale > 0.0f)))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: v_scale = %g must be finite and > 0 for an %s cache",
                       (double)L->v_scale, uattn_dtype_name(L->cache_dtype));
-  if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND)
+  if (L->kv_layout != UATTN_LAYOUT_NHD && L->kv_layout != UATTN_LAYOUT_HND && L->kv_layout != UATTN_LAYOUT_TILED)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: kv_layout %d is not a uattn_kv_layout", (int)L->kv_layout);
+  if (L->kv_layout == UATTN_LAYOUT_TILED && L->head_dim % 2)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: a TILED cache stores dims in pairs, so head_dim must be even, not %d: use NHD or HND",
+                      L->head_dim);
   if (!isfinite(L->scale)) return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: scale must be finite");
   if (!(L->soft_cap >= 0.0f) || !isfinite(L->soft_cap))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: soft_cap must be >= 0 (0 = none)");
@@ -161,6 +167,11 @@ static uattn_status validate_tensors(const uattn_plan_info *in, const uattn_plan
                       t->block_size, pc->block_size);
   if (t->num_blocks <= 0)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "tensors.num_blocks = %d must be > 0", t->num_blocks);
+  if (L->kv_layout == UATTN_LAYOUT_TILED && t->block_size % UATTN_TILED_KEYS)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "tensors.block_size = %d: a TILED cache holds blocks of whole %d-key tiles, so the block size "
+                      "must be a multiple of %d: use NHD or HND",
+                      t->block_size, UATTN_TILED_KEYS, UATTN_TILED_KEYS);
   if (!size_fits(uattn_dtype_size(L->cache_dtype), t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim))
     return uattn_fail(UATTN_ERR_OVERFLOW,
                       "tensors: a cache of num_blocks %d x block_size %d x num_kv_heads %d x head_dim %d elements "
@@ -225,37 +236,96 @@ typedef struct cache_view {
   int32_t block_size, kv_heads, head_dim;
 } cache_view;
 
-/* Element offset of (slot, kv head)'s head_dim vector. */
+/* NHD and HND: the element offset of (slot, kv head)'s head_dim vector. */
 static size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
   if (c->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * c->kv_heads + head) * c->head_dim;
   const int64_t block = slot / c->block_size, off = slot % c->block_size;
   return (((size_t)block * c->kv_heads + head) * c->block_size + off) * c->head_dim;
 }
 
+/* TILED (uattn.h): the element where a head's share of a tile of a block starts, in either cache; within
+ * it, key i's dim d among the keys (dim pairs of 16 keys) and among the values (key pairs of head_dim dims). */
+static size_t tiled_share(const cache_view *c, int64_t block, int32_t tile, int32_t head) {
+  const size_t tiles = (size_t)(c->block_size / UATTN_TILED_KEYS);
+  return (((size_t)block * tiles + (size_t)tile) * c->kv_heads + head) * UATTN_TILED_KEYS * (size_t)c->head_dim;
+}
+static size_t tiled_key(int32_t i, int32_t d) { return ((size_t)(d / 2) * UATTN_TILED_KEYS + (size_t)i) * 2 + d % 2; }
+static size_t tiled_value(int32_t i, int32_t d, int32_t D) { return ((size_t)(i / 2) * D + (size_t)d) * 2 + i % 2; }
+
+/* One key's and one value's head_dim elements (kx, vx, in the cache dtype) to (slot, head) of the caches. */
+static void store_vectors(const cache_view *c, int64_t slot, int32_t head, const char *kx, const char *vx) {
+  const size_t esz = uattn_dtype_size(c->dtype), D = (size_t)c->head_dim;
+  if (c->layout != UATTN_LAYOUT_TILED) {
+    const size_t dst = cache_offset(c, slot, head) * esz;
+    memcpy(c->k + dst, kx, D * esz), memcpy(c->v + dst, vx, D * esz);
+    return;
+  }
+  const int32_t j = (int32_t)(slot % c->block_size), i = j % UATTN_TILED_KEYS;
+  const size_t share = tiled_share(c, slot / c->block_size, j / UATTN_TILED_KEYS, head) * esz;
+  for (int32_t d = 0; d < c->head_dim; d++) {
+    memcpy(c->k + share + tiled_key(i, d) * esz, kx + (size_t)d * esz, esz);
+    memcpy(c->v + share + tiled_value(i, d, c->head_dim) * esz, vx + (size_t)d * esz, esz);
+  }
+}
+
+/* TILED: keys [first, first + count) of a block for heads [h0, h0 + heads), gathered into rows as an NHD
+ * cache of `heads` heads holds them (k_out, v_out: [count][heads][head_dim] elements of esz bytes), for the
+ * kernels that read rows: the panel loads, and the decode kernels of the sets without decode_tiled.
+ * Specialized for each element size (TILED_GATHER below). */
+static inline __attribute__((always_inline)) void gather_tiled_esz(const size_t esz, const cache_view *c, int32_t block,
+                                                                   int32_t first, int32_t count, int32_t h0,
+                                                                   int32_t heads, char *k_out, char *v_out) {
+  const int32_t D = c->head_dim;
+  for (int32_t x = 0; x < count; x++) {
+    const int32_t j = first + x, i = j % UATTN_TILED_KEYS;
+    for (int32_t g = 0; g < heads; g++) {
+      const size_t share = tiled_share(c, block, j / UATTN_TILED_KEYS, h0 + g) * esz;
+      char *kr = k_out + ((size_t)x * heads + g) * D * esz, *vr = v_out + ((size_t)x * heads + g) * D * esz;
+      const char *kp = c->k + share + tiled_key(i, 0) * esz, *vp = c->v + share + tiled_value(i, 0, D) * esz;
+      for (int32_t p = 0; p < D / 2; p++) /* a dim pair at a time: one load and store */
+        memcpy(kr + 2 * (size_t)p * esz, kp + 2 * (size_t)p * UATTN_TILED_KEYS * esz, 2 * esz);
+      for (int32_t d = 0; d < D; d++) memcpy(vr + (size_t)d * esz, vp + 2 * (size_t)d * esz, esz);
+    }
+  }
+}
+
+static void gather_tiled(const cache_view *c, int32_t block, int32_t first, int32_t count, int32_t h0, int32_t heads,
+                         char *k_out, char *v_out) {
+  switch (uattn_dtype_size(c->dtype)) {
+  case 1: gather_tiled_esz(1, c, block, first, count, h0, heads, k_out, v_out); break;
+  case 2: gather_tiled_esz(2, c, block, first, count, h0, heads, k_out, v_out); break;
+  default: gather_tiled_esz(4, c, block, first, count, h0, heads, k_out, v_out); break;
+  }
+}
+
 /* One head's vector into an fp8 cache: fp8(x / scale), x widened to fp32 and divided in fp32 (uattn.h). A
  * division, not a multiplication by 1 / scale, which would round twice. */
 static void quantize(uattn_dtype from, const void *src, uattn_dtype to, uint8_t *dst, int32_t D, float scale) {
-  float x[4096]; /* head_dim <= 4096 (validated) */
+  float x[UATTN_MAX_HEAD_DIM];
   uattn_widen(from, src, x, (size_t)D);
   for (int32_t d = 0; d < D; d++) dst[d] = uattn_f32_to_fp8(to, x[d] / scale);
 }
 
+/* One head's key or value of this step (src, the layer's dtype) in the cache dtype, into dst. */
+static void to_cache_dtype(const uattn_layer *L, const void *src, uattn_dtype to, char *dst, float fp8_scale) {
+  if (uattn_dtype_is_fp8(to))
+    quantize(L->dtype, src, to, (uint8_t *)dst, L->head_dim, fp8_scale);
+  else
+    uattn_convert(L->dtype, src, to, dst, (size_t)L->head_dim);
+}
+
 static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c) {
-  const size_t in_size = uattn_dtype_size(L->dtype), c_size = uattn_dtype_size(c->dtype);
+  const size_t in_size = uattn_dtype_size(L->dtype);
   const int32_t D = L->head_dim, H = L->num_kv_heads;
-  const bool fp8 = uattn_dtype_is_fp8(c->dtype);
+  _Alignas(16) char kx[UATTN_MAX_HEAD_DIM * 4], vx[UATTN_MAX_HEAD_DIM * 4];
   for (int32_t row = 0; row < in->num_tokens; row++) {
     const int64_t slot = in->slot_mapping[row];
     if (slot < 0) continue;
     for (int32_t h = 0; h < H; h++) {
-      const size_t src = ((size_t)row * H + h) * D * in_size, dst = cache_offset(c, slot, h) * c_size;
-      if (fp8) {
-        quantize(L->dtype, (const char *)t->k + src, c->dtype, (uint8_t *)c->k + dst, D, L->k_scale);
-        quantize(L->dtype, (const char *)t->v + src, c->dtype, (uint8_t *)c->v + dst, D, L->v_scale);
-        continue;
-      }
-      uattn_convert(L->dtype, (const char *)t->k + src, c->dtype, c->k + dst, (size_t)D);
-      uattn_convert(L->dtype, (const char *)t->v + src, c->dtype, c->v + dst, (size_t)D);
+      const size_t src = ((size_t)row * H + h) * D * in_size;
+      to_cache_dtype(L, (const char *)t->k + src, c->dtype, kx, L->k_scale);
+      to_cache_dtype(L, (const char *)t->v + src, c->dtype, vx, L->v_scale);
+      store_vectors(c, slot, h, kx, vx);
     }
   }
 }
@@ -286,11 +356,21 @@ static int32_t all_heads_max_rows(const uattn_layer *L) {
 }
 
 /* Whether short cache-only requests run as all-heads units (run_all_heads): on an NHD cache of several KV
- * heads, where one head's keys are a few lines of every row, with the decode kernel, and without the
- * chunked merge of shared blocks (chunk_size, which the panel path keeps). */
+ * heads, where one head's keys are a few lines of every row, or a TILED one, whose tiles hold every head in
+ * turn, with the decode kernel, and without the chunked merge of shared blocks (chunk_size, which the panel
+ * path keeps). */
 static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return L->kv_layout == UATTN_LAYOUT_NHD && L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
+  return (L->kv_layout == UATTN_LAYOUT_NHD || L->kv_layout == UATTN_LAYOUT_TILED) && L->num_kv_heads > 1 &&
+         all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
          uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
+}
+
+/* Whether the decode kernel reads a TILED cache as it lies (kernels.h: decode_tiled); else its blocks are
+ * gathered into rows first (gather_tiled). */
+static bool decodes_tiled(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
+  return L->kv_layout == UATTN_LAYOUT_TILED &&
+         uattn_decode_tiled_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads, L->cache_dtype,
+                                 L->probs_fp32);
 }
 
 /* ---- workspace ------------------------------------------------------------------------------------- */
@@ -307,6 +387,8 @@ typedef struct workspace {
   int32_t panel;            /* keys per panel: max(block_size, tile) */
   int32_t group;            /* query heads per KV head */
   float *decode_scratch;    /* [decode_floats], first: the kernel wants it 32-byte aligned */
+  size_t stage_floats;      /* TILED caches: of stage (0 otherwise) */
+  char *stage;              /* [2][rows][D] elements of the cache dtype: keys, then values, gathered (gather_tiled) */
   float *q;                 /* [slots, group, D] scaled queries */
   float *keys, *values;     /* [panel, D] */
   float *scores;            /* [panel] */
@@ -348,12 +430,20 @@ static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn
     w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
   }
   w->cp_floats = cp ? 2 * (size_t)w->panel * L->head_dim + 2 * (size_t)w->slots : 0;
+  /* TILED: a block of one head for the panel loads; of every head for a decode kernel that reads rows */
+  w->stage_floats = 0;
+  if (L->kv_layout == UATTN_LAYOUT_TILED) {
+    const bool all_rows = all_heads_layout(L, k, in->block_size) && !decodes_tiled(L, k, in->block_size);
+    const size_t bytes =
+        2 * (size_t)in->block_size * (all_rows ? L->num_kv_heads : 1) * L->head_dim * uattn_dtype_size(L->cache_dtype);
+    w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
+  }
 }
 
 static size_t workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) * (w->decode_floats + tg * D + 2 * w->panel_floats + w->panel + NUM_ACCS * tg * D +
-                          NUM_ACCS * tg * 2 + w->cp_floats) +
+  return sizeof(float) * (w->decode_floats + w->stage_floats + tg * D + 2 * w->panel_floats + w->panel +
+                          NUM_ACCS * tg * D + NUM_ACCS * tg * 2 + w->cp_floats) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
@@ -361,6 +451,7 @@ static void workspace_carve(workspace *w, void *memory, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
   float *f = memory;
   w->decode_scratch = f, f += w->decode_floats;
+  w->stage = w->stage_floats ? (char *)f : NULL, f += w->stage_floats;
   w->q = f, f += tg * D;
   w->keys = f, f += w->panel_floats;
   w->values = f, f += w->panel_floats;
@@ -469,8 +560,8 @@ static void attend_panel(const step_ctx *c, int acc, int32_t row_lo, int32_t row
   c->w->kern->attend[kp](&job, c->w->panel);
 }
 
-/* Where a cache block's keys for the tile's KV head start (bytes into each cache) and the elements from one
- * key to the next: a whole row of heads in NHD, one head in HND. */
+/* NHD and HND: where a cache block's keys for the tile's KV head start (bytes into each cache) and the
+ * elements from one key to the next: a whole row of heads in NHD, one head in HND. */
 static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
   *stride =
       c->cache.layout == UATTN_LAYOUT_NHD ? (size_t)c->cache.kv_heads * c->cache.head_dim : (size_t)c->cache.head_dim;
@@ -480,6 +571,13 @@ static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
 /* Widens `count` keys and values of a cache block, from its key `first` on, for the tile's KV head into the
  * panels. */
 static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
+  if (c->cache.layout == UATTN_LAYOUT_TILED) {
+    const size_t half = (size_t)c->in->block_size * c->cache.head_dim * uattn_dtype_size(c->cache.dtype);
+    gather_tiled(&c->cache, block, first, count, c->kv_head, 1, c->w->stage, c->w->stage + half);
+    c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->cache.head_dim, count,
+                     c->cache.head_dim, c->w->panel, c->w->keys, c->w->values);
+    return;
+  }
   size_t stride;
   const size_t off = block_source(c, block, &stride) + (size_t)first * stride * uattn_dtype_size(c->cache.dtype);
   c->w->kern->load(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, count, c->cache.head_dim, c->w->panel,
@@ -692,13 +790,26 @@ static bool decodes_from_cache(const step_ctx *c) {
  * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
 static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
                               int32_t block_start, int32_t n, int32_t heads) {
-  size_t stride;
-  const size_t off = block_source(c, block, &stride);
   const uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
+  const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
-  c->w->kern->decode(&job, heads, (size_t)c->rows * c->w->group, c->cache.dtype, c->cache.k + off, c->cache.v + off,
-                     stride, c->cache.head_dim, c->w->decode_scratch);
+  if (c->cache.layout != UATTN_LAYOUT_TILED) {
+    size_t stride;
+    const size_t off = block_source(c, block, &stride);
+    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, D,
+                       c->w->decode_scratch);
+  } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
+    const size_t off = tiled_share(&c->cache, block, 0, c->kv_head) * uattn_dtype_size(c->cache.dtype);
+    c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off,
+                             (size_t)c->cache.kv_heads * UATTN_TILED_KEYS * D, UATTN_TILED_KEYS * D,
+                             c->w->decode_scratch);
+  } else { /* the block's rows gathered as an NHD cache of these heads holds them */
+    const size_t half = (size_t)n * heads * D * uattn_dtype_size(c->cache.dtype);
+    gather_tiled(&c->cache, block, 0, n, c->kv_head, heads, c->w->stage, c->w->stage + half);
+    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)heads * D, D,
+                       c->w->decode_scratch);
+  }
 }
 
 static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
@@ -813,7 +924,7 @@ PART_FN void merge_tile(const step_ctx *c) {
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
   const uattn_dtype odt = out_dtype(L, c->t);
   const size_t osz = uattn_dtype_size(odt);
-  float row_out[4096]; /* head_dim <= 4096 (validated) */
+  float row_out[UATTN_MAX_HEAD_DIM];
   for (int32_t i = 0; i < c->rows; i++) {
     if (i + ROWS_AHEAD < c->rows)
       prefetch_vectors(
@@ -1023,7 +1134,7 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   }
 }
 
-/* A decode or a short verification (request r, its rows all reading the cache) on an NHD cache, every KV
+/* A decode or a short verification (request r, its rows all reading the cache) on an NHD or TILED cache, every KV
  * head in one unit, head g's rows from slot g * rows. Each block goes through one decode call for every
  * head, which reads the block's rows in order (a row holds every head), where a unit of one head would
  * read 256 bytes of every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
@@ -1119,8 +1230,8 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
   const uattn_plan_info *in = sched->info;
   const uattn_layer *L = job->L;
   const int32_t D = L->head_dim, Hq = L->num_q_heads, G = job->shape.group;
-  static const float zeros[4096];
-  float row_out[4096];
+  static const float zeros[UATTN_MAX_HEAD_DIM];
+  float row_out[UATTN_MAX_HEAD_DIM];
   for (;;) {
     const int32_t unit = atomic_fetch_add(&job->next_unit, 1);
     if (unit >= sched->num_items * L->num_kv_heads) break;

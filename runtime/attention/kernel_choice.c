@@ -15,6 +15,8 @@
 typedef struct choice_key {
   int32_t block_size, head_dim, chunk_size, group;
   uattn_dtype cache_dtype, dtype;
+  uattn_kv_layout layout; /* which decode kernel reads the cache (the report's decode_kernel) */
+  bool probs_fp32;
   /* UATTN_ISA, "" when unset; a value this long names no set, and every such value chooses alike */
   char isa[24];
 } choice_key;
@@ -44,10 +46,19 @@ static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice
   r->kernel_set = c->set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
     snprintf(r->part_kernel[p], sizeof r->part_kernel[p], "%s", bucket ? bucket->part_names[p] : c->set->name);
-  /* a bucket's unique part is its decode kernel */
-  if (uattn_decode_fits(c->set, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads))
-    snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s",
-             bucket ? bucket->part_names[UATTN_PART_UNIQUE] : c->set->name);
+  /* a bucket's unique part is its decode kernel; on a TILED cache its decode_tiled, or (without one for the
+   * layer) its decode on rows gathered from the tiles */
+  const int32_t group = L->num_q_heads / L->num_kv_heads;
+  if (!uattn_decode_fits(c->set, block_size, L->head_dim, group)) return;
+  const char *decode = bucket ? bucket->part_names[UATTN_PART_UNIQUE] : c->set->name;
+  if (L->kv_layout != UATTN_LAYOUT_TILED)
+    snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", decode);
+  else if (uattn_decode_tiled_fits(c->set, block_size, L->head_dim, group, L->cache_dtype, L->probs_fp32))
+    snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", bucket ? bucket->decode_tiled_name : c->set->name);
+  else
+    snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s (gathered)", decode);
+  if (bucket)
+    snprintf(r->part_kernel[UATTN_PART_UNIQUE], sizeof r->part_kernel[UATTN_PART_UNIQUE], "%s", r->decode_kernel);
 }
 
 static const uattn_kernel_choice *find(const choice_key *key, int count) {
@@ -65,6 +76,8 @@ const uattn_kernel_choice *uattn_kernel_choice_for(const uattn_layer *L, int32_t
   key.group = L->num_q_heads / L->num_kv_heads;
   key.cache_dtype = L->cache_dtype;
   key.dtype = L->dtype;
+  key.layout = L->kv_layout;
+  key.probs_fp32 = L->probs_fp32;
   const char *isa = getenv("UATTN_ISA");
   if (isa && strlen(isa) < sizeof key.isa)
     strcpy(key.isa, isa);

@@ -686,6 +686,12 @@ Test(api_misuse, uattn_forward, .init = forward_setup, .fini = forward_teardown)
                                    {offsetof(T, layer.num_q_heads), EDIT_I32, INT32_MAX}},
                                   UATTN_ERR_OVERFLOW,
                                   "overflow"};
+  /* TILED stores dims in pairs (head_dim 31 fits the buffers made for 32: the refusal is the layout's) */
+  static const misuse tiled_odd_dim = {
+      "TILED with an odd head_dim",
+      {{offsetof(T, layer.kv_layout), EDIT_I32, UATTN_LAYOUT_TILED}, {offsetof(T, layer.head_dim), EDIT_I32, 31}},
+      UATTN_ERR_INVALID_ARGUMENT,
+      "head_dim"};
   static const misuse cases[] = {
       NULL_ARG(T, plan, "plan"),
       NULL_ARG(T, layer_ptr, "layer"),
@@ -716,6 +722,9 @@ Test(api_misuse, uattn_forward, .init = forward_setup, .fini = forward_teardown)
       ENUM(T, layer.dtype, "dtype"),
       ENUM(T, layer.cache_dtype, "cache_dtype"),
       ENUM(T, layer.kv_layout, "kv_layout"),
+      SET(T, layer.kv_layout, 3, REFUSED, "kv_layout"), /* one past the last layout */
+      SET(T, layer.kv_layout, UATTN_LAYOUT_TILED, UATTN_OK, "kv_layout"),
+      tiled_odd_dim,
       ENUM(T, layer.attn_type, "attn_type"),
       overflow,
   };
@@ -778,6 +787,8 @@ Test(api_misuse, uattn_describe_kernels) {
       COUNT(T, layer.num_q_heads, REFUSED, REFUSED, "num_q_heads"),
       ENUM(T, layer.cache_dtype, "cache_dtype"),
       ENUM(T, layer.kv_layout, "kv_layout"),
+      SET(T, layer.kv_layout, 3, REFUSED, "kv_layout"),
+      SET(T, layer.kv_layout, UATTN_LAYOUT_TILED, UATTN_OK, "kv_layout"),
       MISALIGNED(T, layer.sinks, "layer.sinks"), /* judged as the forward judges the layer */
   };
   RUN(fn, cases);

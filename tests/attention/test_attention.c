@@ -1,6 +1,7 @@
 /* uattn_forward against the dense double-precision oracle: every kind of batch, block sizes 16-256, head
- * dims 64-256, GQA 1-8 and MQA, three dtypes, both layouts, soft cap, sliding window, sinks, ALiBi,
- * encoder and cross attention, the empty batch and a row with no key. Tolerances: attention_case.c. */
+ * dims 64-256, GQA 1-8 and MQA, three dtypes, the three layouts (NHD, HND and uattn's TILED), soft cap,
+ * sliding window, sinks, ALiBi, encoder and cross attention, the empty batch and a row with no key.
+ * Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ static void run_case(const attention_case *c) {
 #define F16 UATTN_F16
 #define NHD UATTN_LAYOUT_NHD
 #define HND UATTN_LAYOUT_HND
+#define TILED UATTN_LAYOUT_TILED
 #define DEC UATTN_ATTENTION_DECODER
 
 /* name, kind, bs, Hq, Hkv, D, dtype, cache dtype, layout, type, soft cap, window, sinks, alibi, chunk, width, seed */
@@ -92,6 +94,10 @@ Test(attention, chunked_and_whole_shared_agree, .timeout = 300) {
     attention_case c = {
         "chunked shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, chunks[i], 0, 50};
     run_case(&c);
+    /* TILED: a chunk's blocks are read tile by tile (block 32: two tiles a block) */
+    attention_case t = c;
+    t.name = "chunked shared, TILED", t.block_size = 32, t.dtype = t.cache_dtype = BF16, t.layout = TILED, t.seed = 51;
+    run_case(&t);
   }
 }
 
@@ -111,6 +117,13 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
       {"threads: mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 1, 0, 3, 0, 61},
       {"threads: shared prefix", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 0, 0, 1, 0, 0, 62},
       {"threads: long chunk", BATCH_CHUNKED_LONG, 16, 4, 4, 64, F16, F16, NHD, DEC, 0, 0, 0, 0, 0, 32, 63},
+      {"threads: TILED mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 64},
+      {"threads: TILED decodes, split-K", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 65,
+       64, 48},
+      /* clang-format off */
+      {"threads: TILED shared prefix, fp8", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, UATTN_FP8_E4M3, TILED, DEC, 0, 0, 0, 1,
+       2, 0, 66, 0, 0, 0.5f, 3.0f},
+      /* clang-format on */
   };
   const int32_t threads[] = {1, 2, 3, 4};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -144,6 +157,14 @@ Test(attention, split_k_decodes, .timeout = 300) {
       {"split-K shared prefix, chunked", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F32, F32, NHD, DEC, 0, 40, 0, 1, 2, 0, 73,
        128, 96},
       {"split-K mixed, window", BATCH_MIXED, 16, 4, 4, 64, F16, F16, NHD, DEC, 3.0f, 90, 0, 0, 0, 5, 74, 32, 32},
+      {"split-K decodes, TILED, bf16", BATCH_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 75, 64,
+       48},
+      {"split-K decodes, TILED, block 128, D 128", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0,
+       0, 76, 100, 200},
+      {"split-K spec decode, TILED, f32", BATCH_SPEC_DECODE, 32, 8, 2, 80, F32, F32, TILED, DEC, 0, 0, 0, 1, 0, 0, 77,
+       100, 200},
+      {"split-K shared prefix, chunked, TILED", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F16, F16, TILED, DEC, 0, 40, 0, 0,
+       2, 0, 78, 128, 96},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     attention_run run;
@@ -183,6 +204,8 @@ Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
       {"bf16 spec decode", BATCH_SPEC_DECODE, 16, 8, 2, 128, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 86},
       {"bf16 shared prefix, chunked", BATCH_SHARED_PREFIX, 16, 8, 2, 80, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 2, 0, 87},
       {"bf16 everything at once", BATCH_MIXED, 32, 8, 2, 64, BF16, BF16, HND, DEC, 30.0f, 50, 1, 1, 2, 0, 88},
+      {"bf16 decode, TILED", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 89},
+      {"bf16 mixed, TILED", BATCH_MIXED, 16, 8, 2, 128, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 90},
   };
   const char *forced = getenv("UATTN_ISA");
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -295,6 +318,9 @@ Test(attention, out_f32_is_the_unrounded_output, .timeout = 300) {
       {"out_f32: f16 split-K spec, HND", BATCH_SPEC_DECODE, 16,  8,  2, 64,  F16,  F16,  HND, DEC, 0, 0, 1, 0, 0, 0, 94, 100, 200},
       {"out_f32: bf16 decode kernel",    BATCH_DECODE,      128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 95},
       {"out_f32: f16 decode kernel",     BATCH_DECODE,      16,  8,  2, 64,  F16,  F16,  NHD, DEC, 0, 0, 0, 0, 0, 0, 96},
+      {"out_f32: bf16 TILED decode kernel", BATCH_DECODE,   128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 98},
+      {"out_f32: f16 TILED mixed",       BATCH_MIXED,       16,  8,  2, 64,  F16,  F16,  TILED, DEC, 0, 0, 0, 1, 0, 5, 99},
+      {"out_f32: bf16 TILED split-K",    BATCH_DECODE,      16,  8,  2, 64,  BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 100, 64, 48},
   };
   /* clang-format on */
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -331,5 +357,166 @@ Test(attention, out_f32_is_the_unrounded_output, .timeout = 300) {
     attention_tensors_free(&narrow);
     attention_tensors_free(&wide);
     attention_run_free(&run);
+  }
+}
+
+/* ---- the TILED layout ------------------------------------------------------------------------------------ */
+
+/* uattn's own layout (uattn.h: key tiles of 16 keys in dim pairs, values in key pairs), through every part:
+ * the cache write, prompts (causal), prefixes (shared, whole and chunked), decodes (unique, the decode
+ * kernels, split-K), cross attention, over block sizes of one tile to sixteen, head dims that are and are not
+ * multiples of 32 (and 34: one dim pair past 32), GQA 1-8 and MQA, three dtypes, fp8 caches of both formats.
+ * attention_run_check compares both caches byte for byte with the oracle's write (which addresses TILED
+ * element by element, tests/ref/dense_oracle.c) and the output and lse with the oracle's. */
+/* clang-format off */
+static const attention_case tiled_kinds[] = {
+    {"TILED decode",                BATCH_DECODE,         16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 201},
+    {"TILED prefill",               BATCH_PREFILL,        16, 8, 2, 64, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 202},
+    {"TILED prefix prefill",        BATCH_PREFIX_PREFILL, 32, 8, 2, 64, F16,  F16,  TILED, DEC, 0, 0, 0, 0, 0, 0, 203},
+    {"TILED chunked, long context", BATCH_CHUNKED_LONG,   16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 204},
+    {"TILED mixed batch",           BATCH_MIXED,          16, 8, 2, 64, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 205},
+    {"TILED spec decode",           BATCH_SPEC_DECODE,    16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 206},
+    {"TILED shared prefix",         BATCH_SHARED_PREFIX,  16, 8, 2, 64, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 207},
+    {"TILED empty batch",           BATCH_EMPTY,          16, 8, 2, 64, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 208},
+    {"TILED mixed, causal slices",  BATCH_MIXED,          16, 4, 4, 64, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 7, 209},
+};
+
+static const attention_case tiled_shapes[] = {
+    {"TILED block 32, D 80, GQA 1",          BATCH_MIXED,         32,  8,  8, 80,  F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 211},
+    {"TILED block 64, D 96, MQA",            BATCH_MIXED,         64,  8,  1, 96,  BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 212},
+    {"TILED block 128, D 128, GQA 4",        BATCH_SHARED_PREFIX, 128, 8,  2, 128, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 213},
+    {"TILED block 256, D 192, GQA 8",        BATCH_SPEC_DECODE,   256, 8,  1, 192, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 214},
+    {"TILED block 16, D 256, GQA 2",         BATCH_CHUNKED_LONG,  16,  4,  2, 256, F16,  F16,  TILED, DEC, 0, 0, 0, 0, 0, 0, 215},
+    {"TILED block 128, D 128, decodes",      BATCH_DECODE,        128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 216},
+    {"TILED block 16, D 128, decodes",       BATCH_DECODE,        16,  8,  2, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 217},
+    {"TILED block 32, D 192, decodes, MQA",  BATCH_DECODE,        32,  8,  1, 192, F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 218},
+    {"TILED block 48, D 34, GQA 2",          BATCH_MIXED,         48,  4,  2, 34,  F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 219},
+    {"TILED block 64, D 256, spec decode",   BATCH_SPEC_DECODE,   64,  8,  2, 256, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 220},
+    {"TILED block 16, D 80, shared, GQA 4",  BATCH_SHARED_PREFIX, 16,  16, 4, 80,  F16,  F16,  TILED, DEC, 0, 0, 0, 0, 0, 0, 221},
+    {"TILED block 256, D 64, prefix prefill", BATCH_PREFIX_PREFILL, 256, 8, 8, 64, F32, F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 222},
+};
+
+static const attention_case tiled_dtypes[] = {
+    {"TILED bf16 mixed",             BATCH_MIXED,         16, 8, 2, 64,  BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 231},
+    {"TILED f16 mixed",              BATCH_MIXED,         16, 8, 2, 64,  F16,  F16,  TILED, DEC, 0, 0, 0, 0, 0, 0, 232},
+    {"TILED f32 in, bf16 cache",     BATCH_SPEC_DECODE,   16, 8, 2, 64,  F32,  BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 233},
+    {"TILED bf16 in, f32 cache",     BATCH_SHARED_PREFIX, 16, 8, 2, 64,  BF16, F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 234},
+    {"TILED f16 in, bf16 cache",     BATCH_MIXED,         32, 8, 4, 128, F16,  BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 235},
+    {"TILED bf16 in, f16 cache",     BATCH_DECODE,        16, 8, 2, 64,  BF16, F16,  TILED, DEC, 0, 0, 0, 0, 0, 0, 236},
+};
+
+static const attention_case tiled_features[] = {
+    {"TILED soft cap",               BATCH_MIXED,          16, 8, 2, 64, F32,  F32,  TILED, DEC,      5.0f,  0,   0, 0, 0, 0, 241},
+    {"TILED sliding window",         BATCH_MIXED,          16, 8, 2, 64, BF16, BF16, TILED, DEC,      0,     37,  0, 0, 0, 0, 242},
+    {"TILED window, long context",   BATCH_CHUNKED_LONG,   16, 8, 2, 64, F32,  F32,  TILED, DEC,      0,     100, 0, 0, 0, 0, 243},
+    {"TILED window, decodes",        BATCH_DECODE,         32, 8, 2, 64, BF16, BF16, TILED, DEC,      0,     20,  0, 0, 0, 0, 244},
+    {"TILED sinks",                  BATCH_SPEC_DECODE,    16, 8, 2, 64, F32,  F32,  TILED, DEC,      0,     0,   1, 0, 0, 0, 245},
+    {"TILED sinks, decodes",         BATCH_DECODE,         16, 8, 2, 64, BF16, BF16, TILED, DEC,      0,     0,   1, 0, 0, 0, 246},
+    {"TILED alibi",                  BATCH_MIXED,          16, 8, 2, 64, F32,  F32,  TILED, DEC,      0,     0,   0, 1, 0, 0, 247},
+    {"TILED alibi, shared",          BATCH_SHARED_PREFIX,  16, 8, 2, 64, F16,  F16,  TILED, DEC,      0,     0,   0, 1, 0, 0, 248},
+    {"TILED everything, bf16",       BATCH_SHARED_PREFIX,  32, 8, 2, 64, BF16, BF16, TILED, DEC,      30.0f, 50,  1, 1, 2, 0, 249},
+    {"TILED everything, decodes",    BATCH_DECODE,         16, 8, 2, 64, BF16, BF16, TILED, DEC,      20.0f, 60,  1, 1, 0, 0, 250},
+    {"TILED encoder only",           BATCH_PREFIX_PREFILL, 16, 8, 2, 64, F32,  F32,  TILED, UATTN_ATTENTION_ENCODER_ONLY, 0, 0, 0, 0, 0, 0, 251},
+    {"TILED encoder, mixed chunks",  BATCH_MIXED,          16, 8, 2, 64, F32,  F32,  TILED, UATTN_ATTENTION_ENCODER, 0, 0, 1, 1, 0, 0, 252},
+    {"TILED cross, a row with no key", BATCH_MIXED,        16, 8, 2, 64, F32,  F32,  TILED, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 0, 0, 0, 0, 253},
+    {"TILED cross, sinks",           BATCH_DECODE,         32, 8, 2, 64, F16,  F16,  TILED, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 1, 0, 0, 0, 254},
+    {"TILED cross, bf16 decodes",    BATCH_DECODE,         16, 8, 2, 128, BF16, BF16, TILED, UATTN_ATTENTION_ENCODER_DECODER, 0, 0, 0, 0, 0, 0, 255},
+};
+
+/* fp8 as the fp8_cases above: k_scale and v_scale apart from 1 and each other, both orders. */
+static const attention_case tiled_fp8[] = {
+    {"TILED fp8 e4m3 mixed",          BATCH_MIXED,         16,  8,  2, 64,  F32,  E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 261, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e5m2 mixed, bf16",    BATCH_MIXED,         16,  8,  2, 64,  BF16, E5M2, TILED, DEC,   0, 0, 0, 0, 0, 0, 262, 0, 0, 3.0f, 0.5f},
+    {"TILED fp8 e4m3 prefill, bf16",  BATCH_PREFILL,       16,  8,  2, 64,  BF16, E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 263, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e4m3 decode",         BATCH_DECODE,        16,  8,  2, 64,  BF16, E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 264, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e5m2 decode, f32",    BATCH_DECODE,        16,  8,  2, 64,  F32,  E5M2, TILED, DEC,   0, 0, 0, 0, 0, 0, 265, 0, 0, 3.0f, 0.5f},
+    {"TILED fp8 e4m3 decode, block 128, D 128",
+                                      BATCH_DECODE,        128, 8,  2, 128, BF16, E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 266, 0, 0, 3.0f, 0.5f},
+    {"TILED fp8 e5m2 shared, chunked", BATCH_SHARED_PREFIX, 32, 8,  1, 128, BF16, E5M2, TILED, DEC,   0, 0, 0, 0, 3, 0, 267, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e4m3 split-K decodes", BATCH_DECODE,       16,  8,  2, 64,  F32,  E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 268, 64, 48, 0.5f, 3.0f},
+    {"TILED fp8 e5m2 split-K spec, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64,  BF16, E5M2, TILED, DEC,   0, 0, 1, 0, 0, 0, 269, 100, 200, 3.0f, 0.5f},
+    {"TILED fp8 e4m3 chunked, long",  BATCH_CHUNKED_LONG,  16,  8,  2, 64,  F32,  E4M3, TILED, DEC,   0, 0, 0, 0, 0, 0, 270, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e5m2 cross",          BATCH_MIXED,         16,  8,  2, 64,  F32,  E5M2, TILED, CROSS, 0, 0, 0, 0, 0, 0, 271, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e4m3 cross, bf16",    BATCH_DECODE,        32,  8,  2, 64,  BF16, E4M3, TILED, CROSS, 0, 0, 1, 0, 0, 0, 272, 0, 0, 3.0f, 0.5f},
+    {"TILED fp8 e4m3 everything, bf16", BATCH_SHARED_PREFIX, 32, 8, 2, 64,  BF16, E4M3, TILED, DEC,   30.0f, 50, 1, 1, 2, 0, 273, 0, 0, 0.5f, 3.0f},
+    {"TILED fp8 e5m2 D 80, window",   BATCH_MIXED,         64,  8,  4, 80,  F32,  E5M2, TILED, DEC,   0, 40, 0, 0, 0, 0, 274, 0, 0, 3.0f, 0.5f},
+};
+/* clang-format on */
+
+Test(attention, tiled_every_kind_of_batch, .timeout = 300) {
+  for (size_t i = 0; i < sizeof tiled_kinds / sizeof *tiled_kinds; i++) run_case(&tiled_kinds[i]);
+}
+
+Test(attention, tiled_block_sizes_head_dims_and_gqa, .timeout = 300) {
+  for (size_t i = 0; i < sizeof tiled_shapes / sizeof *tiled_shapes; i++) run_case(&tiled_shapes[i]);
+}
+
+Test(attention, tiled_dtypes, .timeout = 300) {
+  for (size_t i = 0; i < sizeof tiled_dtypes / sizeof *tiled_dtypes; i++) run_case(&tiled_dtypes[i]);
+}
+
+Test(attention, tiled_features, .timeout = 300) {
+  for (size_t i = 0; i < sizeof tiled_features / sizeof *tiled_features; i++) run_case(&tiled_features[i]);
+}
+
+Test(attention, tiled_fp8_caches, .timeout = 300) {
+  for (size_t i = 0; i < sizeof tiled_fp8 / sizeof *tiled_fp8; i++) run_case(&tiled_fp8[i]);
+}
+
+/* The same step on NHD and on TILED: the caches hold the same values (each layout's write of the same k/v
+ * over caches whose history was laid out from the same NHD arrays), so the answers agree to the tolerance;
+ * and TILED's caches read back through the oracle's index are NHD's, value for value. A layout read as
+ * another would fail here even where random histories hide it from the oracle comparison's tolerance. */
+Test(attention, tiled_holds_what_nhd_holds, .timeout = 300) {
+  /* clang-format off */
+  static const attention_case cases[] = {
+      {"NHD vs TILED mixed, bf16",   BATCH_MIXED,  16,  8,  2, 64,  BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 281},
+      {"NHD vs TILED decodes, fp8",  BATCH_DECODE, 16,  8,  2, 64,  BF16, E4M3, NHD, DEC, 0, 0, 0, 0, 0, 0, 282, 0, 0, 0.5f, 3.0f},
+      {"NHD vs TILED spec, f32",     BATCH_SPEC_DECODE, 32, 8, 1, 80, F32, F32,  NHD, DEC, 0, 0, 0, 1, 0, 0, 283},
+  };
+  /* clang-format on */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const attention_case *c = &cases[i];
+    attention_run nhd, tiled;
+    attention_case tc = *c;
+    tc.layout = TILED;
+    attention_run_build(&nhd, c);
+    attention_run_build(&tiled, &tc); /* the same seed: the same batch and inputs */
+    /* lay the NHD history out as TILED, element by element through the oracle's index */
+    const size_t esz = oracle_dtype_size(c->cache_dtype);
+    const int32_t bs = c->block_size, H = c->num_kv_heads, D = c->head_dim;
+    for (int64_t slot = 0; slot < (int64_t)nhd.num_blocks * bs; slot++)
+      for (int32_t h = 0; h < H; h++)
+        for (int32_t d = 0; d < D; d++) {
+          const size_t from = oracle_cache_index(&nhd.layer, bs, slot, h, d, false) * esz;
+          memcpy((char *)tiled.key_cache0 + oracle_cache_index(&tiled.layer, bs, slot, h, d, false) * esz,
+                 (const char *)nhd.key_cache0 + from, esz);
+          memcpy((char *)tiled.value_cache0 + oracle_cache_index(&tiled.layer, bs, slot, h, d, true) * esz,
+                 (const char *)nhd.value_cache0 + from, esz);
+        }
+    uattn_tensors a = attention_run_forward(&nhd, NULL), b = attention_run_forward(&tiled, NULL);
+    for (int64_t slot = 0; slot < (int64_t)nhd.num_blocks * bs; slot++)
+      for (int32_t h = 0; h < H; h++)
+        for (int32_t d = 0; d < D; d++) {
+          const size_t at = oracle_cache_index(&nhd.layer, bs, slot, h, d, false) * esz;
+          cr_assert(memcmp((const char *)b.key_cache + oracle_cache_index(&tiled.layer, bs, slot, h, d, false) * esz,
+                           (const char *)a.key_cache + at, esz) == 0,
+                    "%s: slot %lld head %d dim %d: the TILED key differs from NHD's", c->name, (long long)slot, h, d);
+          cr_assert(memcmp((const char *)b.value_cache + oracle_cache_index(&tiled.layer, bs, slot, h, d, true) * esz,
+                           (const char *)a.value_cache + at, esz) == 0,
+                    "%s: slot %lld head %d dim %d: the TILED value differs from NHD's", c->name, (long long)slot, h, d);
+        }
+    const size_t n = (size_t)nhd.info.num_tokens * c->num_q_heads * D;
+    double scale = 0, err = 0;
+    for (size_t x = 0; x < n; x++) scale = fmax(scale, fabs(oracle_load(a.out, c->dtype, x)));
+    for (size_t x = 0; x < n; x++)
+      err = fmax(err, fabs(oracle_load(a.out, c->dtype, x) - oracle_load(b.out, c->dtype, x)));
+    const double tol = 2 * attention_tolerance(c->dtype, c->cache_dtype);
+    cr_assert(err <= tol * fmax(scale, 1e-30), "%s: NHD and TILED outputs %.3g apart (max |out| %.3g)", c->name, err,
+              scale);
+    attention_tensors_free(&a);
+    attention_tensors_free(&b);
+    attention_run_free(&nhd);
+    attention_run_free(&tiled);
   }
 }

@@ -69,7 +69,9 @@ Test(attention_errors, layer) {
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "num_q_heads");
   L = run.layer, L.dtype = (uattn_dtype)7;
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "dtype");
-  L = run.layer, L.kv_layout = (uattn_kv_layout)2;
+  L = run.layer, L.kv_layout = (uattn_kv_layout)3;
+  expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "kv_layout");
+  L = run.layer, L.kv_layout = (uattn_kv_layout)-1;
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "kv_layout");
   L = run.layer, L.soft_cap = -1.0f;
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "soft_cap");
@@ -81,6 +83,66 @@ Test(attention_errors, layer) {
   expect_refused(&L, &t, UATTN_ERR_UNSUPPORTED, "decoder attention only");
   L = run.layer, L.attn_type = (uattn_attention_type)9;
   expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "attn_type");
+}
+
+/* TILED stores dims in pairs: an odd head dim is refused (the caches here are sized for D 64, more than D 63
+ * needs, which is allowed: the refusal is the layout's, as NHD with the same head dim shows), for every cache
+ * dtype, an fp8 one too. */
+Test(attention_errors, tiled_needs_an_even_head_dim) {
+  const uattn_dtype caches[] = {UATTN_F32, UATTN_BF16, UATTN_FP8_E4M3, UATTN_FP8_E5M2};
+  const int32_t dims[] = {63, 33, 1};
+  for (size_t c = 0; c < sizeof caches / sizeof *caches; c++)
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+      uattn_layer L = run.layer;
+      L.cache_dtype = caches[c];
+      L.kv_layout = UATTN_LAYOUT_TILED;
+      L.head_dim = dims[i];
+      expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "head_dim");
+      cr_assert_not_null(strstr(uattn_last_error(), "TILED"), "the message '%s' does not name the layout",
+                         uattn_last_error());
+    }
+  uattn_layer L = run.layer;
+  L.head_dim = 63; /* on NHD: accepted */
+  cr_assert_eq(uattn_forward(run.plan, &L, &t, NULL), UATTN_OK, "%s", uattn_last_error());
+}
+
+/* TILED's tiles are 16 keys of a block: caches of block size 8 or 24 (or 40) are refused, nothing written,
+ * whatever the batch; the same plans and caches on NHD and HND are fine. */
+Test(attention_errors, tiled_needs_a_block_size_multiple_of_16) {
+  const int32_t sizes[] = {8, 24, 40};
+  const batch_kind kinds[] = {BATCH_DECODE, BATCH_MIXED, BATCH_SHARED_PREFIX};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    const attention_case c = {
+        "tiled block size",      kinds[i], sizes[i], 8, 2, 64, UATTN_BF16, UATTN_BF16, UATTN_LAYOUT_NHD,
+        UATTN_ATTENTION_DECODER, 0,        0,        0, 0, 0,  0,          98};
+    attention_run r;
+    attention_run_build(&r, &c);
+    uattn_tensors x = attention_tensors(&r);
+    memset(x.out, 0x7b, r.out_bytes);
+    void *kb = malloc(r.cache_bytes), *vb = malloc(r.cache_bytes), *ob = malloc(r.out_bytes);
+    memcpy(kb, x.key_cache, r.cache_bytes);
+    memcpy(vb, x.value_cache, r.cache_bytes);
+    memcpy(ob, x.out, r.out_bytes);
+    uattn_layer L = r.layer;
+    L.kv_layout = UATTN_LAYOUT_TILED;
+    const uattn_status st = uattn_forward(r.plan, &L, &x, NULL);
+    cr_assert_eq(st, UATTN_ERR_INVALID_ARGUMENT, "block size %d: got %s (%s)", sizes[i], uattn_status_name(st),
+                 uattn_last_error());
+    const char *msg = uattn_last_error();
+    cr_assert(strstr(msg, "TILED") && (strstr(msg, "block_size") || strstr(msg, "block size")),
+              "block size %d: the message '%s' does not name the layout and the block size", sizes[i], msg);
+    cr_assert_eq(memcmp(x.key_cache, kb, r.cache_bytes), 0, "block size %d: the key cache was written", sizes[i]);
+    cr_assert_eq(memcmp(x.value_cache, vb, r.cache_bytes), 0, "block size %d: the value cache was written", sizes[i]);
+    cr_assert_eq(memcmp(x.out, ob, r.out_bytes), 0, "block size %d: the output was written", sizes[i]);
+    for (int lay = UATTN_LAYOUT_NHD; lay <= UATTN_LAYOUT_HND; lay++) {
+      L.kv_layout = (uattn_kv_layout)lay;
+      cr_assert_eq(uattn_forward(r.plan, &L, &x, NULL), UATTN_OK, "block size %d, layout %d: %s", sizes[i], lay,
+                   uattn_last_error());
+    }
+    free(kb), free(vb), free(ob);
+    attention_tensors_free(&x);
+    attention_run_free(&r);
+  }
 }
 
 /* fp8 is a cache dtype only, and an fp8 cache needs usable scales: a zero, negative, NaN or infinite

@@ -83,18 +83,20 @@ static void localize_row(cp_rank *k, int32_t bs, const int32_t *row, int32_t row
 static void mirror_caches(const attention_run *run, const cp_rank *k, const void *gk, const void *gv, void *lk,
                           void *lv) {
   const uattn_layer *L = &run->layer;
-  const size_t esz = oracle_dtype_size(L->cache_dtype), vec = (size_t)L->head_dim * esz;
+  const size_t esz = oracle_dtype_size(L->cache_dtype);
   const int32_t bs = run->c.block_size;
   memset(lk, 0, k->cache_bytes);
   memset(lv, 0, k->cache_bytes);
   for (int64_t s = 0; s < (int64_t)k->num_blocks * bs; s++) {
     if (k->mirror[s] < 0) continue;
-    for (int32_t h = 0; h < L->num_kv_heads; h++) {
-      const size_t to = oracle_cache_offset(L, bs, s, h) * esz,
-                   from = oracle_cache_offset(L, bs, k->mirror[s], h) * esz;
-      memcpy((char *)lk + to, (const char *)gk + from, vec);
-      memcpy((char *)lv + to, (const char *)gv + from, vec);
-    }
+    /* element by element: a TILED cache's key or value row is not contiguous */
+    for (int32_t h = 0; h < L->num_kv_heads; h++)
+      for (int32_t d = 0; d < L->head_dim; d++) {
+        memcpy((char *)lk + oracle_cache_index(L, bs, s, h, d, false) * esz,
+               (const char *)gk + oracle_cache_index(L, bs, k->mirror[s], h, d, false) * esz, esz);
+        memcpy((char *)lv + oracle_cache_index(L, bs, s, h, d, true) * esz,
+               (const char *)gv + oracle_cache_index(L, bs, k->mirror[s], h, d, true) * esz, esz);
+      }
   }
 }
 
@@ -352,6 +354,7 @@ static void cp_case(const attention_case *c, const int32_t *ils, int32_t num_ils
 #define E5M2 UATTN_FP8_E5M2
 #define NHD UATTN_LAYOUT_NHD
 #define HND UATTN_LAYOUT_HND
+#define TILED UATTN_LAYOUT_TILED
 #define DEC UATTN_ATTENTION_DECODER
 #define ENC UATTN_ATTENTION_ENCODER
 #define ENC_ONLY UATTN_ATTENTION_ENCODER_ONLY
@@ -384,6 +387,9 @@ static const attention_case dtypes[] = {
     {"f32 over bf16",    BATCH_MIXED,         16, 8, 2, 64,  F32,  BF16, HND, DEC, 0, 0, 0, 0, 0, 0, 114},
     {"fp8 e4m3",         BATCH_MIXED,         16, 8, 2, 64,  F32,  E4M3, NHD, DEC, 0, 0, 0, 0, 0, 0, 115, 0, 0, 0.5f, 3},
     {"fp8 e5m2, bf16 in", BATCH_CHUNKED_LONG, 16, 8, 2, 64,  BF16, E5M2, HND, DEC, 0, 0, 0, 0, 0, 0, 116, 0, 0, 3, 0.5f},
+    {"TILED, mixed",     BATCH_MIXED,         32, 8, 2, 64,  F32,  F32,  TILED, DEC, 0, 0, 0, 0, 0, 0, 117},
+    {"TILED bf16, split-K", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 118, 64, 48},
+    {"TILED fp8 e4m3, shared", BATCH_SHARED_PREFIX, 16, 8, 2, 64, BF16, E4M3, TILED, DEC, 0, 0, 0, 0, 2, 0, 119, 0, 0, 0.5f, 3},
 };
 
 static const attention_case features[] = {

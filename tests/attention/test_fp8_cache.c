@@ -159,16 +159,17 @@ static size_t check_write(uattn_dtype t, uattn_dtype in, uattn_kv_layout layout,
   for (int32_t p = 0; p < T; p++) {
     const int64_t slot = (int64_t)table[p / BS] * BS + p % BS;
     for (int32_t g = 0; g < HKV; g++) {
-      const size_t off = oracle_cache_offset(&L, BS, slot, g);
       for (int32_t d = 0; d < D; d++) {
         const size_t i = ((size_t)p * HKV + (size_t)g) * D + (size_t)d;
+        const size_t ak = oracle_cache_index(&L, BS, slot, g, d, false),
+                     av = oracle_cache_index(&L, BS, slot, g, d, true);
         const double xk = oracle_load(k, in, i), xv = oracle_load(v, in, i);
         const uint8_t wk = oracle_quantize_fp8(t, xk, ks), wv = oracle_quantize_fp8(t, xv, vs);
-        if (kc[off + d] != wk || vc[off + d] != wv) {
+        if (kc[ak] != wk || vc[av] != wv) {
           if (bad++ < 8)
             cr_log_error("%s, %s in, scales %g/%g: k %.9g -> 0x%02x (oracle 0x%02x), v %.9g -> 0x%02x (oracle 0x%02x)",
                          t == UATTN_FP8_E4M3 ? "e4m3" : "e5m2", in == UATTN_F32 ? "f32" : "bf16", (double)ks,
-                         (double)vs, xk, kc[off + d], wk, xv, vc[off + d], wv);
+                         (double)vs, xk, kc[ak], wk, xv, vc[av], wv);
         }
       }
     }
@@ -184,13 +185,13 @@ Test(fp8_cache, the_cache_write_bit_for_bit, .timeout = 120) {
   /* 3 and 0.5 divide the codes' values exactly; 0.3 and 1/7 do not (the fp32 division rounds) */
   const float scales[] = {1.0f, 0.5f, 3.0f, 0.3f, 1.0f / 7.0f};
   const size_t ns = sizeof scales / sizeof *scales;
+  /* each input dtype meets every layout; TILED puts a key's codes 2 apart and a value's 2 keys interleaved */
+  const uattn_kv_layout layouts[3] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND, UATTN_LAYOUT_TILED};
   for (int f = 0; f < 2; f++)
     for (size_t s = 0; s < ns; s++) {
       const size_t n = fp8_values(formats[f], scales[s], vals, CAP);
       /* k with this scale, v with the next one: the two scales must not be swapped */
-      check_write(formats[f], UATTN_F32, s % 2 ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD, scales[s], scales[(s + 1) % ns],
-                  vals, n);
-      check_write(formats[f], UATTN_BF16, s % 2 ? UATTN_LAYOUT_NHD : UATTN_LAYOUT_HND, scales[s], scales[(s + 1) % ns],
-                  vals, n);
+      check_write(formats[f], UATTN_F32, layouts[s % 3], scales[s], scales[(s + 1) % ns], vals, n);
+      check_write(formats[f], UATTN_BF16, layouts[(s + 1) % 3], scales[s], scales[(s + 1) % ns], vals, n);
     }
 }

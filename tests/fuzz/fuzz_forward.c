@@ -105,8 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const int32_t head_dims[] = {-1, 0, 1, 3, 4, 8, 16, 64, 80, 128, 256, 4097, 128, 64, 8, 16};
   uattn_layer L = uattn_layer_default(q_heads[fuzz_range(&in, 0, 7)], kv_heads[fuzz_range(&in, 0, 7)],
                                       head_dims[fuzz_range(&in, 0, 15)], (uattn_dtype)fuzz_range(&in, 0, 5));
-  L.cache_dtype = (uattn_dtype)fuzz_range(&in, 0, 5); /* every dtype (fp8 a cache's only) and an invalid one */
-  L.kv_layout = (uattn_kv_layout)fuzz_range(&in, 0, 2);
+  L.cache_dtype = (uattn_dtype)fuzz_range(&in, 0, 5);   /* every dtype (fp8 a cache's only) and an invalid one */
+  L.kv_layout = (uattn_kv_layout)fuzz_range(&in, 0, 3); /* NHD, HND, TILED (block 16 only) and an invalid one */
   L.attn_type = (uattn_attention_type)fuzz_range(&in, -1, 4);
   const uint8_t opts = fuzz_u8(&in);
   if (opts & 1) L.scale = fuzz_float(&in);

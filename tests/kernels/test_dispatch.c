@@ -2,8 +2,8 @@
  * serve every part (each bucket of the registry: test_kernels.c's buckets suite), shapes outside the generated
  * list fall back to the generic kernels and say why, UATTN_ISA forces a generic set, uattn_last_forward_report
  * says what served a call, and a step served by a bucket matches the dense oracle and the generic kernels'
- * result, whatever the thread count; fp8 caches get their buckets, and steps on them (every part, both
- * layouts, both formats) do the same. Tolerances: attention_case.c. */
+ * result, whatever the thread count, on each of the three cache layouts; fp8 caches get their buckets, and steps
+ * on them (every part, every layout, both formats) do the same. Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -326,8 +326,8 @@ static void check_step_case(const attention_case *cp) {
   cr_assert_eq(other, UATTN_ERR_INVALID_ARGUMENT, "a thread that ran no forward has no report");
 }
 
-/* A step of the given kind on a bucket's shape, NHD, its cache dtype (a bf16 model's queries on an fp8 one). */
-static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, uint64_t seed) {
+/* A step of the given kind on a bucket's shape and layout, its cache dtype (a bf16 model's queries on an fp8 one). */
+static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, uattn_kv_layout layout, uint64_t seed) {
   const attention_case c = {"bucket step",
                             kind,
                             b->block_size,
@@ -336,7 +336,7 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
                             b->head_dim,
                             uattn_dtype_is_fp8(b->dtype) ? UATTN_BF16 : b->dtype,
                             b->dtype,
-                            UATTN_LAYOUT_NHD,
+                            layout,
                             UATTN_ATTENTION_DECODER,
                             0,
                             0,
@@ -350,14 +350,20 @@ static void check_step_on_bucket(const uattn_kernel_bucket *b, batch_kind kind, 
 
 Test(dispatch, a_step_served_by_a_bucket, .timeout = 300) {
   const uattn_kernel_bucket b = runnable_bucket(false);
-  check_step_on_bucket(&b, BATCH_MIXED, 71);
-  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, 72);
-  check_step_on_bucket(&b, BATCH_SPEC_DECODE, 73);
+  check_step_on_bucket(&b, BATCH_MIXED, UATTN_LAYOUT_NHD, 71);
+  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, UATTN_LAYOUT_NHD, 72);
+  check_step_on_bucket(&b, BATCH_SPEC_DECODE, UATTN_LAYOUT_NHD, 73);
+  /* the same bucket over TILED caches (every bucket's block size is a multiple of 16, its head dim even) */
+  check_step_on_bucket(&b, BATCH_MIXED, UATTN_LAYOUT_TILED, 76);
+  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, UATTN_LAYOUT_TILED, 77);
+  check_step_on_bucket(&b, BATCH_SPEC_DECODE, UATTN_LAYOUT_TILED, 78);
+  check_step_on_bucket(&b, BATCH_DECODE, UATTN_LAYOUT_TILED, 79);
 }
 
 Test(dispatch, a_step_served_by_a_chunked_bucket, .timeout = 300) {
   const uattn_kernel_bucket b = runnable_bucket(true);
-  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, 74);
+  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, UATTN_LAYOUT_NHD, 74);
+  check_step_on_bucket(&b, BATCH_SHARED_PREFIX, UATTN_LAYOUT_TILED, 70);
 }
 
 /* The first generated bucket of cache dtype t (of chunk size 0 unless chunked) this CPU runs, best ISA first. */
@@ -379,7 +385,7 @@ static bool runnable_bucket_of(uattn_dtype t, bool chunked, uattn_kernel_bucket 
  * fp8 bucket (the default list has none); k_scale and v_scale apart from 1 and from each other, so that a
  * scale lost, doubled or swapped on a bucket's path shows. */
 Test(dispatch, steps_on_fp8_caches_served_by_their_buckets, .timeout = 300) {
-  const uattn_kv_layout NHD = UATTN_LAYOUT_NHD, HND = UATTN_LAYOUT_HND;
+  const uattn_kv_layout NHD = UATTN_LAYOUT_NHD, HND = UATTN_LAYOUT_HND, TILED = UATTN_LAYOUT_TILED;
   const uattn_attention_type DEC = UATTN_ATTENTION_DECODER, CROSS = UATTN_ATTENTION_ENCODER_DECODER;
   const struct {
     const char *name;
@@ -398,6 +404,12 @@ Test(dispatch, steps_on_fp8_caches_served_by_their_buckets, .timeout = 300) {
       {"fp8 bucket, split-K decodes, f32", BATCH_DECODE, UATTN_F32, NHD, DEC, 100, 200, 3.0f, 0.5f},
       {"fp8 bucket, cross attention, bf16", BATCH_MIXED, UATTN_BF16, NHD, CROSS, 0, 0, 0.5f, 3.0f},
       {"fp8 bucket, cross attention, f32, HND", BATCH_DECODE, UATTN_F32, HND, CROSS, 0, 0, 3.0f, 0.5f},
+      {"fp8 bucket, mixed, bf16, TILED", BATCH_MIXED, UATTN_BF16, TILED, DEC, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, shared prefix, f32, TILED", BATCH_SHARED_PREFIX, UATTN_F32, TILED, DEC, 0, 0, 3.0f, 0.5f},
+      {"fp8 bucket, spec decode, bf16, TILED", BATCH_SPEC_DECODE, UATTN_BF16, TILED, DEC, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, split-K decodes, bf16, TILED", BATCH_DECODE, UATTN_BF16, TILED, DEC, 100, 200, 3.0f, 0.5f},
+      {"fp8 bucket, decodes, f32, TILED", BATCH_DECODE, UATTN_F32, TILED, DEC, 0, 0, 0.5f, 3.0f},
+      {"fp8 bucket, cross attention, bf16, TILED", BATCH_DECODE, UATTN_BF16, TILED, CROSS, 0, 0, 0.5f, 3.0f},
   };
   int served = 0;
   for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++)

@@ -65,6 +65,7 @@ typedef struct job_case {
   float *q;            /* [rows][group][D], scaled as the forward scales it for the fp32 sets */
   float *qu, scale;    /* the same queries unscaled (bf16 values, as a bf16 model's), and the scale */
   bool probs_fp32;     /* the layer option the bf16 sets read */
+  bool tiled;          /* case_limits.tiled */
   float *m0, *l0, *o0; /* the state before the call */
 } job_case;
 
@@ -94,6 +95,7 @@ typedef struct case_limits {
   bool fp8;        /* with bf16: fp8 caches instead (E4M3 or E5M2, exact in bf16: the bf16 level takes them too),
                     * and for a bucket's jobs (a block size) bf16 keys among them */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
+  bool tiled;      /* decode jobs on a TILED copy of the keys (decode_tiled), where the set has the kernel */
 } case_limits;
 
 static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
@@ -105,6 +107,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+  if (lim->tiled && !lim->head_dim) c->D = 32 * test_rng_range(rng, 1, 8); /* what decode_tiled takes */
   /* every cache dtype, fp8 ones included (raw codes) */
   c->dtype = (uattn_dtype)test_rng_range(rng, UATTN_F32, UATTN_FP8_E5M2);
   /* up to 256 keys (a cache block), now and then a causal slice of several of the avx2 set's key chunks */
@@ -120,6 +123,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     c->dtype = k == 2 ? UATTN_BF16 : k == 1 ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
   }
   c->probs_fp32 = lim->probs_fp32;
+  c->tiled = lim->tiled;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
   c->panel_keys =
       c->num_keys + (test_rng_range(rng, 0, 3) == 0 ? test_rng_range(rng, 0, 300) : test_rng_range(rng, 0, 9));
@@ -181,6 +185,30 @@ typedef struct job_result {
   float *m, *l, *o;
 } job_result;
 
+/* count keys (and values) of `heads` heads, rows `heads * D` elements apart as in an NHD block, copied into a
+ * fresh TILED block (uattn.h) of whole 16-key tiles, written out from the layout's definition: key i of tile t,
+ * head h, dim d = 2 p + e at (((t * heads + h) * D / 2 + p) * 16 + i) * 2 + e; its value at
+ * (((t * heads + h) * 8 + i / 2) * D + d) * 2 + i % 2. The slots past the keys hold NaN codes, as slots never
+ * written may: a kernel must not let them reach the output. */
+static void tiled_copy(uattn_dtype t, const char *k, const char *v, int32_t count, int32_t heads, int32_t D, char **tk,
+                       char **tv) {
+  const size_t esz = uattn_dtype_size(t), tiles = (size_t)(count + 15) / 16, n = tiles * 16 * heads * D;
+  *tk = malloc(n * esz), *tv = malloc(n * esz);
+  for (size_t x = 0; x < n; x++) /* NaN: bf16 0x7fc0, fp8 S.1111.111 (both formats) */
+    if (esz == 1)
+      (*tk)[x] = (*tv)[x] = 0x7f;
+    else
+      ((uint16_t *)*tk)[x] = ((uint16_t *)*tv)[x] = 0x7fc0;
+  for (int32_t j = 0; j < count; j++)
+    for (int32_t h = 0; h < heads; h++)
+      for (int32_t d = 0; d < D; d++) {
+        const size_t tile = (size_t)j / 16, i = (size_t)j % 16, src = ((size_t)j * heads + h) * D + d;
+        const size_t share = (tile * heads + h) * 16 * D;
+        memcpy(*tk + (share + (((size_t)d / 2) * 16 + i) * 2 + d % 2) * esz, k + src * esz, esz);
+        memcpy(*tv + (share + ((i / 2) * D + d) * 2 + i % 2) * esz, v + src * esz, esz);
+      }
+}
+
 /* Runs a case through a kernel set: load into fresh panels (poisoned with NaN, so anything the set reads
  * that it did not write shows), then attend from the case's initial state. */
 static job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c) {
@@ -217,8 +245,20 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .scale = c->scale,
       .probs_fp32 = c->probs_fp32,
   };
-  if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
-      c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0) {
+  const bool tiled = part == UATTN_PART_UNIQUE && c->tiled && c->num_keys <= UATTN_DECODE_MAX_KEYS &&
+                     uattn_decode_tiled_fits(set, c->num_keys, c->D, c->group, c->dtype, c->probs_fp32) &&
+                     c->rows * c->group <= UATTN_DECODE_MAX_VECTORS;
+  if (tiled) { /* the case's head of a TILED copy of its rows */
+    const size_t esz = uattn_dtype_size(c->dtype), head = (size_t)((const char *)c->k_src - c->k_base) / esz / c->D;
+    char *tk, *tv;
+    tiled_copy(c->dtype, c->k_base, c->v_base, c->count, c->kv_heads, c->D, &tk, &tv);
+    const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
+    float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    set->decode_tiled(&job, 1, nx, c->dtype, tk + head * 16 * c->D * esz, tv + head * 16 * c->D * esz,
+                      (size_t)c->kv_heads * 16 * c->D, (size_t)16 * c->D, scratch);
+    free(scratch), free(tk), free(tv);
+  } else if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
+             c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0) {
     const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
     float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     set->decode(&job, 1, nx, c->dtype, c->k_src, c->v_src, c->stride, 0, scratch); /* from the source, no panels */
@@ -514,7 +554,8 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
   for (int i = 0; i < cases; i++) {
     job_case c;
     make_case(&c, &rng, lim);
-    if (c.num_keys > UATTN_DECODE_MAX_KEYS || c.D % 8 != 0) {
+    if (c.num_keys > UATTN_DECODE_MAX_KEYS || c.D % 8 != 0 ||
+        (lim->tiled && !uattn_decode_tiled_fits(set, c.num_keys, c.D, c.group, c.dtype, c.probs_fp32))) {
       free_case(&c);
       continue;
     }
@@ -557,14 +598,21 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
         .scale = c.scale,
         .probs_fp32 = c.probs_fp32,
     };
+    char *tk = NULL, *tv = NULL; /* lim->tiled: the keys in a TILED block, its tiles every head in turn */
+    if (lim->tiled) tiled_copy(c.dtype, k, v, c.count, heads, D, &tk, &tv);
     for (int32_t g = -1; g < heads; g++) { /* -1: every head in one call; then each head alone */
       const int w = g < 0 ? 0 : 1;
       const size_t h = g < 0 ? 0 : (size_t)g;
       job.q = q + h * hv * D, job.o = state[w][2] + h * hv * D;
       job.m = state[w][0] + h * hv, job.l = state[w][1] + h * hv;
       job.alibi = c.has_alibi ? alibi + h * c.group : NULL;
-      set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, k + h * D * esz, v + h * D * esz, stride, (size_t)D, scratch);
+      if (lim->tiled)
+        set->decode_tiled(&job, g < 0 ? heads : 1, hv, c.dtype, tk + h * 16 * D * esz, tv + h * 16 * D * esz,
+                          stride * 16, (size_t)16 * D, scratch);
+      else
+        set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, k + h * D * esz, v + h * D * esz, stride, (size_t)D, scratch);
     }
+    free(tk), free(tv);
     for (int32_t g = 0; g < heads; g++) {
       const size_t x0 = (size_t)g * hv;
       cr_assert(!memcmp(state[0][0] + x0, state[1][0] + x0, sizeof(float) * nx) &&
@@ -651,6 +699,24 @@ Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .tim
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 decode (twin)", &few_rows, 400 / SPARSE, 20261134);
+}
+
+/* Its decode kernel on a TILED cache (decode_tiled.h), through the twin: against the portable set on bf16 and
+ * fp8 blocks with NaN in the slots past the keys (tiled_copy), and over several heads. */
+Test(kernels, avx512bf16_twin_tiled_decode_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
+    check_set_on_random_jobs(&uattn_kernels_avx512bf16_twin, UATTN_PART_UNIQUE,
+                             fp8 ? "avx512bf16 (twin) tiled decode, fp8 cache" : "avx512bf16 (twin) tiled decode", &lim,
+                             1200 / (fp8 ? 2 : 1) / SPARSE, 20261126 + (uint64_t)fp8);
+  }
+}
+
+Test(kernels, avx512bf16_twin_tiled_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+  need_avx2();
+  const case_limits lim = {.decode = true, .bf16 = true, .fp8 = true, .tiled = true};
+  check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 tiled decode (twin)", &lim, 400 / SPARSE, 20261128);
 }
 
 /* vdpbf16ps as Intel's pseudocode has it, in scalar C: acc + a1 b1, then + a0 b0, each an FMA rounded to
@@ -811,6 +877,11 @@ Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = 300) {
                          1000 / SPARSE, 20261136 + (uint64_t)fp32, "the vdpbf16ps attend differs from its twin");
     check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_UNIQUE, &few_rows,
                          1000 / SPARSE, 20261138 + (uint64_t)fp32, "the vdpbf16ps decode differs from its twin");
+  }
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    const case_limits tiled = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
+    check_sets_same_bits(&uattn_kernels_avx512bf16_twin, &uattn_kernels_avx512bf16, UATTN_PART_UNIQUE, &tiled,
+                         600 / SPARSE, 20261140 + (uint64_t)fp8, "the vdpbf16ps tiled decode differs from its twin");
   }
 }
 

@@ -227,13 +227,21 @@ double oracle_round(uattn_dtype dtype, double x) {
   return oracle_load(buf, dtype, 0);
 }
 
-size_t oracle_cache_offset(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head) {
-  const size_t hkv = (size_t)layer->num_kv_heads, d = (size_t)layer->head_dim;
-  if (layer->kv_layout == UATTN_LAYOUT_HND) {
-    const size_t block = (size_t)(slot / block_size), off = (size_t)(slot % block_size);
-    return ((block * hkv + (size_t)kv_head) * (size_t)block_size + off) * d;
+size_t oracle_cache_index(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head, int32_t dim,
+                          bool value) {
+  const size_t hkv = (size_t)layer->num_kv_heads, D = (size_t)layer->head_dim, bs = (size_t)block_size;
+  const size_t b = (size_t)slot / bs, o = (size_t)slot % bs, h = (size_t)kv_head, d = (size_t)dim;
+  switch (layer->kv_layout) {
+  case UATTN_LAYOUT_HND: return ((b * hkv + h) * bs + o) * D + d;
+  case UATTN_LAYOUT_TILED: {
+    /* tile t of the block, key i of the tile */
+    const size_t tile = (b * (bs / 16) + o / 16) * hkv + h, i = o % 16;
+    if (value) return ((tile * 8 + i / 2) * D + d) * 2 + i % 2;
+    return ((tile * (D / 2) + d / 2) * 16 + i) * 2 + d % 2;
   }
-  return ((size_t)slot * hkv + (size_t)kv_head) * d;
+  case UATTN_LAYOUT_NHD:
+  default: return ((size_t)slot * hkv + h) * D + d;
+  }
 }
 
 /* ================================================================================================ */
@@ -275,8 +283,13 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
     if (layer->attn_type == UATTN_ATTENTION_DECODER && s->num_reqs > 0 && !s->num_prompt)
       return fail("oracle: an fp8 cache needs num_prompt (decode rows read their own keys from the cache)");
   }
-  if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND)
+  if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND &&
+      layer->kv_layout != UATTN_LAYOUT_TILED)
     return fail("oracle: unknown kv_layout %d", (int)layer->kv_layout);
+  /* TILED's tiles are 16 keys of a block and its key rows dim pairs (uattn.h) */
+  if (layer->kv_layout == UATTN_LAYOUT_TILED && (s->block_size % 16 != 0 || layer->head_dim % 2 != 0))
+    return fail("oracle: the TILED layout needs a block size that is a multiple of 16 (%d) and an even head_dim (%d)",
+                s->block_size, layer->head_dim);
   if (layer->attn_type < UATTN_ATTENTION_DECODER || layer->attn_type > UATTN_ATTENTION_ENCODER_DECODER)
     return fail("oracle: unknown attn_type %d", layer->attn_type);
   int64_t total = 0;
@@ -342,22 +355,19 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Copies or converts one head's D elements from a dtype row to a cache_dtype row (an fp8 one through
+/* Copies or converts element si of a dtype array to element di of a cache_dtype array (an fp8 one through
  * scale). */
-static void convert_row(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di, size_t n,
-                        float scale) {
+static void convert_elem(const void *src, uattn_dtype sdt, size_t si, void *dst, uattn_dtype ddt, size_t di,
+                         float scale) {
   if (oracle_is_fp8(ddt)) {
-    for (size_t d = 0; d < n; d++)
-      ((uint8_t *)dst)[di + d] = oracle_quantize_fp8(ddt, oracle_load(src, sdt, si + d), scale);
-    return;
-  }
-  if (sdt == ddt) {
+    ((uint8_t *)dst)[di] = oracle_quantize_fp8(ddt, oracle_load(src, sdt, si), scale);
+  } else if (sdt == ddt) {
     /* equal dtypes: the bits themselves, so that even a signalling NaN's payload survives */
     const size_t es = oracle_dtype_size(sdt);
-    memcpy((char *)dst + di * es, (const char *)src + si * es, n * es);
-    return;
+    memcpy((char *)dst + di * es, (const char *)src + si * es, es);
+  } else {
+    oracle_store(dst, ddt, di, oracle_load(src, sdt, si));
   }
-  for (size_t d = 0; d < n; d++) oracle_store(dst, ddt, di + d, oracle_load(src, sdt, si + d));
 }
 
 int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t) {
@@ -399,12 +409,16 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
   }
   free(sorted);
 
-  const size_t hkv = (size_t)layer->num_kv_heads, d = (size_t)layer->head_dim;
+  const int32_t hkv = layer->num_kv_heads, D = layer->head_dim, bs = s->block_size;
   for (size_t row = 0; row < n; row++) {
-    for (size_t g = 0; g < hkv; g++) {
-      const size_t src = (row * hkv + g) * d, dst = oracle_cache_offset(layer, s->block_size, slots[row], (int32_t)g);
-      convert_row(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype, dst, d, layer->k_scale);
-      convert_row(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype, dst, d, layer->v_scale);
+    for (int32_t g = 0; g < hkv; g++) {
+      for (int32_t d = 0; d < D; d++) {
+        const size_t src = (row * (size_t)hkv + (size_t)g) * (size_t)D + (size_t)d;
+        convert_elem(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype,
+                     oracle_cache_index(layer, bs, slots[row], g, d, false), layer->k_scale);
+        convert_elem(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype,
+                     oracle_cache_index(layer, bs, slots[row], g, d, true), layer->v_scale);
+      }
     }
   }
   free(slots);
@@ -563,10 +577,11 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
       const int32_t *table = cross ? t->cross->block_table : s->block_table;
       const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
       const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
-      const size_t off = oracle_cache_offset(layer, bs, slot, g);
       for (size_t d = 0; d < D; d++) {
-        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, off + d) * ks;
-        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, off + d) * vs;
+        const size_t kat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, false),
+                     vat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, true);
+        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, kat) * ks;
+        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, vat) * vs;
       }
     } else {
       /* this step's own token: its k/v row in the input dtype, not the (possibly narrower) cached copy */

@@ -9,6 +9,7 @@
 #ifndef UATTN_TEST_DENSE_ORACLE_H
 #define UATTN_TEST_DENSE_ORACLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,9 +67,15 @@ void oracle_store(void *base, uattn_dtype dtype, size_t i, double x);
 /* x rounded to `dtype` and widened back: the value an input actually holds once stored. */
 double oracle_round(uattn_dtype dtype, double x);
 
-/* Element offset of (slot, kv_head, dim 0) in a key or value cache of the layer's kv_layout:
- * NHD [num_blocks * bs, Hkv, D], HND [num_blocks, Hkv, bs, D]. */
-size_t oracle_cache_offset(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head);
+/* Element index of (slot, kv_head, dim) in the key cache (value false) or the value cache (value true) of
+ * the layer's kv_layout, written from uattn.h's definitions, with b = slot / bs, o = slot % bs:
+ *   NHD   [num_blocks * bs, Hkv, D], both caches;
+ *   HND   [num_blocks, Hkv, bs, D], both caches;
+ *   TILED keys [num_blocks, bs / 16, Hkv, D / 2, 16, 2] at (b, o / 16, h, dim / 2, o % 16, dim % 2),
+ *         values [num_blocks, bs / 16, Hkv, 8, D, 2] at (b, o / 16, h, o % 16 / 2, dim, o % 2).
+ * Per element, not per row: in TILED a key's D elements are not contiguous. */
+size_t oracle_cache_index(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head, int32_t dim,
+                          bool value);
 
 /* ---- the reference ------------------------------------------------------------------------------------ */
 /* Writes this step's k/v into the caches: for p = num_computed[r] + i, slot = block_table[r][p / bs] * bs +

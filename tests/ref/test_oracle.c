@@ -122,12 +122,20 @@ static void env_free(env *e) {
   free(e->lse);
 }
 
-/* Element offset of (slot, kv head, 0), written out here rather than taken from the oracle. */
-static size_t slot_offset(const env *e, int64_t slot, int32_t g) {
+/* Element index of (slot, kv head g, dim d) in the key (v false) or value cache, written out here rather
+ * than taken from the oracle. TILED from uattn.h's shapes: keys [nb, bs/16, Hkv, D/2, 16, 2] at (block,
+ * tile, g, d/2, key in tile, d%2), values [nb, bs/16, Hkv, 8, D, 2] at (block, tile, g, key/2, d, key%2). */
+static size_t slot_index(const env *e, int64_t slot, int32_t g, int32_t d, bool v) {
   const size_t hkv = (size_t)e->L.num_kv_heads, D = (size_t)e->L.head_dim, bs = (size_t)e->bs;
   const size_t block = (size_t)slot / bs, off = (size_t)slot % bs;
-  if (e->L.kv_layout == UATTN_LAYOUT_HND) return ((block * hkv + (size_t)g) * bs + off) * D;
-  return (block * bs * hkv + off * hkv + (size_t)g) * D;
+  if (e->L.kv_layout == UATTN_LAYOUT_HND) return ((block * hkv + (size_t)g) * bs + off) * D + (size_t)d;
+  if (e->L.kv_layout == UATTN_LAYOUT_TILED) {
+    const size_t tiles = bs / 16, tile = off / 16, key = off % 16;
+    const size_t head = (block * tiles + tile) * hkv + (size_t)g; /* the (block, tile, head) group of 16 keys */
+    if (v) return head * 16 * D + (key / 2) * 2 * D + (size_t)d * 2 + key % 2;
+    return head * 16 * D + ((size_t)d / 2) * 32 + key * 2 + (size_t)d % 2;
+  }
+  return (block * bs * hkv + off * hkv + (size_t)g) * D + (size_t)d;
 }
 
 static int64_t slot_of(const env *e, bool cross, int32_t r, int32_t j) {
@@ -152,10 +160,10 @@ static void set_kv(env *e, int32_t row, int32_t g, const double *k, const double
 
 /* Key j of request r, kv head g, already in the cache (the step's table, or the cross table). */
 static void set_cache(env *e, bool cross, int32_t r, int32_t j, int32_t g, const double *k, const double *v) {
-  const size_t off = slot_offset(e, slot_of(e, cross, r, j), g);
-  for (size_t d = 0; d < (size_t)e->L.head_dim; d++) {
-    oracle_store(e->t.key_cache, e->L.cache_dtype, off + d, k[d]);
-    oracle_store(e->t.value_cache, e->L.cache_dtype, off + d, v[d]);
+  const int64_t slot = slot_of(e, cross, r, j);
+  for (int32_t d = 0; d < e->L.head_dim; d++) {
+    oracle_store(e->t.key_cache, e->L.cache_dtype, slot_index(e, slot, g, d, false), k[d]);
+    oracle_store(e->t.value_cache, e->L.cache_dtype, slot_index(e, slot, g, d, true), v[d]);
   }
 }
 
@@ -501,7 +509,7 @@ Test(hand, step_keys_in_input_dtype_cached_keys_in_cache_dtype) {
   set_kv(&e, 0, 0, (double[]){k0}, (double[]){3});
   env_run(&e);
   expect_lse(&e, 0, 0, k0, 0);
-  cr_assert_eq(((const uint16_t *)e.t.key_cache)[slot_offset(&e, slot_of(&e, false, 0, 0), 0)], 0x3F80);
+  cr_assert_eq(((const uint16_t *)e.t.key_cache)[slot_index(&e, slot_of(&e, false, 0, 0), 0, 0, false)], 0x3F80);
 
   /* step 2 on the same caches: one more token at p = 1, key 2 (exact in both) */
   e.nc[0] = 1;
@@ -526,51 +534,66 @@ Test(hand, a_masked_infinite_value_does_not_leak) {
   env_free(&e);
 }
 
-Test(hand, nhd_and_hnd_give_identical_answers) {
-  /* the same random history and step in both layouts and three cache dtypes: bit-identical out and lse */
+/* The same random history and step in each layout: bit-identical out and lse. */
+static void check_layouts_agree(const uattn_kv_layout *layouts, int num_layouts, int32_t bs, int32_t D,
+                                const int32_t *nc) {
   const uattn_dtype cdt[3] = {UATTN_F32, UATTN_BF16, UATTN_F16};
+  const int32_t ns[3] = {1, 5, 3}, T = 9, Hq = 4;
   for (int c = 0; c < 3; c++) {
-    double *outs[2], *lses[2];
-    for (int lay = 0; lay < 2; lay++) {
+    double *outs[3], *lses[3];
+    for (int lay = 0; lay < num_layouts; lay++) {
       env e;
-      uattn_layer L = layer(4, 2, 5, UATTN_F32);
+      uattn_layer L = layer(Hq, 2, D, UATTN_F32);
       L.cache_dtype = cdt[c];
-      L.kv_layout = lay ? UATTN_LAYOUT_HND : UATTN_LAYOUT_NHD;
+      L.kv_layout = layouts[lay];
       L.scale = 0.3f;
-      env_init(&e, L, 3, (int32_t[]){7, 0, 4}, (int32_t[]){1, 5, 3}, NULL, 4, 16);
+      env_init(&e, L, 3, nc, ns, NULL, bs, 16);
       test_rng rng = {99};
-      double k[5], v[5];
+      double k[8], v[8];
       for (int32_t r = 0; r < 3; r++)
         for (int32_t j = 0; j < e.nc[r]; j++)
           for (int32_t g = 0; g < 2; g++) {
-            for (int d = 0; d < 5; d++) k[d] = test_rng_unit(&rng) * 2 - 1, v[d] = test_rng_unit(&rng) * 2 - 1;
+            for (int d = 0; d < D; d++) k[d] = test_rng_unit(&rng) * 2 - 1, v[d] = test_rng_unit(&rng) * 2 - 1;
             set_cache(&e, false, r, j, g, k, v);
           }
       for (int32_t row = 0; row < e.T; row++) {
         for (int32_t g = 0; g < 2; g++) {
-          for (int d = 0; d < 5; d++) k[d] = test_rng_unit(&rng) * 2 - 1, v[d] = test_rng_unit(&rng) * 2 - 1;
+          for (int d = 0; d < D; d++) k[d] = test_rng_unit(&rng) * 2 - 1, v[d] = test_rng_unit(&rng) * 2 - 1;
           set_kv(&e, row, g, k, v);
         }
-        for (int32_t h = 0; h < 4; h++) {
-          for (int d = 0; d < 5; d++) k[d] = test_rng_unit(&rng) * 4 - 2;
+        for (int32_t h = 0; h < Hq; h++) {
+          for (int d = 0; d < D; d++) k[d] = test_rng_unit(&rng) * 4 - 2;
           set_q(&e, row, h, k);
         }
       }
       env_run(&e);
-      outs[lay] = malloc((size_t)e.T * 4 * 5 * sizeof(double));
-      lses[lay] = malloc((size_t)e.T * 4 * sizeof(double));
-      memcpy(outs[lay], e.out, (size_t)e.T * 4 * 5 * sizeof(double));
-      memcpy(lses[lay], e.lse, (size_t)e.T * 4 * sizeof(double));
-      for (int32_t i = 0; i < e.T * 4 * 5; i++) cr_assert(isfinite(e.out[i]));
+      cr_assert_eq(e.T, T);
+      outs[lay] = malloc((size_t)T * Hq * D * sizeof(double));
+      lses[lay] = malloc((size_t)T * Hq * sizeof(double));
+      memcpy(outs[lay], e.out, (size_t)T * Hq * D * sizeof(double));
+      memcpy(lses[lay], e.lse, (size_t)T * Hq * sizeof(double));
+      for (int32_t i = 0; i < T * Hq * D; i++) cr_assert(isfinite(e.out[i]));
       env_free(&e);
     }
-    cr_assert(memcmp(outs[0], outs[1], 9 * 4 * 5 * sizeof(double)) == 0, "NHD and HND outputs differ");
-    cr_assert(memcmp(lses[0], lses[1], 9 * 4 * sizeof(double)) == 0, "NHD and HND lse differ");
-    for (int lay = 0; lay < 2; lay++) {
+    for (int lay = 1; lay < num_layouts; lay++) {
+      cr_assert(memcmp(outs[0], outs[lay], (size_t)T * Hq * D * sizeof(double)) == 0,
+                "layouts %d and %d: outputs differ", layouts[0], layouts[lay]);
+      cr_assert(memcmp(lses[0], lses[lay], (size_t)T * Hq * sizeof(double)) == 0, "layouts %d and %d: lse differs",
+                layouts[0], layouts[lay]);
+    }
+    for (int lay = 0; lay < num_layouts; lay++) {
       free(outs[lay]);
       free(lses[lay]);
     }
   }
+}
+
+Test(hand, layouts_give_identical_answers) {
+  const uattn_kv_layout all[3] = {UATTN_LAYOUT_NHD, UATTN_LAYOUT_HND, UATTN_LAYOUT_TILED};
+  /* block 4, an odd head dim: NHD and HND only; block 16 (so TILED is allowed) with contexts across tiles
+   * and blocks: all three */
+  check_layouts_agree(all, 2, 4, 5, (int32_t[]){7, 0, 4});
+  check_layouts_agree(all, 3, 16, 6, (int32_t[]){37, 0, 20});
 }
 
 /* ================================================================================================ */
@@ -622,7 +645,8 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
         const size_t src = (size_t)(row * hkv + g) * D + (size_t)d;
         oracle_store(want_k, cache_dtype, at, k[src]);
         oracle_store(want_v, cache_dtype, at, v[src]);
-        cr_assert_eq(oracle_cache_offset(&L, bs, want_slot[row], g) + (size_t)d, at);
+        cr_assert_eq(oracle_cache_index(&L, bs, want_slot[row], g, d, false), at);
+        cr_assert_eq(oracle_cache_index(&L, bs, want_slot[row], g, d, true), at);
       }
     }
   }
@@ -658,6 +682,154 @@ Test(cache, write_at_the_right_slots_hnd) {
   check_cache_write(UATTN_LAYOUT_HND, UATTN_F32);
   check_cache_write(UATTN_LAYOUT_HND, UATTN_BF16);
   check_cache_write(UATTN_LAYOUT_HND, UATTN_F16);
+}
+
+/* TILED's index is a bijection onto [0, num_blocks * bs * Hkv * D), keys and values each: every (slot, head,
+ * dim) has its own element and no element is left over. Block sizes of one tile and several, Hkv 1 and 3,
+ * head dims from one dim pair up. */
+Test(cache, tiled_index_is_a_bijection) {
+  const int32_t shapes[][4] = {
+      /* bs, Hkv, D, num_blocks */
+      {16, 1, 2, 1}, {16, 3, 6, 3}, {32, 2, 4, 2}, {64, 1, 80, 2}, {48, 3, 10, 3}, {256, 2, 64, 2}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    const int32_t bs = shapes[i][0], hkv = shapes[i][1], D = shapes[i][2], nb = shapes[i][3];
+    uattn_layer L = layer(hkv, hkv, D, UATTN_F32);
+    L.kv_layout = UATTN_LAYOUT_TILED;
+    const size_t n = (size_t)nb * (size_t)bs * (size_t)hkv * (size_t)D;
+    unsigned char *hit = malloc(n);
+    for (int v = 0; v < 2; v++) {
+      memset(hit, 0, n);
+      for (int64_t slot = 0; slot < (int64_t)nb * bs; slot++)
+        for (int32_t g = 0; g < hkv; g++)
+          for (int32_t d = 0; d < D; d++) {
+            const size_t at = oracle_cache_index(&L, bs, slot, g, d, v);
+            cr_assert(at < n, "bs %d Hkv %d D %d %s: slot %lld head %d dim %d at %zu, past %zu", bs, hkv, D,
+                      v ? "values" : "keys", (long long)slot, g, d, at, n);
+            cr_assert(!hit[at], "bs %d Hkv %d D %d %s: element %zu reached twice (slot %lld head %d dim %d)", bs, hkv,
+                      D, v ? "values" : "keys", at, (long long)slot, g, d);
+            hit[at] = 1;
+          }
+      /* n distinct indices below n: every element is reached */
+    }
+    free(hit);
+  }
+}
+
+/* Elements of bs 32, Hkv 2, D 4 worked out by hand from uattn.h's shapes: keys [nb, 2, 2, 2, 16, 2] (strides
+ * 256, 128, 64, 32, 2, 1), values [nb, 2, 2, 8, 4, 2] (strides 256, 128, 64, 8, 2, 1). Slot s is block s / 32,
+ * tile s % 32 / 16, key s % 16 of the tile. */
+Test(cache, tiled_index_by_hand) {
+  uattn_layer L = layer(2, 2, 4, UATTN_F32);
+  L.kv_layout = UATTN_LAYOUT_TILED;
+  const struct {
+    int64_t slot;
+    int32_t head, dim;
+    size_t key, value;
+  } want[] = {
+      {0, 0, 0, 0, 0},
+      {0, 0, 1, 1, 2},      /* key: dim 1 is e 1 of pair 0; value: dims are stride 2 */
+      {1, 0, 0, 2, 1},      /* key 1: keys stride 2; value: key 1 is the odd one of pair 0 */
+      {0, 0, 2, 32, 4},     /* key: dim pair 1 */
+      {5, 0, 2, 42, 21},    /* key: 32 + 5 * 2; value: pair 2 (16) + dim 2 (4) + odd key (1) */
+      {0, 1, 0, 64, 64},    /* the second head of tile 0 */
+      {16, 0, 0, 128, 128}, /* tile 1 of block 0 */
+      {17, 1, 3, 64 + 128 + 32 + 2 + 1, 64 + 128 + 6 + 1},
+      {32, 0, 0, 256, 256}, /* block 1 */
+      {95, 1, 3, 767, 767}, /* the last element of 3 blocks: block 2, tile 1, key 15, head 1, dim 3 */
+      {94, 1, 2, 2 * 256 + 128 + 64 + 32 + 14 * 2, 2 * 256 + 128 + 64 + 7 * 8 + 2 * 2},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    const size_t k = oracle_cache_index(&L, 32, want[i].slot, want[i].head, want[i].dim, false);
+    const size_t v = oracle_cache_index(&L, 32, want[i].slot, want[i].head, want[i].dim, true);
+    cr_assert_eq(k, want[i].key, "slot %lld head %d dim %d: key index %zu, want %zu", (long long)want[i].slot,
+                 want[i].head, want[i].dim, k, want[i].key);
+    cr_assert_eq(v, want[i].value, "slot %lld head %d dim %d: value index %zu, want %zu", (long long)want[i].slot,
+                 want[i].head, want[i].dim, v, want[i].value);
+  }
+  /* NHD and HND, same slots: one row of D per (slot, head) in both caches */
+  L.kv_layout = UATTN_LAYOUT_NHD;
+  cr_assert_eq(oracle_cache_index(&L, 32, 17, 1, 3, false), (size_t)(17 * 2 + 1) * 4 + 3);
+  cr_assert_eq(oracle_cache_index(&L, 32, 17, 1, 3, true), (size_t)(17 * 2 + 1) * 4 + 3);
+  L.kv_layout = UATTN_LAYOUT_HND;
+  cr_assert_eq(oracle_cache_index(&L, 32, 49, 1, 2, false), (size_t)((1 * 2 + 1) * 32 + 17) * 4 + 2);
+  cr_assert_eq(oracle_cache_index(&L, 32, 49, 1, 2, true), (size_t)((1 * 2 + 1) * 32 + 17) * 4 + 2);
+}
+
+/* The cache update on TILED, bs 32, Hkv 2, D 4, 3 blocks: request 0 has 30 cached tokens and writes p = 30..33
+ * (block 2 keys 30, 31 (tile 1), then block 0 keys 0, 1: slots 94, 95, 0, 1); request 1 writes p = 15..17
+ * across tiles 0 and 1 of block 1 (slots 47, 48, 49). Every element lands where test_oracle's own index puts
+ * it, the rest keep their sentinel; the first key's elements by hand. */
+static void check_tiled_cache_write(uattn_dtype cache_dtype) {
+  uattn_layer L = layer(2, 2, 4, UATTN_F32);
+  L.cache_dtype = cache_dtype;
+  L.kv_layout = UATTN_LAYOUT_TILED;
+  if (oracle_is_fp8(cache_dtype)) L.k_scale = 0.5f, L.v_scale = 2.0f;
+  const int32_t bs = 32, nb = 3, hkv = 2, D = 4, T = 7;
+  const int32_t nc[2] = {30, 15}, ns[2] = {4, 3}, np[2] = {34, 18}; /* prompts: fp8 caches ask */
+  const int32_t bt[2 * 2] = {2, 0, 1, -1};
+  const int64_t want_slot[7] = {94, 95, 0, 1, 47, 48, 49};
+  float k[7 * 2 * 4], v[7 * 2 * 4];
+  for (int32_t i = 0; i < T * hkv * D; i++) {
+    k[i] = (float)(i + 1) * 0.25f;
+    v[i] = -(float)(i + 1) * 0.125f;
+  }
+  const size_t es = oracle_dtype_size(cache_dtype), elems = (size_t)nb * bs * hkv * D;
+  unsigned char *kc = malloc(elems * es), *vc = malloc(elems * es);
+  memset(kc, 0xA5, elems * es);
+  memset(vc, 0xA5, elems * es);
+  oracle_step s = {.num_reqs = 2,
+                   .block_size = bs,
+                   .num_computed = nc,
+                   .num_scheduled = ns,
+                   .num_prompt = np,
+                   .block_table = bt,
+                   .block_table_stride = 2};
+  uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = nb};
+  cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
+
+  env e; /* only for slot_index: its layer, block size and nothing else */
+  memset(&e, 0, sizeof e);
+  e.L = L;
+  e.bs = bs;
+  unsigned char *want_k = malloc(elems * es), *want_v = malloc(elems * es);
+  memset(want_k, 0xA5, elems * es);
+  memset(want_v, 0xA5, elems * es);
+  for (int32_t row = 0; row < T; row++)
+    for (int32_t g = 0; g < hkv; g++)
+      for (int32_t d = 0; d < D; d++) {
+        const size_t src = (size_t)(row * hkv + g) * D + (size_t)d;
+        const size_t ak = slot_index(&e, want_slot[row], g, d, false), av = slot_index(&e, want_slot[row], g, d, true);
+        if (oracle_is_fp8(cache_dtype)) {
+          want_k[ak] = oracle_quantize_fp8(cache_dtype, k[src], L.k_scale);
+          want_v[av] = oracle_quantize_fp8(cache_dtype, v[src], L.v_scale);
+        } else {
+          oracle_store(want_k, cache_dtype, ak, k[src]);
+          oracle_store(want_v, cache_dtype, av, v[src]);
+        }
+      }
+  for (size_t i = 0; i < elems * es; i++) {
+    cr_assert_eq(kc[i], want_k[i], "key cache byte %zu: %#x, expected %#x", i, kc[i], want_k[i]);
+    cr_assert_eq(vc[i], want_v[i], "value cache byte %zu: %#x, expected %#x", i, vc[i], want_v[i]);
+  }
+  /* row 0 (slot 94: block 2, tile 1, key 14), head 0: keys at 640 + 28 + {0, 1, 32, 33}, values at
+   * 640 + 56 + {0, 2, 4, 6} (key 14 is the even one of pair 7) */
+  const size_t kat[4] = {668, 669, 700, 701}, vat[4] = {696, 698, 700, 702};
+  for (int32_t d = 0; d < D && !oracle_is_fp8(cache_dtype); d++) {
+    cr_assert_eq(oracle_load(kc, cache_dtype, kat[d]), oracle_round(cache_dtype, k[d]), "slot 94 key dim %d", d);
+    cr_assert_eq(oracle_load(vc, cache_dtype, vat[d]), oracle_round(cache_dtype, v[d]), "slot 94 value dim %d", d);
+  }
+  free(kc);
+  free(vc);
+  free(want_k);
+  free(want_v);
+}
+
+Test(cache, write_at_the_right_slots_tiled) {
+  check_tiled_cache_write(UATTN_F32);
+  check_tiled_cache_write(UATTN_BF16);
+  check_tiled_cache_write(UATTN_F16);
+  check_tiled_cache_write(UATTN_FP8_E4M3);
+  check_tiled_cache_write(UATTN_FP8_E5M2);
 }
 
 Test(cache, equal_dtypes_copy_bits_and_cross_writes_nothing) {
@@ -905,8 +1077,8 @@ Test(convert, load_store_round) {
 static double key_elem(const env *e, bool v, int32_t r, int32_t j, int32_t g, int32_t d) {
   const bool cross = e->L.attn_type == UATTN_ATTENTION_ENCODER_DECODER;
   if (cross || j < e->nc[r]) {
-    const size_t off = slot_offset(e, slot_of(e, cross, r, j), g) + (size_t)d;
-    return oracle_load(v ? e->t.value_cache : e->t.key_cache, e->L.cache_dtype, off);
+    const size_t at = slot_index(e, slot_of(e, cross, r, j), g, d, v);
+    return oracle_load(v ? e->t.value_cache : e->t.key_cache, e->L.cache_dtype, at);
   }
   const int32_t row = e->qs[r] + j - e->nc[r];
   const size_t off = ((size_t)row * (size_t)e->L.num_kv_heads + (size_t)g) * (size_t)e->L.head_dim + (size_t)d;
@@ -965,13 +1137,16 @@ static void plain_attention(const env *e, double *out, double *lse) {
 }
 
 /* A random step: up to 6 requests mixing decodes, drafts, chunked prefills, fresh prefills and empty ones;
- * random heads, head_dim (not only multiples of 16), dtypes, layout, window, cap, ALiBi, sinks, type. */
+ * random heads, head_dim (not only multiples of 16), dtypes, layout (TILED where the block size and head dim
+ * allow it), window, cap, ALiBi, sinks, type. */
 static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, float *slopes) {
   const int32_t hkv = test_rng_range(rng, 1, 3), group = test_rng_range(rng, 1, 4);
   const int32_t D = (int32_t[]){1, 3, 8, 16, 20, 33}[test_rng_range(rng, 0, 5)];
   uattn_layer L = layer(hkv * group, hkv, D, (uattn_dtype)test_rng_range(rng, 0, 2));
   L.cache_dtype = (uattn_dtype)test_rng_range(rng, 0, 2);
   L.kv_layout = (uattn_kv_layout)test_rng_range(rng, 0, 1);
+  const int32_t bs = (int32_t[]){1, 2, 4, 16}[test_rng_range(rng, 0, 3)];
+  if (bs % 16 == 0 && D % 2 == 0 && test_rng_range(rng, 0, 2) > 0) L.kv_layout = UATTN_LAYOUT_TILED;
   L.scale = (float)(0.3 + test_rng_unit(rng));
   const int32_t type = test_rng_range(rng, 0, 5);
   L.attn_type = type <= 2 ? UATTN_ATTENTION_DECODER : type - 2; /* decoder half the time */
@@ -994,7 +1169,7 @@ static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, flo
                                  : test_rng_range(rng, 1, max_len);
     enc[r] = test_rng_range(rng, 0, max_len);
   }
-  env_init(e, L, R, nc, ns, enc, (int32_t[]){1, 2, 4, 16}[test_rng_range(rng, 0, 3)], test_rng_next(rng));
+  env_init(e, L, R, nc, ns, enc, bs, test_rng_next(rng));
   /* history in the caches, this step's q/k/v; NaN in the caches wherever nothing was placed */
   double x[64], y[64];
   for (int32_t r = 0; r < R; r++) {
@@ -1157,7 +1332,8 @@ Test(refuse, bad_inputs_fail_with_a_message_and_write_nothing) {
   REFUSE_CASE("zero head_dim", true, true, e->L.head_dim = 0);
   REFUSE_CASE("bad dtype", true, true, e->L.dtype = (uattn_dtype)9);
   REFUSE_CASE("bad cache dtype", true, true, e->L.cache_dtype = (uattn_dtype)9);
-  REFUSE_CASE("bad layout", true, true, e->L.kv_layout = (uattn_kv_layout)2);
+  REFUSE_CASE("bad layout", true, true, e->L.kv_layout = (uattn_kv_layout)3);
+  REFUSE_CASE("TILED on block size 2", true, true, e->L.kv_layout = UATTN_LAYOUT_TILED);
   REFUSE_CASE("bad attn_type", true, true, e->L.attn_type = 4);
   REFUSE_CASE("negative num_scheduled", true, true, e->ns[1] = -1);
   REFUSE_CASE("negative num_computed", true, true, e->nc[0] = -1);
@@ -1175,6 +1351,48 @@ Test(refuse, bad_inputs_fail_with_a_message_and_write_nothing) {
   REFUSE_CASE("two tokens on one slot", true, false, e->nc[1] = 2; e->bt[e->stride + 1] = e->bt[1]);
   /* ... and a bad block under cached keys only is attention's */
   REFUSE_CASE("negative block id, read only", false, true, e->bt[0] = -5);
+}
+
+/* TILED needs whole 16-key tiles and dim pairs: block sizes 8 and 24 and an odd head dim are refused by
+ * write_cache and attention alike, with a message naming the layout, the caches and outputs untouched; the
+ * same steps on NHD, and TILED on block 16 and 32 with an even head dim, are fine. */
+Test(refuse, tiled_needs_whole_tiles_and_dim_pairs) {
+  const struct {
+    int32_t bs, D;
+    bool ok;
+  } cases[] = {{8, 2, false}, {24, 2, false}, {16, 3, false}, {32, 5, false}, {16, 2, true}, {32, 4, true}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    env e;
+    uattn_layer L = layer(2, 1, cases[i].D, UATTN_F32);
+    L.kv_layout = UATTN_LAYOUT_TILED;
+    env_init(&e, L, 2, (int32_t[]){20, 0}, (int32_t[]){1, 3}, NULL, cases[i].bs, 32);
+    const size_t bytes = e.cache_elems * 4, n = (size_t)e.T * 2;
+    void *kc = malloc(bytes), *vc = malloc(bytes);
+    memcpy(kc, e.kc, bytes);
+    memcpy(vc, e.vc, bytes);
+    for (size_t x = 0; x < n * (size_t)cases[i].D; x++) e.out[x] = OUT_SENTINEL;
+    const int w = oracle_write_cache(&e.s, &e.L, &e.t);
+    if (cases[i].ok) {
+      cr_assert_eq(w, 0, "bs %d D %d: %s", cases[i].bs, cases[i].D, oracle_last_error());
+      cr_assert_eq(oracle_attention(&e.s, &e.L, &e.t, e.out, e.lse), 0, "%s", oracle_last_error());
+    } else {
+      cr_assert_eq(w, -1, "bs %d D %d: write_cache accepted TILED", cases[i].bs, cases[i].D);
+      cr_assert(strstr(oracle_last_error(), "TILED") != NULL, "%s", oracle_last_error());
+      cr_assert(memcmp(kc, e.kc, bytes) == 0 && memcmp(vc, e.vc, bytes) == 0, "bs %d D %d: the caches changed",
+                cases[i].bs, cases[i].D);
+      cr_assert_eq(oracle_attention(&e.s, &e.L, &e.t, e.out, e.lse), -1, "bs %d D %d: attention accepted TILED",
+                   cases[i].bs, cases[i].D);
+      cr_assert(strstr(oracle_last_error(), "TILED") != NULL, "%s", oracle_last_error());
+      for (size_t x = 0; x < n * (size_t)cases[i].D; x++)
+        cr_assert(e.out[x] == OUT_SENTINEL, "bs %d D %d: out changed", cases[i].bs, cases[i].D);
+      e.L.kv_layout = UATTN_LAYOUT_NHD;
+      cr_assert_eq(oracle_write_cache(&e.s, &e.L, &e.t), 0, "NHD: %s", oracle_last_error());
+      cr_assert_eq(oracle_attention(&e.s, &e.L, &e.t, e.out, e.lse), 0, "NHD: %s", oracle_last_error());
+    }
+    free(kc);
+    free(vc);
+    env_free(&e);
+  }
 }
 
 Test(refuse, cross_and_row_selection) {

@@ -5,6 +5,9 @@
         turns a step made by seed_unified_attn.py make-step into one over an fp8 cache: random codes of
         moderate magnitude (no NaN or infinity) in its key and value cache files, cache_dtype fp8_<format>,
         k_scale 0.5 and v_scale 3
+    cp_parity.py tiled --step DIR/step.json
+        turns an NHD step (block_size a multiple of 16, head_dim even) into one over TILED caches holding
+        the same values: each cache file rearranged as uattn.h defines the layout, kv_layout TILED
     cp_parity.py compare --step DIR/step.json REF CP
         REF: uattn-run's output directory, CP: uattn-run-cp's. Exit 1 on any difference beyond the rules:
           caches     key_cache.npy and value_cache.npy bit for bit, plan.json equal
@@ -97,6 +100,27 @@ def cmd_fp8(args):
         json.dump(step, f)
 
 
+def cmd_tiled(args):
+    with open(args.step) as f:
+        step = json.load(f)
+    bs, hkv, d = step["block_size"], step["num_kv_heads"], step["head_dim"]
+    if step["kv_layout"] != "NHD" or bs % 16 or d % 2:
+        sys.exit("tiled: wants an NHD step with a block_size multiple of 16 and an even head_dim")
+    here = os.path.dirname(os.path.abspath(args.step))
+    for key in ("key_cache", "value_cache"):
+        path = os.path.join(here, step["tensors"][key])
+        a = np.load(path)  # [num_blocks * bs, Hkv, D]: slot b * bs + 16 t + i
+        nb = a.shape[0] // bs
+        if key == "key_cache":  # [b, t, i, h, p, e] -> [b, t, h, p, i, e], dim d = 2 p + e
+            x = a.reshape(nb, bs // 16, 16, hkv, d // 2, 2).transpose(0, 1, 3, 4, 2, 5)
+        else:  # [b, t, i / 2, i % 2, h, d] -> [b, t, h, i / 2, d, i % 2]
+            x = a.reshape(nb, bs // 16, 8, 2, hkv, d).transpose(0, 1, 4, 2, 5, 3)
+        np.save(path, np.ascontiguousarray(x))
+    step["kv_layout"] = "TILED"
+    with open(args.step, "w") as f:
+        json.dump(step, f)
+
+
 def cmd_compare(args):
     with open(args.step) as f:
         step = json.load(f)
@@ -161,6 +185,8 @@ def main():
     f.add_argument("--step", required=True)
     f.add_argument("--format", choices=["e4m3", "e5m2"], required=True)
     f.add_argument("--seed", type=int, required=True)
+    t = sub.add_parser("tiled")
+    t.add_argument("--step", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--step", required=True)
     c.add_argument("ref")
@@ -168,6 +194,9 @@ def main():
     args = p.parse_args()
     if args.cmd == "fp8":
         cmd_fp8(args)
+        return 0
+    if args.cmd == "tiled":
+        cmd_tiled(args)
         return 0
     return cmd_compare(args)
 

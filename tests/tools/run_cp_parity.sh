@@ -4,7 +4,7 @@
 #   tests/tools/run_cp_parity.sh BUILD_DIR     (BUILD_DIR/perf/uattn-run and uattn-run-cp must exist)
 #
 # For each case below: tests/ref/seed_unified_attn.py make-step writes a random valid step (cp_parity.py fp8
-# turns it into one over an fp8 cache), uattn-run runs it, and `mpirun -np N uattn-run-cp --interleave I`
+# turns it into one over an fp8 cache, cp_parity.py tiled one over TILED caches), uattn-run runs it, and `mpirun -np N uattn-run-cp --interleave I`
 # too; cp_parity.py compare holds the caches and plan.json bit for bit and the output and lse to its
 # tolerance (see its docstring). Cases marked "again" run uattn-run-cp a second time, with 2 threads a rank,
 # which must give the same bits. Then bad input: every rank must print the same one line (the same as
@@ -44,6 +44,7 @@ cases=0
 start=$(date +%s)
 
 # seed kind dtype layout ranks interleave again|once [cache:fp8_e4m3|fp8_e5m2] [extra make-step options...]
+# (layout TILED: made as NHD, then rearranged; a block size that is a multiple of 16, an even head dim)
 CASES=(
   "1  decode         f32  NHD 2 1  once"
   "2  prefill        f32  HND 3 2  once  --causal-width 5"
@@ -63,6 +64,9 @@ CASES=(
   "16 decode         f16  HND 3 1  once  --block-size 1 --head-dim 4"
   "17 prefill        f32  NHD 2 2  once  --attn-type encoder"
   "18 decode         f32  NHD 3 4096 once --sinks"
+  "19 mixed          bf16 TILED 3 2 once  --cache-dtype bf16 --block-size 16 --head-dim 64"
+  "20 shared-prefix  f32  TILED 2 1 again --block-size 32 --head-dim 16 --num-q-heads 8 --num-kv-heads 2"
+  "21 spec-decode    f32  TILED 4 3 once  cache:fp8_e4m3 --block-size 16 --head-dim 32"
 )
 
 # mpirun -np N uattn-run-cp STEP --out DIR --interleave I --threads T, under the timeout; output to LOG
@@ -84,9 +88,12 @@ run_case() {
   local dir="$WORK/$name" log="$WORK/$name.log"
   local what="seed $seed $kind $dtype $layout${fp8:+ fp8_$fp8}${*:+ $*} on $n ranks, interleave $inter"
   cases=$((cases + 1))
-  if ! "$PY" "$MAKE_STEP" make-step --out "$dir" --seed "$seed" --kind "$kind" --dtype "$dtype" --layout "$layout" \
+  local made=$layout
+  [ "$layout" = "TILED" ] && made=NHD # make-step knows the engines' layouts; cp_parity.py tiled rearranges
+  if ! "$PY" "$MAKE_STEP" make-step --out "$dir" --seed "$seed" --kind "$kind" --dtype "$dtype" --layout "$made" \
       "$@" >"$log" 2>&1 ||
-     { [ -n "$fp8" ] && ! "$PY" "$HELPER" fp8 --step "$dir/step.json" --format "$fp8" --seed "$seed" >>"$log" 2>&1; }; then
+     { [ -n "$fp8" ] && ! "$PY" "$HELPER" fp8 --step "$dir/step.json" --format "$fp8" --seed "$seed" >>"$log" 2>&1; } ||
+     { [ "$layout" = "TILED" ] && ! "$PY" "$HELPER" tiled --step "$dir/step.json" >>"$log" 2>&1; }; then
     echo "FAIL make-step: $what"
     sed 's/^/    /' "$log"
     failures=$((failures + 1))

@@ -4,8 +4,8 @@
  * every malformed header we could think of, each refused with its reason and without a leak.
  * uattn-run ($UATTN_RUN, the built binary): every kind of bad input exits 2 with one line naming the key or
  * file, and whole steps — f32; bf16 with an f16 HND cache, sinks, ALiBi, soft cap and a sliding window;
- * fp8 caches with scales; encoder — are compared with a dense attention computed here in double, straight from the semantics
- * (DESIGN.md §1), never from the plan. */
+ * fp8 caches with scales; TILED caches; encoder — are compared with a dense attention computed here in
+ * double, straight from the semantics (DESIGN.md §1), never from the plan. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -532,26 +532,44 @@ static void *encode_scaled(const float *x, size_t n, const char *dtype, float sc
 
 static void *encode(const float *x, size_t n, const char *dtype) { return encode_scaled(x, n, dtype, 1.0f); }
 
-/* a [slot][h][d] cache in the spec's layout and dtype; scale: an fp8 cache's k_scale or v_scale */
-static void *encode_cache(const spec *s, const float *c, double scale, int64_t *shape, int *ndim) {
-  const size_t n = (size_t)s->nb * s->bs * s->hkv * s->d;
-  float *perm = malloc(sizeof(float) * n);
-  const bool nhd = !strcmp(s->layout, "NHD");
-  for (int64_t slot = 0; slot < (int64_t)s->nb * s->bs; slot++)
-    for (int h = 0; h < s->hkv; h++)
-      for (int d = 0; d < s->d; d++) {
-        const size_t src = ((size_t)slot * s->hkv + h) * s->d + d;
-        const size_t blk = (size_t)(slot / s->bs), off = (size_t)(slot % s->bs);
-        const size_t dst = nhd ? src : (((blk * s->hkv + h) * s->bs + off) * s->d + d);
-        perm[dst] = c[src];
-      }
-  if (nhd) {
+/* Where (slot, KV head h, dim d) of a key cache (value false) or value cache (value true) lies in the spec's
+ * layout, written from uattn.h's definitions: NHD [slots, Hkv, D], HND [blocks, Hkv, bs, D], TILED keys
+ * [blocks, bs / 16, Hkv, D / 2, 16, 2] at (b, o / 16, h, d / 2, o % 16, d % 2) and values
+ * [blocks, bs / 16, Hkv, 8, D, 2] at (b, o / 16, h, o % 16 / 2, d, o % 2), with b = slot / bs, o = slot % bs. */
+static size_t layout_index(const spec *s, bool value, int64_t slot, int h, int d) {
+  const size_t b = (size_t)(slot / s->bs), o = (size_t)(slot % s->bs), H = (size_t)s->hkv, D = (size_t)s->d;
+  if (!strcmp(s->layout, "NHD")) return ((size_t)slot * H + (size_t)h) * D + (size_t)d;
+  if (!strcmp(s->layout, "HND")) return ((b * H + (size_t)h) * (size_t)s->bs + o) * D + (size_t)d;
+  const size_t tiles = (size_t)s->bs / 16, t = o / 16, i = o % 16;
+  if (value) return (((((b * tiles + t) * H + (size_t)h) * 8 + i / 2) * D + (size_t)d) * 2) + i % 2;
+  return ((((b * tiles + t) * H + (size_t)h) * (D / 2) + (size_t)d / 2) * 16 + i) * 2 + (size_t)d % 2;
+}
+
+/* The shape of a key or value cache in the spec's layout (as layout_index); its dimensions in *ndim. */
+static void cache_shape(const spec *s, bool value, int64_t *shape, int *ndim) {
+  if (!strcmp(s->layout, "NHD")) {
     shape[0] = (int64_t)s->nb * s->bs, shape[1] = s->hkv, shape[2] = s->d;
     *ndim = 3;
-  } else {
+  } else if (!strcmp(s->layout, "HND")) {
     shape[0] = s->nb, shape[1] = s->hkv, shape[2] = s->bs, shape[3] = s->d;
     *ndim = 4;
+  } else {
+    const int64_t k[6] = {s->nb, s->bs / 16, s->hkv, s->d / 2, 16, 2}, v[6] = {s->nb, s->bs / 16, s->hkv, 8, s->d, 2};
+    memcpy(shape, value ? v : k, sizeof k);
+    *ndim = 6;
   }
+}
+
+/* a [slot][h][d] key (value false) or value cache in the spec's layout and dtype; scale: an fp8 cache's
+ * k_scale or v_scale */
+static void *encode_cache(const spec *s, const float *c, double scale, bool value, int64_t *shape, int *ndim) {
+  const size_t n = (size_t)s->nb * s->bs * s->hkv * s->d;
+  float *perm = malloc(sizeof(float) * n);
+  for (int64_t slot = 0; slot < (int64_t)s->nb * s->bs; slot++)
+    for (int h = 0; h < s->hkv; h++)
+      for (int d = 0; d < s->d; d++)
+        perm[layout_index(s, value, slot, h, d)] = c[((size_t)slot * s->hkv + h) * s->d + d];
+  cache_shape(s, value, shape, ndim);
   void *out = encode_scaled(perm, n, s->cache_dtype, scale > 0 ? (float)scale : 1.0f);
   free(perm);
   return out;
@@ -582,11 +600,12 @@ static void spec_write(const spec *s) {
   save_encoded("q.npy", s->dtype, 3, qs, s->q);
   save_encoded("k.npy", s->dtype, 3, ks, s->k);
   save_encoded("v.npy", s->dtype, 3, ks, s->v);
-  int64_t cs[4];
+  int64_t kshape[6], vshape[6];
   int nd;
-  void *kc = encode_cache(s, s->kc, s->k_scale, cs, &nd), *vc = encode_cache(s, s->vc, s->v_scale, cs, &nd);
-  save("kc.npy", npy_of(s->cache_dtype), nd, cs, kc);
-  save("vc.npy", npy_of(s->cache_dtype), nd, cs, vc);
+  void *kc = encode_cache(s, s->kc, s->k_scale, false, kshape, &nd),
+       *vc = encode_cache(s, s->vc, s->v_scale, true, vshape, &nd);
+  save("kc.npy", npy_of(s->cache_dtype), nd, kshape, kc);
+  save("vc.npy", npy_of(s->cache_dtype), nd, vshape, vc);
   free(kc);
   free(vc);
   if (s->sinks) save("sinks.npy", NPY_F4, 1, hs, s->sink);
@@ -743,6 +762,8 @@ static void bad_cache_dtype(cJSON *root) {
   cJSON_ReplaceItemInObject(root, "cache_dtype", cJSON_CreateString("fp8_e4m3fn"));
 }
 static void bad_layout(cJSON *root) { cJSON_ReplaceItemInObject(root, "kv_layout", cJSON_CreateString("nhd")); }
+/* base_spec's blocks of 4 keys have no TILED shape */
+static void tiled_block_4(cJSON *root) { cJSON_ReplaceItemInObject(root, "kv_layout", cJSON_CreateString("TILED")); }
 static void bad_attn(cJSON *root) { cJSON_ReplaceItemInObject(root, "attn_type", cJSON_CreateString("cross")); }
 static void zero_threads(cJSON *root) { cJSON_AddNumberToObject(root, "threads", 0); }
 static void negative_window(cJSON *root) { cJSON_ReplaceItemInObject(root, "sliding_window", cJSON_CreateNumber(-1)); }
@@ -797,7 +818,9 @@ Test(step_runner, bad_values_are_named_by_their_key) {
   expect_json_error(bad_dtype, "dtype", "dtype: \"fp8\" is not one of f32, bf16, f16", NULL);
   expect_json_error(bad_cache_dtype, "cache dtype",
                     "cache_dtype: \"fp8_e4m3fn\" is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2", NULL);
-  expect_json_error(bad_layout, "layout", "kv_layout: \"nhd\" is not one of NHD, HND", NULL);
+  expect_json_error(bad_layout, "layout", "kv_layout: \"nhd\" is not one of NHD, HND, TILED", NULL);
+  expect_json_error(tiled_block_4, "tiled block size", "kv_layout: TILED needs a block_size that is a multiple of 16",
+                    "(got 4, 8)");
   expect_json_error(bad_attn, "attn_type", "attn_type: \"cross\" is not one of decoder, encoder", NULL);
   expect_json_error(zero_threads, "threads", "threads: 0 must be >= 1", NULL);
   expect_json_error(negative_window, "window", "sliding_window: -1 must be >= 0", NULL);
@@ -864,6 +887,12 @@ Test(step_runner, tensor_shape_and_dtype_errors) {
   s.layout = "HND";
   expect_tensor_error(&s, "vc.npy", NPY_F4, 3, (int64_t[]){48, 2, 8}, "tensors.value_cache: shape [48, 2, 8]",
                       "does not match [12, 2, 4, 8] (num_blocks, num_kv_heads, block_size, head_dim)");
+  s = base_spec();
+  s.layout = "TILED";
+  s.bs = 16; /* a value cache shaped like the keys */
+  expect_tensor_error(&s, "vc.npy", NPY_F4, 6, (int64_t[]){12, 1, 2, 4, 16, 2},
+                      "tensors.value_cache: shape [12, 1, 2, 4, 16, 2] does not match [12, 1, 2, 8, 8, 2]",
+                      "(TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2)");
   s = base_spec();
   s.cache_dtype = "bf16";
   expect_tensor_error(&s, "kc.npy", NPY_F2, 3, (int64_t[]){48, 2, 8}, "tensors.key_cache",
@@ -1011,12 +1040,13 @@ static void run_and_check(spec *s, const char *extra, double tol) {
   const size_t cn = (size_t)s->nb * s->bs * s->hkv * s->d;
   float *kc = malloc(sizeof(float) * cn), *vc = malloc(sizeof(float) * cn);
   updated_caches(s, kc, vc);
-  int64_t cs[4];
+  int64_t kshape[6], vshape[6];
   int nd;
-  void *want_k = encode_cache(s, kc, s->k_scale, cs, &nd), *want_v = encode_cache(s, vc, s->v_scale, cs, &nd);
+  void *want_k = encode_cache(s, kc, s->k_scale, false, kshape, &nd);
+  void *want_v = encode_cache(s, vc, s->v_scale, true, vshape, &nd);
   npy_array gk = load("out/key_cache.npy"), gv = load("out/value_cache.npy");
-  check_shape(&gk, "key_cache.npy", npy_of(s->cache_dtype), nd, cs);
-  check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, cs);
+  check_shape(&gk, "key_cache.npy", npy_of(s->cache_dtype), nd, kshape);
+  check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, vshape);
   const size_t bytes = cn * npy_dtype_size(gk.dtype);
   cr_assert(memcmp(gk.data, want_k, bytes) == 0, "key_cache.npy differs from the expected update");
   cr_assert(memcmp(gv.data, want_v, bytes) == 0, "value_cache.npy differs from the expected update");
@@ -1153,6 +1183,63 @@ Test(step_runner, fp8_caches) {
     fp8_exact(&rng, s.kc, cache, s.k_scale);
     fp8_exact(&rng, s.vc, cache, s.v_scale);
     run_and_check(&s, NULL, 1e-5);
+    spec_free(&s);
+  }
+}
+
+/* base_spec's paths on a TILED cache: blocks of 32 keys, two tiles each, so that every index of uattn.h's
+ * definition moves (block, tile, key in the tile, KV head, dim pair and its element, key pair). Request 0's
+ * chunk writes across a tile boundary, request 1's decode into the second tile of its block; both read
+ * block 0 (shared), request 3's prompt fills one block and starts the next. */
+static spec tiled_spec(void) {
+  spec s;
+  memset(&s, 0, sizeof s);
+  s.bs = 32, s.nb = 8, s.hq = 4, s.hkv = 2, s.d = 8;
+  s.dtype = s.cache_dtype = "f32";
+  s.layout = "TILED";
+  s.attn = "decoder";
+  s.scale = 0.3;
+  s.nreq = 4;
+  /* request 0: a prompt chunk at positions 45..50 (block 1, tile 0 keys 13..15 and tile 1 keys 0..2) */
+  s.nc[0] = 45, s.ns[0] = 6, s.np[0] = 60, s.tlen[0] = 2;
+  memcpy(s.table[0], (int32_t[]){0, 1}, 2 * sizeof(int32_t));
+  /* request 1: a decode at position 50 (block 3, tile 1 key 2) */
+  s.nc[1] = 50, s.ns[1] = 1, s.np[1] = 20, s.tlen[1] = 2;
+  memcpy(s.table[1], (int32_t[]){0, 3}, 2 * sizeof(int32_t));
+  /* request 2: verifies 2 drafts at positions 20..22 (the placeholder does not count) */
+  s.nc[2] = 20, s.ns[2] = 4, s.np[2] = 3, s.tlen[2] = 1;
+  s.table[2][0] = 4;
+  s.ndrafts[2] = 3;
+  memcpy(s.drafts[2], (int32_t[]){11, -1, 12}, 3 * sizeof(int32_t));
+  /* request 3: a whole prompt of 40 */
+  s.nc[3] = 0, s.ns[3] = 40, s.np[3] = 40, s.tlen[3] = 3;
+  memcpy(s.table[3], (int32_t[]){5, 6, 7}, 3 * sizeof(int32_t));
+  s.ndrafts[0] = s.ndrafts[1] = s.ndrafts[3] = -1;
+  return s;
+}
+
+/* A TILED step in f32, in bf16 on a bf16 cache, and on fp8 caches with scales (exact values, as above):
+ * the output against the dense attention on the [slot][h][d] values, and the caches after the step, shaped
+ * and laid out as layout_index says, bit for bit. */
+Test(step_runner, tiled_caches) {
+  const char *const dtypes[] = {"f32", "bf16", "f32"}, *const caches[] = {"f32", "bf16", "fp8_e4m3"};
+  const double tol[] = {1e-5, 1.0 / 64, 1e-5}; /* bf16: out rounded to 8 bits, P maybe too */
+  for (int c = 0; c < 3; c++) {
+    spec s = tiled_spec();
+    s.dtype = dtypes[c];
+    s.cache_dtype = caches[c];
+    if (is_fp8(s.cache_dtype)) s.k_scale = 0.5, s.v_scale = 3.0;
+    if (!strcmp(s.dtype, "bf16")) s.scale = 0.25; /* exact in every dtype the library might hold it in */
+    spec_fill(&s, 40 + (uint64_t)c);
+    if (is_fp8(s.cache_dtype)) {
+      test_rng rng = {140 + (uint64_t)c};
+      const size_t kv = (size_t)s.T * s.hkv * s.d, cache = (size_t)s.nb * s.bs * s.hkv * s.d;
+      fp8_exact(&rng, s.k, kv, s.k_scale);
+      fp8_exact(&rng, s.v, kv, s.v_scale);
+      fp8_exact(&rng, s.kc, cache, s.k_scale);
+      fp8_exact(&rng, s.vc, cache, s.v_scale);
+    }
+    run_and_check(&s, NULL, tol[c]);
     spec_free(&s);
   }
 }

@@ -1,0 +1,198 @@
+/* The avx512bf16 set's decode kernel on uattn's own cache layout (UATTN_LAYOUT_TILED, uattn.h): decode.h's
+ * jobs, phases and softmax (bf16_decode_softmax), with the products taken in the layout's order.
+ *
+ * Each block is tiles of 16 keys, each tile every KV head in turn, so an all-heads call reads its blocks in
+ * address order, as on NHD. Within a tile and head:
+ *   keys    one 64-byte line a dim pair of the 16 keys (bf16): vdpbf16ps of the line with the query's pair
+ *           broadcast adds that pair's products to 16 scores at once, a lane a key. No reduction tree (NHD's
+ *           bf16_sum16: 45 moves and adds for 16 scores) and no store of quarters: 16 scores are one vector.
+ *           TILED_CHAINS partial sums over the pairs keep enough vdpbf16ps in flight for its latency.
+ *   values  one line 16 dims of a key pair: vdpbf16ps with the pair's two P broadcast adds both keys to 16
+ *           dims of the output, in the dims' order (NHD interleaves two rows by unpacks and keeps the output
+ *           permuted during P V).
+ * fp8 caches keep one code an element: a 64-byte line is two dim pairs of keys (or 32 dims of a key pair of
+ * values), widened by v16i_fp8_widen_in_order's lookups into the bf16 lines above (exact).
+ * Keys past a vector's visible ones inside a tile: their scores are computed but not stored (lanes outside
+ * [LO, HI)) or masked by the softmax rules (P exactly 0); their values are zeroed before P V, since a
+ * slot never written may hold NaN, and 0 x NaN would reach the output.
+ * Measured against NHD (uattn-kernel-bench --decode-tiled, GQA 4, one row, ns a key and KV head): README
+ * (Kernels). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
+ * uattn_decode_tiled_fits; the forward stages the blocks into rows for decode.h otherwise. */
+#ifndef UATTN_AVX512BF16_DECODE_TILED_H
+#define UATTN_AVX512BF16_DECODE_TILED_H
+
+#include "avx512bf16/decode.h"
+#include "avx512bf16/vec.h"
+
+enum {
+  TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
+  TILED_PV_KEYS = 32,            /* keys of a P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
+  TILED_AHEAD = 2, /* tiles ahead of the one being scored that are asked for (past the last, the values) */
+};
+
+/* Where one call's tiles are (bytes) and which hold its keys. */
+typedef struct tiled_src {
+  const char *k, *v;           /* the block's first tile, the call's first head */
+  size_t tile_step, head_step; /* from a tile to the next, from a head's share of a tile to the next head's */
+  int32_t T0, T1;              /* tiles [T0, T1) hold the keys [LO, HI) */
+} tiled_src;
+
+/* Head g's share of tile x of the keys, or past the keys' last tile the values' (x - T1 + T0), to ask for
+ * ahead; NULL past both. */
+BF16_INLINE const char *tiled_ahead(const tiled_src *t, int32_t x, int32_t g) {
+  if (x >= t->T1)
+    x += t->T0 - t->T1;
+  else
+    return t->k + (size_t)x * t->tile_step + (size_t)g * t->head_step;
+  return x < t->T1 ? t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step : NULL;
+}
+
+/* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh) and the 16 keys of one head's share of a
+ * tile (kt), C partial sums over the pairs, into vector i's S row from column col, the lanes in `lanes`
+ * only. pf: a share of a tile to ask for, a line per line read (NULL: none). tab: fp8 codes. */
+BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, const uint8_t *tab, float scale,
+                                  const uint32_t *q, const char *kt, const char *pf, float *S, size_t ld, int32_t col,
+                                  uint32_t lanes) {
+  v16 a[4][4];
+  for (int i = 0; i < NB; i++)
+    for (int c = 0; c < C; c++) a[i][c] = v16_zero();
+  for (int32_t p = 0; p < Dh; p += C) {
+    v16i k[4];
+    for (int c = 0; tab && c < C; c += 2) { /* a line: pairs p + c and p + c + 1 */
+      v16i_fp8_widen_in_order(v16i_load(kt + 32 * (size_t)(p + c)), tab, &k[c], &k[c + 1]);
+      if (pf) _mm_prefetch(pf + 32 * (size_t)(p + c), _MM_HINT_T1);
+    }
+    for (int c = 0; !tab && c < C; c++) {
+      k[c] = v16i_load(kt + 64 * (size_t)(p + c));
+      if (pf) _mm_prefetch(pf + 64 * (size_t)(p + c), _MM_HINT_T1);
+    }
+    for (int i = 0; i < NB; i++)
+      for (int c = 0; c < C; c++) a[i][c] = v16_dpbf16(a[i][c], v16i_set1(q[(size_t)i * Dh + p + c]), k[c]);
+  }
+  const v16 sc = v16_set1(scale);
+  for (int i = 0; i < NB; i++) {
+    const v16 sum = C == 4 ? v16_add(v16_add(a[i][0], a[i][1]), v16_add(a[i][2], a[i][3])) : v16_add(a[i][0], a[i][1]);
+    v16_store_lanes(S + (size_t)i * ld + col, v16_mul(sum, sc), lanes);
+  }
+}
+
+/* TILED_SCORE(nb, ...): tiled_score_tile with the partial sums for nb vectors (4 for 1-2 vectors, 2 for 3-4:
+ * 4-8 accumulators, enough for vdpbf16ps's latency). */
+#define TILED_SCORE(nb, ...)                                                                                           \
+  do {                                                                                                                 \
+    switch (nb) {                                                                                                      \
+    case 1: tiled_score_tile(1, 4, __VA_ARGS__); break;                                                                \
+    case 2: tiled_score_tile(2, 4, __VA_ARGS__); break;                                                                \
+    case 3: tiled_score_tile(3, 2, __VA_ARGS__); break;                                                                \
+    default: tiled_score_tile(4, 2, __VA_ARGS__); break;                                                               \
+    }                                                                                                                  \
+  } while (0)
+
+/* The scores of every head and block, a tile at a time, every head in turn: S[g][x][j - j0] for keys
+ * [LO, HI), the other columns zero. */
+BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const uint32_t *q, const uint8_t *tab,
+                              float scale, float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) memset(S + x * s->W, 0, sizeof(float) * (size_t)s->W);
+  for (int32_t x = t->T0; x < t->T0 + TILED_AHEAD && x < t->T1; x++)
+    for (int32_t g = 0; g < s->heads; g++)
+      for (size_t b = 0; b < (size_t)TILED_KEYS * D * (tab ? 1 : 2); b += 64)
+        _mm_prefetch(t->k + (size_t)x * t->tile_step + (size_t)g * t->head_step + b, _MM_HINT_T1);
+  for (int32_t T = t->T0; T < t->T1; T++) {
+    const int32_t k0 = T * TILED_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
+    const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
+    for (int32_t g = 0; g < s->heads; g++) {
+      const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step;
+      const char *pf = tiled_ahead(t, T + TILED_AHEAD, g);
+      for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
+        TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? pf : NULL,
+                    S + ((size_t)g * s->n + s->x0[b]) * s->W, (size_t)s->W, k0 - s->j0, lanes);
+    }
+  }
+}
+
+/* 16 U dims (U = 2 or 4) of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors, keys in pairs from
+ * lo rounded down to even (a key of a pair outside [lo, hi) zeroed). pp: P as bf16 pairs, vector i's pair
+ * of keys (j, j + 1) at pp[i * ld + (j - j0) / 2]; v: head g's share of the block's first tile, dims from d0;
+ * o_i at o + i * D. */
+BF16_INLINE void tiled_pv_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld, int32_t j0,
+                              int32_t lo, int32_t hi, const char *v, size_t tile_step, const int32_t D, float *o) {
+  const size_t esz = tab ? 1 : 2;
+  v16 a[4][4];
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
+  for (int32_t j = lo & ~1; j < hi; j += 2) {
+    const char *r = v + (size_t)(j / TILED_KEYS) * tile_step + (size_t)(j % TILED_KEYS / 2) * 2 * D * esz;
+    v16i w[4];
+    for (int u = 0; tab && u < U; u += 2) v16i_fp8_widen_in_order(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
+    for (int u = 0; !tab && u < U; u++) w[u] = v16i_load(r + 64 * u);
+    if (j < lo || j + 1 >= hi) { /* key j (the low halves) or j + 1 (the high) not seen */
+      const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
+      for (int u = 0; u < U; u++) w[u] = v16i_and32(w[u], m);
+    }
+    for (int i = 0; i < NB; i++) {
+      const v16i p = v16i_set1(pp[(size_t)i * ld + (size_t)(j - j0) / 2]);
+      for (int u = 0; u < U; u++) a[i][u] = v16_dpbf16(a[i][u], p, w[u]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
+}
+
+/* P V of every head and block, TILED_PV_KEYS keys at a time, every head in turn (the next step's tiles
+ * asked for as a head starts this one); P as bf16 pairs, each S row's first W / 2 words. */
+BF16_INLINE void tiled_pv(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
+                          const float *S, const int32_t D) {
+  const size_t esz = tab ? 1 : 2, share = (size_t)TILED_KEYS * D * esz;
+  const int32_t first = s->LO / TILED_PV_KEYS * TILED_PV_KEYS, per = TILED_PV_KEYS / TILED_KEYS;
+  for (int32_t jt = first; jt < s->HI; jt += TILED_PV_KEYS)
+    for (int32_t g = 0; g < s->heads; g++) {
+      /* the next step's tiles; in the first, those the scores did not ask for */
+      for (int32_t x = jt / TILED_KEYS + (jt == first ? t->T0 + TILED_AHEAD - jt / TILED_KEYS : per);
+           x < jt / TILED_KEYS + 2 * per && x < t->T1; x++)
+        for (size_t b = 0; b < share; b += 64)
+          _mm_prefetch(t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step + b, _MM_HINT_T1);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b];
+        const int32_t hi = jt + TILED_PV_KEYS < s->hi[b] ? jt + TILED_PV_KEYS : s->hi[b];
+        if (lo >= hi) continue;
+        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
+        const char *vg = t->v + (size_t)g * t->head_step;
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], tiled_pv_run, 4, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * esz * d, t->tile_step,
+                       D, o + d);
+        if (d < D)
+          DECODE_BY_NB(s->nb[b], tiled_pv_run, 2, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * esz * d, t->tile_step,
+                       D, o + d);
+      }
+    }
+}
+
+/* kernels.h's decode_tiled: decode's job on a TILED cache (k_src, v_src: the block's first tile, the call's
+ * first head; stride: elements from a tile to the next; head_stride: from a head's share of a tile to the
+ * next head's); bf16 or fp8 codes, D a multiple of 32, P in bf16. */
+BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
+                                        const void *k_src, const void *v_src, size_t stride, size_t head_stride,
+                                        float *scratch, const int32_t D) {
+  decode_shape s;
+  uint32_t *q;
+  float *S;
+  if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
+  const tiled_src src = {k_src, v_src, s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS};
+  if (uattn_dtype_is_fp8(t)) {
+    _Alignas(64) uint8_t tab[256];
+    fp8_bf16_tables(t, tab);
+    tiled_scores(&s, &src, q, tab, job->scale, S, D);
+    bf16_decode_softmax(true, job, &s, S, NULL, D);
+    tiled_pv(job, &s, &src, tab, S, D);
+    return;
+  }
+  tiled_scores(&s, &src, q, NULL, job->scale, S, D); /* a constant NULL: the bf16 instance has no fp8 branch */
+  bf16_decode_softmax(true, job, &s, S, NULL, D);
+  tiled_pv(job, &s, &src, NULL, S, D);
+}
+
+#endif
