@@ -45,11 +45,11 @@
  * same blocks, 1 row cold: NHD 28.4-28.8, HND a head a call 34.5-36.9, each head's keys then its values, the
  * block one ascending stream, 33.6-35.7; without prefetches the stream is read at 39-41 and NHD at 52; with
  * every second line or 2-4x the distance, no better either): the walk in the cache's order with every line
- * asked for is the best this core does. What a layout would buy is compute: keys transposed within a block
+ * asked for is the best this core does. What a layout buys is compute: keys transposed within a block
  * (each lane a key) give the scores without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at
- * GQA 4 (9.0 against 14.1 at 8 vectors; a standalone test of the scores alone), which the fp8 kernel and GQA 7,
- * compute-bound here, would gain; transposing NHD rows in the kernel costs what the tree saves (9.2 at GQA 4,
- * 14.0 at 8 vectors). */
+ * GQA 4 (9.0 against 14.1 at 8 vectors; a standalone test of the scores alone), while transposing NHD rows in
+ * the kernel costs what the tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so
+ * (decode_tiled.h, measured there and in the README). */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 

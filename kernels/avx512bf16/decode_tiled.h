@@ -15,8 +15,12 @@
  * Keys past a vector's visible ones inside a tile: their scores are computed but not stored (lanes outside
  * [LO, HI)) or masked by the softmax rules (P exactly 0); their values are zeroed before P V, since a
  * slot never written may hold NaN, and 0 x NaN would reach the output.
- * Measured against NHD (uattn-kernel-bench --decode-tiled, GQA 4, one row, ns a key and KV head): README
- * (Kernels). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
+ * Against this set's NHD kernel on the Zen 4 VM (uattn-kernel-bench --decode-layouts, GQA 4, one row, ns a key
+ * and KV head): hot 12.8-12.9 against 16.5-17.8 on bf16, 16.0-16.2 against 17.8-17.9 on fp8; on a cold walk
+ * fp8 19.1-19.9 against 20.5-21.0, but bf16 33.4-35.3 against 28.7-31.9: the one core's software prefetches
+ * serve NHD's walk better, and 30% of this kernel's cold time is on its value loads (perf). Prefetching 4-32
+ * shares ahead, into L1, L2 or L3, in two interleaved streams, or P V over all 128 dims of 2 vectors a pass
+ * (the value lines in address order) did not close that (a standalone copy, alternated). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward stages the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
 #define UATTN_AVX512BF16_DECODE_TILED_H
