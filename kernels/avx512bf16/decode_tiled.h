@@ -11,13 +11,17 @@
  *           dims of the output, in the dims' order (NHD interleaves two rows by unpacks and keeps the output
  *           permuted during P V).
  * fp8 caches keep one code an element: a 64-byte line is two dim pairs of keys (or 32 dims of a key pair of
- * values), widened by v16i_fp8_widen_in_order's lookups into the bf16 lines above (exact).
+ * values), widened exactly into the bf16 lines above by vpermi2b lookups: keys by v16i_fp8_widen_in_order
+ * (words in the codes' order, each vector one pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than
+ * vpermt2b), whose order of the dims (decode.h's unpack32_to) the outputs are put in for P V and back after.
+ * Taking the keys by unpacks too (each vector then half one pair, half the next, the query's two pairs blended
+ * into one vector) measured no faster: the blends cost what the permutes did.
  * Keys past a vector's visible ones inside a tile: their scores are computed but not stored (lanes outside
  * [LO, HI)) or masked by the softmax rules (P exactly 0); their values are zeroed before P V, since a
  * slot never written may hold NaN, and 0 x NaN would reach the output.
  * Against this set's NHD kernel on the Zen 4 VM (uattn-kernel-bench --decode-layouts, GQA 4, one row, ns a key
- * and KV head): hot 12.8-12.9 against 16.5-17.8 on bf16, 16.0-16.2 against 17.8-17.9 on fp8; on a cold walk
- * fp8 19.1-19.9 against 20.5-21.0, but bf16 33.4-35.3 against 28.7-31.9: the one core's software prefetches
+ * and KV head): hot 12.8-12.9 against 16.5-17.8 on bf16, 15.0-15.1 against 17.5-17.6 on fp8; on a cold walk
+ * fp8 19.0-19.4 against 20.5-20.6, but bf16 33.4-35.3 against 28.7-31.9: the one core's software prefetches
  * serve NHD's walk better, and 30% of this kernel's cold time is on its value loads (perf). Prefetching 4-32
  * shares ahead, into L1, L2 or L3, in two interleaved streams, or P V over all 128 dims of 2 vectors a pass
  * (the value lines in address order) did not close that (a standalone copy, alternated). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
@@ -129,7 +133,7 @@ BF16_INLINE void tiled_pv_run(const int NB, const int U, const uint8_t *tab, con
   for (int32_t j = lo & ~1; j < hi; j += 2) {
     const char *r = v + (size_t)(j / TILED_KEYS) * tile_step + (size_t)(j % TILED_KEYS / 2) * 2 * D * esz;
     v16i w[4];
-    for (int u = 0; tab && u < U; u += 2) v16i_fp8_widen_in_order(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
+    for (int u = 0; tab && u < U; u += 2) v16i_fp8_widen(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
     for (int u = 0; !tab && u < U; u++) w[u] = v16i_load(r + 64 * u);
     if (j < lo || j + 1 >= hi) { /* key j (the low halves) or j + 1 (the high) not seen */
       const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
@@ -190,8 +194,10 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
     _Alignas(64) uint8_t tab[256];
     fp8_bf16_tables(t, tab);
     tiled_scores(&s, &src, q, tab, job->scale, S, D);
-    bf16_decode_softmax(true, job, &s, S, NULL, D);
+    bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
     tiled_pv(job, &s, &src, tab, S, D);
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < s.n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
     return;
   }
   tiled_scores(&s, &src, q, NULL, job->scale, S, D); /* a constant NULL: the bf16 instance has no fp8 branch */
