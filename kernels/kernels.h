@@ -55,7 +55,7 @@ typedef struct uattn_kernels {
    * and a head dim that is a multiple of 8. */
   void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
                  const void *v_src, size_t stride, size_t head_stride, float *scratch);
-  /* Optional (NULL: the forward stages a TILED cache's blocks into rows for decode): decode's job on a
+  /* Optional (NULL: the forward gathers a TILED cache's blocks into rows for decode): decode's job on a
    * UATTN_LAYOUT_TILED cache, where uattn_decode_tiled_fits says so. k_src / v_src: the block's first tile,
    * the first head's share of it; stride: elements from a tile to the next; head_stride: from a head's share
    * of a tile to the next head's. */
@@ -87,7 +87,7 @@ static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size,
 
 /* Whether a set's decode_tiled takes a layer's TILED cache blocks: the decode kernel's limits, bf16 or fp8 codes
  * (its bf16 dot products read both exactly), a head dim that is a multiple of 32 (whole 64-byte lines of 16
- * dims) and P in bf16 (probs_fp32 keeps decode.h's fp32 P V, on staged rows). */
+ * dims) and P in bf16 (probs_fp32 keeps decode.h's fp32 P V, on gathered rows). */
 static inline bool uattn_decode_tiled_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group,
                                            uattn_dtype cache_dtype, bool probs_fp32) {
   return k->decode_tiled && uattn_decode_fits(k, block_size, head_dim, group) && head_dim % 32 == 0 && !probs_fp32 &&

@@ -25,7 +25,7 @@
  * serve NHD's walk better, and 30% of this kernel's cold time is on its value loads (perf). Prefetching 4-32
  * shares ahead, into L1, L2 or L3, in two interleaved streams, or P V over all 128 dims of 2 vectors a pass
  * (the value lines in address order) did not close that (a standalone copy, alternated). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
- * uattn_decode_tiled_fits; the forward stages the blocks into rows for decode.h otherwise. */
+ * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
 #define UATTN_AVX512BF16_DECODE_TILED_H
 

@@ -271,7 +271,7 @@ static void store_vectors(const cache_view *c, int64_t slot, int32_t head, const
 /* TILED: keys [first, first + count) of a block for heads [h0, h0 + heads), gathered into rows as an NHD
  * cache of `heads` heads holds them (k_out, v_out: [count][heads][head_dim] elements of esz bytes), for the
  * kernels that read rows: the panel loads, and the decode kernels of the sets without decode_tiled.
- * Specialized for each element size (TILED_GATHER below). */
+ * Specialized for each element size (gather_tiled below). */
 static inline __attribute__((always_inline)) void gather_tiled_esz(const size_t esz, const cache_view *c, int32_t block,
                                                                    int32_t first, int32_t count, int32_t h0,
                                                                    int32_t heads, char *k_out, char *v_out) {
