@@ -318,7 +318,11 @@ typedef struct uattn_runtime uattn_runtime;
  *  - UATTN_CPUSET       PUs the runtime may use, same syntax as cpuset below.
  *
  * The calling thread of uattn_runtime_run is worker 0: it is the engine's own thread, so it is only bound
- * when pin_caller says so. Workers 1.. are threads the runtime creates. With pin, worker k is bound to the
+ * when pin_caller says so. Unbound, it may find itself on a pinned worker's PU, where the two would share one
+ * CPU for the whole call (Linux does not move either in time: a 2-thread decode then ran at one thread's
+ * speed); each call then moves it to caller_pu (uattn_topology) where its binding allows, by binding it to
+ * that PU and at once giving it back its binding, so the thread's binding is never changed. A thread whose
+ * binding excludes caller_pu stays where it is. Workers 1.. are threads the runtime creates. With pin, worker k is bound to the
  * first usable PU of usable core k mod (usable cores), one worker per core and not per SMT sibling, so worker
  * 0's core is left to the caller. More workers than usable cores is allowed: they then share cores
  * round-robin (uattn_topology.oversubscribed says so). Without pin, workers may run on any usable PU.
@@ -387,8 +391,8 @@ typedef struct uattn_topology {
   bool pinned;         /* config.pin */
   bool oversubscribed; /* more workers than usable cores: some share a core */
   /* The PU of worker 0's core, which no other worker takes unless oversubscribed: an engine that pins its
-   * own thread (the caller of uattn_runtime_run) should put it there. Unpinned, the scheduler may run the
-   * caller on a worker's core, and each call then costs a few microseconds more. */
+   * own thread (the caller of uattn_runtime_run) should put it there. An unpinned caller found on a
+   * worker's PU is moved there by each call (see uattn_runtime_config). */
   int32_t caller_pu;
   /* For each worker (the first UATTN_TOPOLOGY_MAX_WORKERS): the OS index of the PU it is bound to and that
    * PU's NUMA node (OS index); -1 for an unbound worker (worker 0 without pin_caller; all without pin). */

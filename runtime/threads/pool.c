@@ -227,6 +227,24 @@ static void run_inline(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   tls_running = outer;
 }
 
+/* A caller that runs on a pinned worker's PU would share that PU with the worker for the whole job, and
+ * Linux does not move it off in time: on the 2-vCPU VM, a 2-thread decode took 5.5 ms instead of 3.0 in
+ * every call of a process whose thread had started on the worker's CPU, as slow as on one thread. So the
+ * caller moves to caller_pu, the core no worker takes, where its binding allows: bound to that PU alone,
+ * which migrates a running thread before the call returns, then given back its binding at once. The engine's
+ * thread ends on caller_pu and bound as it was; one whose binding excludes caller_pu stays where it is.
+ * Returns the CPU the caller runs on. */
+static int move_caller_off_worker(uattn_runtime *rt, int cpu) {
+  const uattn_topo *t = &rt->topo;
+  if (hwloc_get_cpubind(t->topo, rt->caller_binding, HWLOC_CPUBIND_THREAD) != 0 ||
+      !hwloc_bitmap_isset(rt->caller_binding, (unsigned)rt->info.caller_pu))
+    return cpu;
+  if (uattn_topo_bind_thread(t, t->core_pu[0]) != 0) return cpu;
+  /* cannot fail where the same call just read this binding; were it to, the thread stays on caller_pu */
+  uattn_topo_bind_thread(t, rt->caller_binding);
+  return sched_getcpu();
+}
+
 void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   if (rt == NULL || tls_running == rt) { /* a thread of its own, or a job of rt asking rt again */
     run_inline(rt, fn, ctx);
@@ -241,10 +259,13 @@ void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   }
   rt->job = fn;
   rt->job_ctx = ctx;
-  /* The caller is not pinned: the scheduler may put it on a worker's CPU, where spinning with pause would
-   * only delay the very thread it waits for (tens of microseconds per call, measured). Where it is, both
-   * sides spin with yields instead. sched_getcpu costs tens of nanoseconds (vDSO). */
+  /* The caller is not pinned: the scheduler may have put it on a worker's CPU. It moves off where it may;
+   * where it may not, spinning with pause would only delay the very thread it waits for (tens of
+   * microseconds per call, measured), so both sides spin with yields instead. sched_getcpu costs tens of
+   * nanoseconds (vDSO). */
   int cpu = sched_getcpu();
+  if (cpu >= 0 && !rt->oversubscribed && hwloc_bitmap_isset(rt->worker_pus, (unsigned)cpu))
+    cpu = move_caller_off_worker(rt, cpu);
   rt->caller_cpu = cpu;
   bool share_cpu = rt->oversubscribed || (cpu >= 0 && hwloc_bitmap_isset(rt->worker_pus, (unsigned)cpu));
   atomic_store_explicit(&rt->done, 0, memory_order_relaxed); /* published by the increment below */

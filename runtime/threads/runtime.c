@@ -53,6 +53,7 @@ static void free_runtime(uattn_runtime *rt) {
   uattn_tuning_runtime_release(rt);
   hwloc_bitmap_free(rt->caller_prev);
   hwloc_bitmap_free(rt->worker_pus);
+  hwloc_bitmap_free(rt->caller_binding);
   uattn_topo_release(&rt->topo);
   uattn_alloc_release(&alloc, rt->workers, (size_t)rt->num_workers * sizeof *rt->workers);
   uattn_alloc_release(&alloc, rt, sizeof *rt);
@@ -132,7 +133,7 @@ uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runt
     free_runtime(rt);
     return st;
   }
-  if (!(rt->worker_pus = hwloc_bitmap_alloc())) {
+  if (!(rt->worker_pus = hwloc_bitmap_alloc()) || !(rt->caller_binding = hwloc_bitmap_alloc())) {
     free_runtime(rt);
     return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory creating a runtime");
   }

@@ -62,10 +62,11 @@ struct uattn_runtime {
 
   _Alignas(64) int32_t num_workers;
   int64_t spin_ns;
-  bool oversubscribed;       /* a core has several workers: they spin with yields */
-  hwloc_bitmap_t worker_pus; /* PUs of the pinned workers 1.., to tell whether the caller shares one */
-  pthread_mutex_t run_lock;  /* held by one engine thread's run, or by its hold over several (pool.h) */
-  _Atomic uintptr_t holder;  /* the thread holding run_lock (pool.c's thread_id), 0 when none */
+  bool oversubscribed;           /* a core has several workers: they spin with yields */
+  hwloc_bitmap_t worker_pus;     /* PUs of the pinned workers 1.., to tell whether the caller shares one */
+  hwloc_bitmap_t caller_binding; /* scratch of move_caller_off_worker (pool.c), under run_lock */
+  pthread_mutex_t run_lock;      /* held by one engine thread's run, or by its hold over several (pool.h) */
+  _Atomic uintptr_t holder;      /* the thread holding run_lock (pool.c's thread_id), 0 when none */
 
   /* creation: workers report that they are bound (or why not) */
   pthread_mutex_t start_lock;

@@ -406,6 +406,63 @@ Test(runtime, pin_caller_is_undone_by_destroy) {
   cr_assert(CPU_EQUAL(&before, &after), "the caller's binding was not given back");
 }
 
+/* Binds the calling thread to `run_on` alone (Linux moves it there at once), then widens the binding to
+ * `then`, which includes run_on: the thread stays where it runs. */
+static void place_self(int run_on, const cpu_set_t *then) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(run_on, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  cr_assert_eq(sched_getcpu(), run_on);
+  cr_assert_eq(sched_setaffinity(0, sizeof *then, then), 0);
+}
+
+/* A caller the scheduler left on a worker's PU moves to caller_pu for the call (else the two share one
+ * CPU, and a 2-thread job runs at one thread's speed) and keeps its binding; a caller whose binding
+ * excludes caller_pu stays where it is, and the job still runs on every worker. */
+Test(runtime, caller_on_a_workers_pu_moves_to_caller_pu) {
+  uattn_runtime_config c = uattn_runtime_config_default();
+  c.num_threads = 2;
+  uattn_runtime *rt = create(&c);
+  uattn_topology t = topology(rt);
+  if (t.usable.cores < 2) {
+    uattn_runtime_destroy(rt);
+    cr_skip_test("one usable core: no worker PU apart from the caller's");
+  }
+  const int worker_pu = t.worker_pu[1];
+  cr_assert(worker_pu >= 0 && worker_pu != t.caller_pu);
+  cpu_set_t before, both, only_worker, now;
+  cr_assert_eq(sched_getaffinity(0, sizeof before, &before), 0);
+  CPU_ZERO(&both);
+  CPU_SET(t.caller_pu, &both);
+  CPU_SET(worker_pu, &both);
+  CPU_ZERO(&only_worker);
+  CPU_SET(worker_pu, &only_worker);
+  count_ctx *cc = calloc(1, sizeof *cc);
+  cr_assert_not_null(cc);
+
+  for (int i = 0; i < 5; i++) {
+    place_self(worker_pu, &both);
+    uattn_runtime_run(rt, count_job, cc);
+    cr_assert_eq(cc->cpu[0], t.caller_pu, "call %d: the caller ran its share on CPU %d, the worker's is %d", i,
+                 cc->cpu[0], worker_pu);
+    cr_assert_eq(cc->cpu[1], worker_pu);
+    cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    cr_assert(CPU_EQUAL(&now, &both), "call %d: the caller's binding was changed", i);
+  }
+  place_self(worker_pu, &only_worker);
+  uattn_runtime_run(rt, count_job, cc);
+  cr_assert_eq(cc->cpu[0], worker_pu, "a caller bound to the worker's PU alone was moved");
+  cr_assert_eq(atomic_load(&cc->runs[0]), 6);
+  cr_assert_eq(atomic_load(&cc->runs[1]), 6);
+  cr_assert_eq(sched_getaffinity(0, sizeof now, &now), 0);
+  cr_assert(CPU_EQUAL(&now, &only_worker));
+
+  cr_assert_eq(sched_setaffinity(0, sizeof before, &before), 0);
+  free(cc);
+  uattn_runtime_destroy(rt);
+}
+
 Test(runtime, unpinned_workers) {
   uattn_runtime_config c = uattn_runtime_config_default();
   c.pin = false;
