@@ -126,6 +126,7 @@ def bucket_source(manifest, bucket, isa):
         f"#define BUCKET_CHUNK_SIZE {c}",
         f"#define BUCKET_DECODE {name(bucket, 'decode', isa)}",
         f"#define BUCKET_DECODE_TILED {name(bucket, 'decode_tiled', isa)}",
+        f"#define BUCKET_LOAD_TILED {name(bucket, 'load_tiled', isa)}",
     ]
     other = next(i["shares"] for i in manifest["isas"]["ladder"] if i["name"] == isa)
     if other:  # the other ISA's functions for everything but the decode kernel

@@ -15,7 +15,9 @@
  *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
  *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one;
  *   BUCKET_DECODE_TILED_BODY (optional)  the same for kernels.h's decode_tiled (BUCKET_DECODE_TILED, named by
- *                                   generate.py), where the bucket's shape allows one.
+ *                                   generate.py), where the bucket's shape allows one;
+ *   BUCKET_LOAD_TILED_BODY (optional)    the same for kernels.h's load_tiled (BUCKET_LOAD_TILED, named by
+ *                                   generate.py).
  * The ISA's bucket.h defines the attend functions (their bodies differ in what each part gets). */
 #include "kernels.h"
 
@@ -38,6 +40,25 @@ BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void 
   else /* this step's keys (the causal part, in the layer's dtype) or a partial block */
     BUCKET_LOAD_BODY(dtype, k_src, v_src, stride, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
 }
+#endif
+
+/* The panels from a TILED cache's blocks as they lie, where the ISA has such a load (uattn_load_tiled_fits). */
+#if defined(BUCKET_LOAD_TILED_BODY)
+void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t first,
+                       int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+
+BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                     int32_t first, int32_t count, int32_t head_dim, int32_t panel_keys, float *keys,
+                                     float *values) {
+  (void)head_dim; /* BUCKET_HEAD_DIM: the dispatch matched it */
+  if (dtype == BUCKET_DTYPE)
+    BUCKET_LOAD_TILED_BODY(BUCKET_DTYPE, k_src, v_src, stride, first, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
+  else /* as BUCKET_DECODE's below */
+    BUCKET_GENERIC.load_tiled(dtype, k_src, v_src, stride, first, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
+}
+#else
+#undef BUCKET_LOAD_TILED
+#define BUCKET_LOAD_TILED NULL
 #endif
 
 /* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
@@ -95,6 +116,7 @@ const uattn_bucket_kernels BUCKET_ENTRY = {
     .decode_tiled_name = BUCKET_DECODE_TILED_NAME,
     .set = {.name = BUCKET_ISA,
             .load = BUCKET_LOAD,
+            .load_tiled = BUCKET_LOAD_TILED,
             .attend = {BUCKET_CAUSAL, BUCKET_SHARED, BUCKET_UNIQUE},
             .panel_floats = BUCKET_PANEL_FLOATS,
             .decode = BUCKET_DECODE,

@@ -38,6 +38,12 @@ typedef struct uattn_kernels {
    * head_dim long) into the panels, in this set's layout for a panel of panel_keys keys. */
   void (*load)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count, int32_t head_dim,
                int32_t panel_keys, float *keys, float *values);
+  /* Optional (NULL: the forward gathers a TILED cache's blocks into rows for load): load's panels from keys
+   * [first, first + count) of a block of a UATTN_LAYOUT_TILED cache, one KV head, where uattn_load_tiled_fits
+   * says so. k_src / v_src: the head's share of the block's first tile; stride: elements from a tile's share
+   * to the next tile's. */
+  void (*load_tiled)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t first,
+                     int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values);
   /* uattn_panel_job semantics, with job->keys/values as load produced them (num_keys <= panel_keys), one
    * entry per part of the attention (uattn_part): a generic set has the same function thrice, a bucket its
    * own specialized and separately named ones, so a profile says which part and which bucket ran. The
@@ -92,6 +98,12 @@ static inline bool uattn_decode_tiled_fits(const uattn_kernels *k, int32_t block
                                            uattn_dtype cache_dtype, bool probs_fp32) {
   return k->decode_tiled && uattn_decode_fits(k, block_size, head_dim, group) && head_dim % 32 == 0 && !probs_fp32 &&
          (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
+}
+
+/* Whether a set's load_tiled takes a TILED cache of this dtype: bf16 or fp8 codes, which its bf16 panels hold
+ * exactly. */
+static inline bool uattn_load_tiled_fits(const uattn_kernels *k, uattn_dtype cache_dtype) {
+  return k->load_tiled && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
 }
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",

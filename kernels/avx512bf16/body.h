@@ -126,6 +126,86 @@ AVX2_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_
   }
 }
 
+/* n bf16 or fp8 codes at src as bf16: fp8 exactly, as bf16_stage widens them. */
+AVX2_INLINE void bf16_from_codes(uattn_dtype t, const char *src, int32_t n, uint16_t *out) {
+  if (t == UATTN_BF16) {
+    memcpy(out, src, 2 * (size_t)n);
+    return;
+  }
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_srli_epi32(_mm256_castps_si256(widen8_fp8(t, src + i)), 16);
+    _mm_storeu_si128((__m128i *)(out + i), _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+  }
+  for (; i < n; i++) out[i] = uattn_f32_to_bf16(widen1(t, src, (size_t)i));
+}
+
+/* Where the values of the key pair holding block key j start in a head's shares of a TILED block (vs: the
+ * first tile's share). */
+static inline const char *tiled_value_pair(const char *vs, size_t tile_bytes, size_t pair_bytes, int32_t j) {
+  return vs + (size_t)(j / UATTN_TILED_KEYS) * tile_bytes + (size_t)(j % UATTN_TILED_KEYS / 2) * pair_bytes;
+}
+
+/* kernels.h's load_tiled: bf16_load_body's panels from keys [first, first + count) of a TILED block (uattn.h)
+ * of one KV head, as the block lies. A key line of the cache (a dim pair of a tile's 16 keys) is a piece of
+ * a key row of the panel, and a value line (16 dims of a key pair) a piece of a value row, so both are
+ * copies (fp8: widened), with no transposes; only a call from an odd key pairs its values anew, each panel
+ * pair taking its halves from two of the tile's. k_src, v_src: the head's share of the block's first tile;
+ * stride: elements from one tile's share to the next's. Nothing outside the call's keys reaches the panels
+ * (the pads are zeros), so a slot never written, NaN for all anyone knows, cannot reach the output. */
+AVX2_INLINE void bf16_load_tiled_body(uattn_dtype t, const void *k_src, const void *v_src, size_t stride, int32_t first,
+                                      int32_t count, const int32_t D, int32_t panel_keys, float *keys, float *values) {
+  enum { T = UATTN_TILED_KEYS, DC = 128 /* dims per pass where an odd first pairs the values anew */ };
+  const size_t esz = uattn_dtype_size(t), tile_bytes = stride * esz, pair_bytes = 2 * (size_t)D * esz;
+  const int32_t P = key_stride(panel_keys), Dv = value_stride(D), end = (count + 15) & ~15, padded = (D + 15) & ~15;
+  uint32_t *kp = (uint32_t *)align64(keys), *vp = (uint32_t *)align64(values);
+  const char *ks = k_src, *vs = v_src;
+  for (int32_t c0 = 0, n; c0 < count; c0 += n) {
+    const int32_t j = first + c0, l0 = j % T;
+    n = T - l0 < count - c0 ? T - l0 : count - c0;
+    const char *tile = ks + (size_t)(j / T) * tile_bytes;
+    for (int32_t p = 0; p < D / 2; p++) {
+      const char *line = tile + (size_t)p * 2 * T * esz;
+      uint32_t *dst = kp + (size_t)p * P + c0;
+      if (n == T) {
+        bf16_from_codes(t, line, 2 * T, (uint16_t *)dst);
+      } else {
+        uint16_t w[2 * T];
+        bf16_from_codes(t, line, 2 * T, w);
+        memcpy(dst, w + 2 * l0, 4 * (size_t)n);
+      }
+    }
+  }
+  for (int32_t p = 0; p < padded / 2; p++) {
+    const int32_t from = p < D / 2 ? count : 0;
+    memset(kp + (size_t)p * P + from, 0, 4 * (size_t)(end - from));
+  }
+  const int32_t pairs = (count + 1) / 2;
+  for (int32_t r = 0; r < pairs; r++) {
+    uint32_t *dst = vp + (size_t)r * Dv;
+    const int32_t a = first + 2 * r; /* the panel pair's first key in the block */
+    const bool second = 2 * r + 1 < count;
+    if (a % 2 == 0) {
+      bf16_from_codes(t, tiled_value_pair(vs, tile_bytes, pair_bytes, a), 2 * D, (uint16_t *)dst);
+      if (!second)
+        for (int32_t d = 0; d < D; d++) dst[d] &= 0xffff; /* the first key is the low half */
+    } else { /* key a is the high half of the tile's pair (a - 1, a), key a + 1 the low half of the next */
+      for (int32_t d0 = 0; d0 < D; d0 += DC) {
+        const int32_t n = D - d0 < DC ? D - d0 : DC;
+        uint32_t lo[DC], hi[DC] = {0};
+        bf16_from_codes(t, tiled_value_pair(vs, tile_bytes, pair_bytes, a - 1) + 2 * (size_t)d0 * esz, 2 * n,
+                        (uint16_t *)lo);
+        if (second)
+          bf16_from_codes(t, tiled_value_pair(vs, tile_bytes, pair_bytes, a + 1) + 2 * (size_t)d0 * esz, 2 * n,
+                          (uint16_t *)hi);
+        for (int32_t d = 0; d < n; d++) dst[d0 + d] = lo[d] >> 16 | hi[d] << 16;
+      }
+    }
+    memset(dst + D, 0, 4 * (size_t)(padded - D));
+  }
+  for (int32_t r = pairs; r < end / 2; r++) memset(vp + (size_t)r * Dv, 0, 4 * (size_t)padded);
+}
+
 /* ---- attend -------------------------------------------------------------------------------------------- */
 
 /* 16 floats at p, of which the first n are there (n < 16: the ragged end of a head dim) */

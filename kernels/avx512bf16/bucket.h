@@ -5,7 +5,7 @@
  * panel layout; the load, the decode kernel and the entry are every ISA's (bucket_entry.h), and the three
  * attend functions, below, copies under their own names so a profile shows each part. An fp8 bucket's load
  * widens the codes exactly (bf16_stage) and its decode kernel takes its fp8 path (vpermi2b lookups) where the
- * head dim is a multiple of 64, else its wide path; its decode_tiled is decode_tiled.h's with the head dim constant; the cache's k_scale and v_scale are the forward's, as for
+ * head dim is a multiple of 64, else its wide path; its decode_tiled is decode_tiled.h's with the head dim constant, its load_tiled body.h's; the cache's k_scale and v_scale are the forward's, as for
  * the generic set. */
 #define AVX512_VEC_ZMM
 #include "avx512bf16/avx512bf16.h"
@@ -18,6 +18,7 @@
 #define BUCKET_PANEL_FLOATS uattn_avx512bf16_panel_floats
 #define BUCKET_UNSCALED_Q true
 #define BUCKET_LOAD_BODY bf16_load_body
+#define BUCKET_LOAD_TILED_BODY bf16_load_tiled_body
 #define BUCKET_DECODE_BODY bf16_decode_body
 #define BUCKET_DECODE_TILED_BODY bf16_decode_tiled_body
 #include "bucket_entry.h"

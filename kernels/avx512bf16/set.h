@@ -9,6 +9,12 @@ BF16_TARGET static void BF16_FN(load)(uattn_dtype dtype, const void *k_src, cons
   bf16_load_body(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
 }
 
+BF16_TARGET static void BF16_FN(load_tiled)(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                            int32_t first, int32_t count, int32_t head_dim, int32_t panel_keys,
+                                            float *keys, float *values) {
+  bf16_load_tiled_body(dtype, k_src, v_src, stride, first, count, head_dim, panel_keys, keys, values);
+}
+
 BF16_TARGET static void BF16_FN(attend)(const uattn_panel_job *job, int32_t panel_keys) {
   bf16_attend_body(job, panel_keys, job->head_dim);
 }
@@ -27,6 +33,7 @@ BF16_TARGET static void BF16_FN(decode_tiled)(const uattn_panel_job *job, int32_
 
 const uattn_kernels BF16_SET = {.name = "avx512bf16",
                                 .load = BF16_FN(load),
+                                .load_tiled = BF16_FN(load_tiled),
                                 .attend = {BF16_FN(attend), BF16_FN(attend), BF16_FN(attend)},
                                 .panel_floats = uattn_avx512bf16_panel_floats,
                                 .decode = BF16_FN(decode),

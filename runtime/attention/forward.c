@@ -569,8 +569,16 @@ static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
 }
 
 /* Widens `count` keys and values of a cache block, from its key `first` on, for the tile's KV head into the
- * panels. */
+ * panels: on TILED, from the block as it lies where the set can (kernels.h: load_tiled), else gathered into
+ * rows. */
 static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
+  if (c->cache.layout == UATTN_LAYOUT_TILED && uattn_load_tiled_fits(c->w->kern, c->cache.dtype)) {
+    const size_t off = tiled_share(&c->cache, block, 0, c->kv_head) * uattn_dtype_size(c->cache.dtype);
+    c->w->kern->load_tiled(c->cache.dtype, c->cache.k + off, c->cache.v + off,
+                           (size_t)c->cache.kv_heads * UATTN_TILED_KEYS * c->cache.head_dim, first, count,
+                           c->cache.head_dim, c->w->panel, c->w->keys, c->w->values);
+    return;
+  }
   if (c->cache.layout == UATTN_LAYOUT_TILED) {
     const size_t half = (size_t)c->in->block_size * c->cache.head_dim * uattn_dtype_size(c->cache.dtype);
     gather_tiled(&c->cache, block, first, count, c->kv_head, 1, c->w->stage, c->w->stage + half);

@@ -403,6 +403,9 @@ static const attention_case features[] = {
     {"encoder",          BATCH_MIXED,         16, 8, 2, 64, F32, F32, NHD, ENC, 0,  0,  1, 1, 0, 0, 128},
     {"encoder only",     BATCH_PREFIX_PREFILL,16, 8, 2, 64, F32, F32, HND, ENC_ONLY, 0, 0, 1, 1, 0, 0, 129},
     {"cross",            BATCH_MIXED,         16, 8, 2, 64, F32, F32, NHD, CROSS, 0, 0, 1, 0, 0, 0, 130},
+    /* ALiBi's pieces load TILED blocks from any key, odd ones included (load_tiled) */
+    {"TILED bf16, alibi", BATCH_MIXED,        16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 1, 0, 0, 131},
+    {"TILED fp8 e5m2, alibi, shared", BATCH_SHARED_PREFIX, 32, 8, 2, 64, BF16, E5M2, TILED, DEC, 0, 0, 0, 1, 0, 0, 132, 0, 0, 2, 0.25f},
 };
 /* clang-format on */
 

@@ -1107,6 +1107,68 @@ Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
   free(src), free(keys), free(values);
 }
 
+/* A set's load_tiled on random keys [first, first + count) of a random TILED block (tiled_copy: written out
+ * from the layout's definition, NaN codes past the block's keys) against its load of the same keys as rows:
+ * the same panels bit for bit, pads included, and nothing written past panel_floats. Any first, odd ones
+ * (which pair the values anew) included; the keys before and after the range hold values that must not
+ * reach the panels. Codes are random but for NaN, whose bits the vector and scalar widenings need not
+ * share. */
+static const uattn_dtype tiled_load_dtypes[] = {UATTN_BF16, UATTN_FP8_E4M3, UATTN_FP8_E5M2};
+
+/* iters loads of set, its dtype cycling through dtypes[0, ndtypes); fixed_D, fixed_bs: a bucket's (0: random) */
+static void check_load_tiled(const uattn_kernels *set, const char *what, const uattn_dtype *dtypes, int ndtypes,
+                             int32_t fixed_D, int32_t fixed_bs, int iters, uint64_t seed) {
+  test_rng rng = {seed};
+  for (int it = 0; it < iters; it++) {
+    const uattn_dtype t = dtypes[it % ndtypes];
+    const int32_t D = fixed_D ? fixed_D : 2 * test_rng_range(&rng, 1, 140);
+    const int32_t bs = fixed_bs ? fixed_bs : 16 * test_rng_range(&rng, 1, 16);
+    const int32_t heads = test_rng_range(&rng, 1, 3), h = test_rng_range(&rng, 0, heads - 1);
+    const int32_t filled = test_rng_range(&rng, 1, bs), first = test_rng_range(&rng, 0, filled - 1);
+    const int32_t count = test_rng_range(&rng, 1, filled - first), panel = bs + 16 * test_rng_range(&rng, 0, 2);
+    const size_t esz = uattn_dtype_size(t), n = (size_t)filled * heads * D;
+    uint8_t *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t i = 0; i < n * esz; i++) k[i] = (uint8_t)test_rng_next(&rng), v[i] = (uint8_t)test_rng_next(&rng);
+    for (size_t i = 0; i < n; i++) /* NaN codes to -0 and 0 */
+      for (uint8_t *x = k; x; x = x == k ? v : NULL)
+        if (isnan(esz == 1 ? uattn_fp8_to_f32(t, x[i]) : uattn_bf16_to_f32((uint16_t)(x[2 * i] | x[2 * i + 1] << 8))))
+          memset(x + i * esz, x == k ? 0x80 : 0, esz);
+    char *tk, *tv;
+    tiled_copy(t, (const char *)k, (const char *)v, filled, heads, D, &tk, &tv);
+    /* 64-byte aligned, so that both calls put their panels at the same offsets */
+    const size_t floats = (set->panel_floats(panel, D) + 15) & ~(size_t)15, canary = 64;
+    const size_t bytes = sizeof(float) * (floats + canary);
+    float *want_k = aligned_alloc(64, bytes), *want_v = aligned_alloc(64, bytes), *got_k = aligned_alloc(64, bytes),
+          *got_v = aligned_alloc(64, bytes);
+    for (size_t i = 0; i < floats + canary; i++) want_k[i] = want_v[i] = got_k[i] = got_v[i] = NAN;
+    const size_t row = ((size_t)first * heads + h) * D * esz;
+    set->load(t, k + row, v + row, (size_t)heads * D, count, D, panel, want_k, want_v);
+    set->load_tiled(t, tk + (size_t)h * 16 * D * esz, tv + (size_t)h * 16 * D * esz, (size_t)heads * 16 * D, first,
+                    count, D, panel, got_k, got_v);
+    const char *name = t == UATTN_BF16 ? "bf16" : t == UATTN_FP8_E4M3 ? "fp8 e4m3" : "fp8 e5m2";
+    cr_assert(!memcmp(want_k, got_k, bytes),
+              "%s, load %d (%s, D %d, block %d, head %d of %d, keys %d + %d): keys differ", what, it, name, D, bs, h,
+              heads, first, count);
+    cr_assert(!memcmp(want_v, got_v, bytes),
+              "%s, load %d (%s, D %d, block %d, head %d of %d, keys %d + %d): values differ", what, it, name, D, bs, h,
+              heads, first, count);
+    free(want_k), free(want_v), free(got_k), free(got_v), free(tk), free(tv), free(k), free(v);
+  }
+}
+
+Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = 300) {
+  need_avx2();
+  check_load_tiled(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE,
+                   20261126);
+  if (uattn_avx512bf16_runs_here())
+    check_load_tiled(&uattn_kernels_avx512bf16, "avx512bf16", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE, 20261127);
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+    const uattn_bucket_kernels *b = uattn_bucket_registry[i];
+    if (b->set.load_tiled && b->runs_here() && b->block_size % 16 == 0 && b->head_dim % 2 == 0)
+      check_load_tiled(&b->set, b->part_names[0], &b->dtype, 1, b->head_dim, b->block_size, 300 / SPARSE, 20261128 + i);
+  }
+}
+
 /* Every fp8 code of both formats through the avx2 loads (the 8 x 8 byte tiles and the row widening) and
  * the decode kernels' widenings (avx2 widen8; avx512 v16_widen, zmm where the CPU has it): exactly
  * convert.h's value, NaN for NaN. */
