@@ -56,6 +56,8 @@ CASES=(
   "bucket-f16-b16   24 shared-prefix  f16  NHD  --block-size 16 --head-dim 64 --num-q-heads 4 --num-kv-heads 1 --long"
   "bucket-f32-b128  25 chunked        f32  HND  --block-size 128 --head-dim 128 --num-q-heads 4 --num-kv-heads 4 --long --threads 2"
   "bucket-chunk16   26 shared-prefix  bf16 NHD  --block-size 128 --head-dim 128 --num-q-heads 4 --num-kv-heads 1 --chunk-size 16 --long"
+  "tiled-f32        27 mixed          f32  TILED --chunk-size 2 --head-dim 34"
+  "tiled-bf16-b128  28 mixed          bf16 TILED --block-size 128 --head-dim 128 --num-q-heads 8 --num-kv-heads 2 --long --threads 2"
 )
 
 failures=0

@@ -50,6 +50,10 @@ CASES=(
   "18 mixed          f32  HND  --sinks --alibi --soft-cap 20 --sliding-window 13"
   "19 prefill        f32  NHD  --attn-type encoder"
   "20 decode         f16  HND  --block-size 1 --head-dim 4"
+  "21 mixed          f32  TILED --chunk-size 2 --head-dim 34"
+  "22 shared-prefix  bf16 TILED --chunk-size 1 --num-q-heads 8 --num-kv-heads 2"
+  "23 spec-decode    bf16 TILED --head-dim 128 --block-size 32 --num-q-heads 8 --num-kv-heads 2"
+  "24 chunked        f16  TILED --cache-dtype bf16 --alibi --sliding-window 11"
 )
 
 run_case() {
