@@ -14,8 +14,10 @@
  *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
  *           16 scores (12 of the moves blends), where folding each accumulator to 8 lanes and an hadd tree took
  *           80. Keys in the cache's
- *           order (4 rows, every head in turn), the rows BF16_AHEAD keys ahead asked for a head's share at a
- *           time (past the last key, the first values).
+ *           order (4 rows, every head in turn), the rows bf16_rows_ahead keys ahead asked for a head's share at
+ *           a time (past the last key, the first values): 16 rows for an all-heads NHD call, 64 for a call
+ *           of one HND head, whose 16 rows were only 4 KB ahead (HND decode 1 x 32k on one Zen 4 core
+ *           10.1 -> 9.0 ms, 32 x 4k 39.2 -> 36.8, uattn-bench alternated; NHD unchanged).
  *   softmax bf16_decode_softmax, per head and block: decode_softmax's rules and online rescale 16 lanes at a
  *           time (the same exp to the bit as exp8), P written straight as the bf16 pairs P V reads (the other
  *           paths: as floats), each output rescaled and put in P V's order in the same pass. Against
@@ -60,8 +62,16 @@ enum {
   /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it (64 keys: 2% faster on
    * a block in L2, 1.3x slower on a walk over a 256 MiB cache) */
   BF16_PV_TILE = 32,
-  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for */
+  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for, with 8 or more heads a call */
 };
+
+/* Rows ahead of those being scored that are asked for: BF16_AHEAD with 8 heads a call (16 rows of an
+ * all-heads NHD call are 32 KB ahead), more for fewer heads (a unit of one HND head: 64 rows, 16 KB), at most
+ * 2 P V tiles (bf16_pv's first tile asks from there on). */
+BF16_INLINE int32_t bf16_rows_ahead(const decode_shape *s) {
+  const int32_t rows = s->heads >= 8 ? BF16_AHEAD : BF16_AHEAD * 8 / s->heads;
+  return rows < 2 * BF16_PV_TILE ? rows : 2 * BF16_PV_TILE;
+}
 
 /* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
 BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32_t npairs) {
@@ -160,12 +170,14 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
  * q + g * n * Dh; tab: fp8 rows (bf16_score4). */
 BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, const char *k,
                              const char *v, float *S, const int32_t D) {
-  const int32_t Dh = D / 2;
+  const int32_t Dh = D / 2, ahead = bf16_rows_ahead(s);
   begin_scores(s, k, S);
+  for (int32_t g = 0; g < s->heads; g++) /* begin_scores asked for DECODE_AHEAD rows */
+    prefetch_ahead(s, k, v, s->LO + DECODE_AHEAD, s->LO + ahead, g);
   for (int32_t j = s->LO; j < s->HI; j += 4) {
     const int32_t keys = s->HI - j < 4 ? s->HI - j : 4;
     for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_ahead(s, k, v, j + BF16_AHEAD, j + BF16_AHEAD + 4, g);
+      prefetch_ahead(s, k, v, j + ahead, j + ahead + 4, g);
       const char *r[4];
       for (int x = 0; x < 4; x++)
         r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
@@ -335,10 +347,11 @@ BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, cons
                          const int32_t D) {
   const size_t esz = tab ? 1 : 2;
   const size_t ld = (size_t)s->W;
+  const int32_t ahead = bf16_rows_ahead(s);
   for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
     for (int32_t g = 0; g < s->heads; g++) {
-      /* the next tile; in the first, also the rest of this one (the scores asked for BF16_AHEAD rows) */
-      for (int32_t x = jt == s->LO ? jt + BF16_AHEAD : jt + BF16_PV_TILE; x < jt + 2 * BF16_PV_TILE && x < s->HI; x++)
+      /* the next tile; in the first, also the rest of this one (the scores asked for `ahead` rows) */
+      for (int32_t x = jt == s->LO ? jt + ahead : jt + BF16_PV_TILE; x < jt + 2 * BF16_PV_TILE && x < s->HI; x++)
         prefetch_share(s, v + (size_t)x * s->step, g);
       for (int32_t b = 0; b < s->blocks; b++) {
         const int32_t lo = jt > s->lo[b] ? jt : s->lo[b];
