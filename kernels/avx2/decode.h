@@ -265,15 +265,22 @@ AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size
   return true;
 }
 
-/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first rows of keys
- * asked for. */
-AVX2_INLINE void begin_scores(const decode_shape *s, const char *k, float *S) {
+/* Rows ahead of those being read that are asked for: DECODE_AHEAD in a call of 8 or more heads (8 rows of
+ * an all-heads NHD call are 16 KB ahead at head dim 128 in 16 bits), more in a call of fewer (a unit of one
+ * HND head: 64 rows, the same 16 KB, where 8 rows were 2 KB ahead). */
+AVX2_INLINE int32_t decode_rows_ahead(const decode_shape *s) {
+  return s->heads >= 8 ? DECODE_AHEAD : DECODE_AHEAD * 8 / s->heads;
+}
+
+/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first `ahead` rows
+ * of keys asked for. */
+AVX2_INLINE void begin_scores(const decode_shape *s, const char *k, float *S, int32_t ahead) {
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
     float *row = S + x * s->W;
     for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
     for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
   }
-  for (int32_t j = s->LO; j < s->LO + DECODE_AHEAD && j < s->HI; j++)
+  for (int32_t j = s->LO; j < s->LO + ahead && j < s->HI; j++)
     for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
 }
 
@@ -290,11 +297,12 @@ AVX2_INLINE void prefetch_ahead(const decode_shape *s, const char *k, const char
 AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
                                const char *k, const char *v, float *S, const int32_t D) {
   const int32_t heads = s->heads, n = s->n;
-  begin_scores(s, k, S);
+  const int32_t ahead = decode_rows_ahead(s);
+  begin_scores(s, k, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 2) {
     const char *r0 = k + (size_t)j * s->step, *r1 = j + 1 < s->HI ? r0 + s->step : r0; /* an odd last key: twice */
     for (int32_t g = 0; g < heads; g++) {
-      prefetch_ahead(s, k, v, j + DECODE_AHEAD, j + DECODE_AHEAD + 2, g);
+      prefetch_ahead(s, k, v, j + ahead, j + ahead + 2, g);
       const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
@@ -351,9 +359,12 @@ AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, c
   return p->lo < p->hi;
 }
 
-/* Head g's share of the P V tile after the one from jt asked for. */
+/* Head g's share of the P V tile decode_rows_ahead rows after the one from jt asked for (the scores asked
+ * for the values' first rows that far). */
 AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_t jt, int32_t g) {
-  for (int32_t x = jt + PV_TILE; x < jt + 2 * PV_TILE && x < s->HI; x++) prefetch_share(s, v + (size_t)x * s->step, g);
+  const int32_t ahead = decode_rows_ahead(s);
+  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++)
+    prefetch_share(s, v + (size_t)x * s->step, g);
 }
 
 /* The P V walk of every decode kernel: PV_TILE rows at a time, every head in turn (the next tile asked for a

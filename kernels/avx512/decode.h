@@ -78,11 +78,12 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
  * out + WIDE_KEYS i. */
 #define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                             \
   do {                                                                                                                 \
-    begin_scores(s, k, S);                                                                                             \
+    const int32_t ahead_ = decode_rows_ahead(s);                                                                       \
+    begin_scores(s, k, S, ahead_);                                                                                     \
     for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                        \
       const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                                       \
       for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
-        prefetch_ahead(s, k, v, j_ + DECODE_AHEAD, j_ + DECODE_AHEAD + WIDE_KEYS, g_);                                 \
+        prefetch_ahead(s, k, v, j_ + ahead_, j_ + ahead_ + WIDE_KEYS, g_);                                             \
         const char *r_[WIDE_KEYS];                                                                                     \
         for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                         \
           r_[x_] = (k) + (size_t)(j_ + (x_ < keys_ ? x_ : keys_ - 1)) * (s)->step + (size_t)g_ * (s)->head_step;       \

@@ -171,9 +171,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
 BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, const char *k,
                              const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2, ahead = bf16_rows_ahead(s);
-  begin_scores(s, k, S);
-  for (int32_t g = 0; g < s->heads; g++) /* begin_scores asked for DECODE_AHEAD rows */
-    prefetch_ahead(s, k, v, s->LO + DECODE_AHEAD, s->LO + ahead, g);
+  begin_scores(s, k, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 4) {
     const int32_t keys = s->HI - j < 4 ? s->HI - j : 4;
     for (int32_t g = 0; g < s->heads; g++) {
