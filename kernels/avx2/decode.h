@@ -27,7 +27,7 @@
 #include "avx2/body.h"
 
 enum {
-  DECODE_AHEAD = 8,        /* rows ahead of the two being scored that are asked for */
+  DECODE_AHEAD = 8,        /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
   PV_TILE = 8,             /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
   DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
 };
