@@ -78,7 +78,7 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
  * out + WIDE_KEYS i. */
 #define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                             \
   do {                                                                                                                 \
-    const int32_t ahead_ = decode_rows_ahead(s);                                                                       \
+    const int32_t ahead_ = decode_rows_ahead(s, DECODE_AHEAD);                                                         \
     begin_scores(s, k, S, ahead_);                                                                                     \
     for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                        \
       const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                                       \

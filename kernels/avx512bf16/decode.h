@@ -65,11 +65,11 @@ enum {
   BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for, with 8 or more heads a call */
 };
 
-/* Rows ahead of those being scored that are asked for: BF16_AHEAD with 8 heads a call (16 rows of an
- * all-heads NHD call are 32 KB ahead), more for fewer heads (a unit of one HND head: 64 rows, 16 KB), at most
- * 2 P V tiles (bf16_pv's first tile asks from there on). */
+/* Rows ahead of those being scored that are asked for: avx2/decode.h's decode_rows_ahead from BF16_AHEAD
+ * (64 for a call of one head, 16 for 4 heads or more), at most 2 P V tiles (bf16_pv's first tile asks from
+ * there on). */
 BF16_INLINE int32_t bf16_rows_ahead(const decode_shape *s) {
-  const int32_t rows = s->heads >= 8 ? BF16_AHEAD : BF16_AHEAD * 8 / s->heads;
+  const int32_t rows = decode_rows_ahead(s, BF16_AHEAD);
   return rows < 2 * BF16_PV_TILE ? rows : 2 * BF16_PV_TILE;
 }
 
