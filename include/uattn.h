@@ -584,6 +584,9 @@ typedef struct uattn_kernel_report {
    * verification. On a TILED cache: the set's kernel for that layout, or, where it has none for the layer,
    * its decode kernel followed by " (gathered)": the blocks are copied into rows first. */
   char decode_kernel[64];
+  /* On a TILED cache: whether the panel loads (every part but the decode kernel's) copy the blocks into rows
+   * first, the set having no load for that layout or the cache being f16 or f32. false on NHD and HND. */
+  bool panels_gathered;
   char reason[192]; /* "generated bucket" or, for a fallback, what is missing and what serves instead */
   /* uattn_last_forward_report only (0 in uattn_describe_kernels): the kernel jobs each part got (0 = the
    * step had none of that part; a decode call over several KV heads is a job a head) and, of those, the

@@ -1395,11 +1395,13 @@ static PyObject *report_dict(const uattn_kernel_report *r) {
     Py_XDECREF(dc);
     return NULL;
   }
-  return Py_BuildValue("{s:i,s:i,s:s,s:i,s:O,s:s,s:N,s:s,s:s,s:N,s:N,s:n,s:i}", "block_size", r->block_size, "head_dim",
-                       r->head_dim, "cache_dtype", dtype_str(r->cache_dtype), "chunk_size", r->chunk_size, "bucket_hit",
-                       r->bucket_hit ? Py_True : Py_False, "kernel_set", r->kernel_set ? r->kernel_set : "",
-                       "part_kernel", pk, "decode_kernel", r->decode_kernel, "reason", r->reason, "part_calls", pc,
-                       "decode_calls", dc, "workspace_bytes", (Py_ssize_t)r->workspace_bytes, "workers", r->workers);
+  return Py_BuildValue("{s:i,s:i,s:s,s:i,s:O,s:s,s:N,s:s,s:O,s:s,s:N,s:N,s:n,s:i}", "block_size", r->block_size,
+                       "head_dim", r->head_dim, "cache_dtype", dtype_str(r->cache_dtype), "chunk_size", r->chunk_size,
+                       "bucket_hit", r->bucket_hit ? Py_True : Py_False, "kernel_set",
+                       r->kernel_set ? r->kernel_set : "", "part_kernel", pk, "decode_kernel", r->decode_kernel,
+                       "panels_gathered", r->panels_gathered ? Py_True : Py_False, "reason", r->reason, "part_calls",
+                       pc, "decode_calls", dc, "workspace_bytes", (Py_ssize_t)r->workspace_bytes, "workers",
+                       r->workers);
 }
 
 static PyObject *py_last_forward_report(PyObject *mod, PyObject *unused) {

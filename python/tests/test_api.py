@@ -483,6 +483,9 @@ def test_reports_and_buckets(step):
     assert r["part_calls"]["causal"] > 0  # the step has a prompt
     d = uattn.describe_kernels(sim.layer, 16)
     assert d["kernel_set"] in ("avx512", "avx2", "portable")
+    assert d["panels_gathered"] is False  # an NHD cache (the step's) is never gathered
+    tiled = uattn.describe_kernels(uattn.Layer(8, 2, 64, dtype="f32", kv_layout="TILED"), 16)
+    assert tiled["panels_gathered"] is True  # no level reads f32 tiles as they lie
     buckets = uattn.kernel_buckets()
     assert buckets and {"dtype", "block_size", "head_dim", "chunk_size", "isa", "runs_here"} <= set(buckets[0])
     assert isinstance(uattn.__version__, str) and uattn.__version__.count(".") == 2

@@ -46,6 +46,7 @@ static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice
   r->kernel_set = c->set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
     snprintf(r->part_kernel[p], sizeof r->part_kernel[p], "%s", bucket ? bucket->part_names[p] : c->set->name);
+  r->panels_gathered = L->kv_layout == UATTN_LAYOUT_TILED && !uattn_load_tiled_fits(c->set, L->cache_dtype);
   /* a bucket's unique part is its decode kernel; on a TILED cache its decode_tiled, or (without one for the
    * layer) its decode on rows gathered from the tiles */
   const int32_t group = L->num_q_heads / L->num_kv_heads;

@@ -116,6 +116,55 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
   cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
 }
 
+/* On a TILED cache the report says what reads the blocks as they lie: the avx512bf16 level's decode_tiled
+ * (its bucket's, where generated) and its panel loads for bf16 and fp8 caches; the other levels, f16 and f32
+ * caches and P in fp32 gather them into rows (decode kernel "... (gathered)", panels_gathered). NHD and HND
+ * never gather. */
+Test(dispatch, tiled_caches_say_what_reads_them) {
+  unsetenv("UATTN_ISA");
+  const bool bf16_level = !strcmp(uattn_kernel_set(NULL), "avx512bf16");
+  uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
+  L.kv_layout = UATTN_LAYOUT_TILED;
+  uattn_kernel_report r;
+  for (uattn_dtype t = UATTN_BF16; t <= UATTN_FP8_E5M2; t++) {
+    if (t != UATTN_BF16 && !uattn_dtype_is_fp8(t)) continue;
+    L.cache_dtype = t;
+    L.probs_fp32 = false;
+    cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+    if (bf16_level) {
+      char want[64] = "avx512bf16";
+      if (generated(t, 128, 128, 0, "avx512bf16"))
+        snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__avx512bf16", uattn_dtype_name(t));
+      cr_assert_str_eq(r.decode_kernel, want, "%s cache: %s", uattn_dtype_name(t), r.reason);
+      cr_assert(!r.panels_gathered, "%s cache: the avx512bf16 level gathers its panels", uattn_dtype_name(t));
+      L.probs_fp32 = true; /* decode.h's fp32 P V on gathered rows; the panels still as they lie */
+      cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+      cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s cache, P in fp32: %s", uattn_dtype_name(t),
+                r.decode_kernel);
+      cr_assert(!r.panels_gathered);
+    } else {
+      cr_assert(r.panels_gathered && strstr(r.decode_kernel, " (gathered)"), "%s cache on %s: %s, panels %d",
+                uattn_dtype_name(t), r.kernel_set, r.decode_kernel, r.panels_gathered);
+    }
+  }
+  L.dtype = L.cache_dtype = UATTN_F16; /* no level reads f16 tiles as they lie */
+  L.probs_fp32 = false;
+  cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+  cr_assert(r.panels_gathered, "f16 cache on %s", r.kernel_set);
+  if (r.decode_kernel[0]) cr_assert(strstr(r.decode_kernel, " (gathered)"), "f16 cache: %s", r.decode_kernel);
+  L.dtype = L.cache_dtype = UATTN_BF16;
+  setenv("UATTN_ISA", "avx2", 1); /* a level without either: both gathered, where the CPU runs it */
+  cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+  cr_assert(r.panels_gathered, "bf16 cache on %s", r.kernel_set);
+  if (r.decode_kernel[0]) cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s: %s", r.kernel_set, r.decode_kernel);
+  unsetenv("UATTN_ISA");
+  for (uattn_kv_layout layout = UATTN_LAYOUT_NHD; layout <= UATTN_LAYOUT_HND; layout++) {
+    L.kv_layout = layout;
+    cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+    cr_assert(!r.panels_gathered && !strstr(r.decode_kernel, "gathered"), "layout %d: %s", layout, r.decode_kernel);
+  }
+}
+
 /* Where the CPU has AVX512-BF16, the avx512bf16 level serves bf16 models (bf16 queries on a bf16 cache,
  * from its generated bucket where there is one, or on an fp8 cache, exact in bf16, from its generic set); an
  * f16 or f32 cache, or f32 queries on a bf16 or fp8 cache, go to the avx512 level (the bf16 rounding of
