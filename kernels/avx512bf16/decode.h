@@ -62,7 +62,7 @@ enum {
   /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it (64 keys: 2% faster on
    * a block in L2, 1.3x slower on a walk over a 256 MiB cache) */
   BF16_PV_TILE = 32,
-  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for, with 8 or more heads a call */
+  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for, with 4 or more heads a call */
 };
 
 /* Rows ahead of those being scored that are asked for: avx2/decode.h's decode_rows_ahead from BF16_AHEAD

@@ -568,15 +568,22 @@ static size_t block_source(const step_ctx *c, int32_t block, size_t *stride) {
   return cache_offset(&c->cache, (int64_t)block * c->cache.block_size, c->kv_head) * uattn_dtype_size(c->cache.dtype);
 }
 
+/* TILED: where a cache block's first tile holds the tile's KV head (bytes into each cache), and the elements
+ * from one tile's share of that head to the next tile's. */
+static size_t tiled_source(const step_ctx *c, int32_t block, size_t *tile_stride) {
+  *tile_stride = (size_t)c->cache.kv_heads * UATTN_TILED_KEYS * c->cache.head_dim;
+  return tiled_share(&c->cache, block, 0, c->kv_head) * uattn_dtype_size(c->cache.dtype);
+}
+
 /* Widens `count` keys and values of a cache block, from its key `first` on, for the tile's KV head into the
  * panels: on TILED, from the block as it lies where the set can (kernels.h: load_tiled), else gathered into
  * rows. */
 static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
   if (c->cache.layout == UATTN_LAYOUT_TILED && uattn_load_tiled_fits(c->w->kern, c->cache.dtype)) {
-    const size_t off = tiled_share(&c->cache, block, 0, c->kv_head) * uattn_dtype_size(c->cache.dtype);
-    c->w->kern->load_tiled(c->cache.dtype, c->cache.k + off, c->cache.v + off,
-                           (size_t)c->cache.kv_heads * UATTN_TILED_KEYS * c->cache.head_dim, first, count,
-                           c->cache.head_dim, c->w->panel, c->w->keys, c->w->values);
+    size_t stride;
+    const size_t off = tiled_source(c, block, &stride);
+    c->w->kern->load_tiled(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, first, count, c->cache.head_dim,
+                           c->w->panel, c->w->keys, c->w->values);
     return;
   }
   if (c->cache.layout == UATTN_LAYOUT_TILED) {
@@ -808,10 +815,10 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, D,
                        c->w->decode_scratch);
   } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
-    const size_t off = tiled_share(&c->cache, block, 0, c->kv_head) * uattn_dtype_size(c->cache.dtype);
-    c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off,
-                             (size_t)c->cache.kv_heads * UATTN_TILED_KEYS * D, UATTN_TILED_KEYS * D,
-                             c->w->decode_scratch);
+    size_t stride;
+    const size_t off = tiled_source(c, block, &stride);
+    c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride,
+                             UATTN_TILED_KEYS * D, c->w->decode_scratch);
   } else { /* the block's rows gathered as an NHD cache of these heads holds them */
     const size_t half = (size_t)n * heads * D * uattn_dtype_size(c->cache.dtype);
     gather_tiled(&c->cache, block, 0, n, c->kv_head, heads, c->w->stage, c->w->stage + half);
