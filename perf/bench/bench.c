@@ -34,12 +34,20 @@ typedef struct options {
   bool preset[16];
 } options;
 
+/* One thread count's timed runs of a case: each run's seconds, and the read bandwidth the machine had at
+ * that moment (GB/s, time_forward). */
+typedef struct run_times {
+  int n;
+  double s[MAX_RUNS], read_gbs[MAX_RUNS];
+} run_times;
+
 typedef struct case_result {
   const bench_preset *preset;
   const bench_case *c;
   char what[200];
   bench_work work;
-  double ms_1, ms_all;
+  double ms_1, ms_all; /* medians */
+  run_times one, all;
   uattn_kernel_report kernels; /* what served the last all-thread run: a generated bucket or a generic set */
 } case_result;
 
@@ -202,27 +210,42 @@ static void progress(const char *fmt, ...) {
   va_end(ap);
 }
 
-/* The median milliseconds of `runs` forwards on rt, each after a cache flush, after one warm-up; -1 on error. */
-static double time_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt,
-                           int runs, const bench_flush *flush) {
-  double times[MAX_RUNS];
-  if (uattn_forward(plan, L, t, rt)) return -1; /* warm-up: page faults, scratch */
+static double median_of(const double *x, int n) {
+  double c[MAX_RUNS];
+  memcpy(c, x, sizeof(double) * (size_t)n);
+  return perf_median(c, n);
+}
+
+/* `runs` forwards on rt after one warm-up (page faults, scratch), each on cold caches. Before each run, and
+ * after the last, the reader streams its buffer on rt's number of threads: that both evicts the caches and
+ * measures the read bandwidth of that moment, and a run's is the faster of the reads just before and just
+ * after it. On this project's shared VMs the bandwidth the host leaves moves by 30% or more within a
+ * minute, so a memory-bound case is judged against what the machine had while it ran, not only against the
+ * best of the run's start. Returns 0, -1 on error. */
+static int time_forward(const uattn_plan *plan, const uattn_layer *L, const uattn_tensors *t, uattn_runtime *rt,
+                        int threads, int runs, bench_reader *reader, run_times *out) {
+  if (uattn_forward(plan, L, t, rt)) return -1;
+  double before = bench_read_gbs(reader, threads);
   for (int r = 0; r < runs; r++) {
-    bench_flush_caches(flush);
     const double t0 = perf_seconds();
     if (uattn_forward(plan, L, t, rt)) return -1;
-    times[r] = perf_seconds() - t0;
+    out->s[r] = perf_seconds() - t0;
+    const double after = bench_read_gbs(reader, threads);
+    out->read_gbs[r] = before > after ? before : after;
+    before = after;
   }
-  return perf_median(times, runs) * 1e3;
+  out->n = runs;
+  return 0;
 }
 
 typedef struct bench_env {
   const options *o;
   uattn_runtime *one, *all;
-  bench_flush flush;
+  int threads; /* all's */
+  bench_reader reader;
 } bench_env;
 
-static int run_case(const bench_env *env, const bench_preset *p, const bench_case *c, case_result *res) {
+static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, case_result *res) {
   const options *o = env->o;
   char err[160] = "out of memory";
   bench_step s;
@@ -265,12 +288,14 @@ static int run_case(const bench_env *env, const bench_preset *p, const bench_cas
                            .num_blocks = s.num_blocks,
                            .block_size = o->block_size,
                            .out = out};
-  res->ms_1 = time_forward(plan, &L, &t, env->one, o->runs, &env->flush);
-  res->ms_all = res->ms_1 < 0 ? -1 : time_forward(plan, &L, &t, env->all, o->runs, &env->flush);
-  if (res->ms_all < 0 || uattn_last_forward_report(&res->kernels))
+  if (time_forward(plan, &L, &t, env->one, 1, o->runs, &env->reader, &res->one) ||
+      time_forward(plan, &L, &t, env->all, env->threads, o->runs, &env->reader, &res->all) ||
+      uattn_last_forward_report(&res->kernels))
     snprintf(err, sizeof err, "%s", uattn_last_error());
   else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, (int32_t)celem, &res->work) == 0)
     rc = 0;
+  res->ms_1 = median_of(res->one.s, res->one.n) * 1e3;
+  res->ms_all = median_of(res->all.s, res->all.n) * 1e3;
   res->preset = p;
   res->c = c;
   snprintf(res->what, sizeof res->what, "%s", s.what);
@@ -284,14 +309,24 @@ done:
 }
 
 /* What a result achieved against the limits: a case is memory-bound when moving its bytes at the read
- * bandwidth takes longer than its flops at the FMA peak (all threads), and its fraction is of that limit.
+ * bandwidth takes longer than its flops at the FMA peak (all threads, the run's start), and its fraction is
+ * of that limit: for a memory-bound case the median over its runs of each run's GB/s over the read
+ * bandwidth paired with it (time_forward), for a compute-bound one its median time against the FMA peak.
  * A compute-bound bf16 case where the CPU has bf16 dot products is also measured against their peak
  * (bf16_1, bf16_all; -1 elsewhere): the FMA fraction says how it compares with today's fp32 arithmetic,
  * this one how much of the machine it uses. */
 typedef struct rates {
   bool memory;
   double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all, bf16_1, bf16_all;
+  double read_1, read_all; /* the medians of the read bandwidth paired with the runs */
 } rates;
+
+/* The median over a case's runs of its GB/s over the read bandwidth paired with the run. */
+static double paired_fraction(const run_times *t, double bytes) {
+  double f[MAX_RUNS];
+  for (int r = 0; r < t->n; r++) f[r] = bytes / t->s[r] * 1e-9 / t->read_gbs[r];
+  return perf_median(f, t->n);
+}
 
 /* Whether the table, the JSON and the plot carry the bf16 dot-peak fractions. */
 static bool shows_bf16_dot(const options *o, const bench_limits *lim) {
@@ -304,9 +339,11 @@ static rates rates_of(const options *o, const case_result *r, const bench_limits
              .gbs_1 = bytes / r->ms_1 * 1e-6,
              .gbs_all = bytes / r->ms_all * 1e-6,
              .gflops_1 = r->work.flops / r->ms_1 * 1e-6,
-             .gflops_all = r->work.flops / r->ms_all * 1e-6};
-  x.frac_1 = x.memory ? x.gbs_1 / lim->read_gbs_1 : x.gflops_1 / lim->fma_gflops_1;
-  x.frac_all = x.memory ? x.gbs_all / lim->read_gbs_all : x.gflops_all / lim->fma_gflops_all;
+             .gflops_all = r->work.flops / r->ms_all * 1e-6,
+             .read_1 = median_of(r->one.read_gbs, r->one.n),
+             .read_all = median_of(r->all.read_gbs, r->all.n)};
+  x.frac_1 = x.memory ? paired_fraction(&r->one, bytes) : x.gflops_1 / lim->fma_gflops_1;
+  x.frac_all = x.memory ? paired_fraction(&r->all, bytes) : x.gflops_all / lim->fma_gflops_all;
   const bool bf16 = shows_bf16_dot(o, lim) && !x.memory;
   x.bf16_1 = bf16 ? x.gflops_1 / lim->bf16_gflops_1 : -1;
   x.bf16_all = bf16 ? x.gflops_all / lim->bf16_gflops_all : -1;
@@ -345,15 +382,17 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
     if (r->preset != last) {
-      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %7s %7s", r->preset->what, "case", "tokens", "bound", "1 thr ms",
-             "all ms", "GB/s", "GFLOP/s", "of lim1", "of lim");
+      printf("\n%s\n  %-24s %6s %7s %9s %9s %7s %8s %9s %7s %7s", r->preset->what, "case", "tokens", "bound",
+             "1 thr ms", "all ms", "GB/s", "GFLOP/s", "read", "of lim1", "of lim");
       if (dot) printf(" %7s %7s", "of dot1", "of dot");
       printf(" %7s %8s\n", "speedup", "kernels");
       last = r->preset;
     }
     const rates x = rates_of(o, r, lim);
-    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %6.0f%% %6.0f%%", r->c->name, r->work.tokens,
-           x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, 100 * x.frac_1,
+    char read[32];
+    snprintf(read, sizeof read, "%.1f/%.1f", x.read_1, x.read_all);
+    printf("  %-24s %6d %7s %9.2f %9.2f %7.1f %8.1f %9s %6.0f%% %6.0f%%", r->c->name, r->work.tokens,
+           x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_all, x.gflops_all, read, 100 * x.frac_1,
            100 * x.frac_all);
     if (dot && x.bf16_1 >= 0)
       printf(" %6.0f%% %6.0f%%", 100 * x.bf16_1, 100 * x.bf16_all);
@@ -364,7 +403,10 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
   printf(
       "\nbytes: each distinct cache block a step reads, once per KV head (the keys it uses), plus q, k, v, out\n"
       "and the new keys and values written; flops: 4 x head_dim per visible query-key pair and query head.\n"
-      "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n");
+      "GB/s and GFLOP/s with all threads; 'of lim1' and 'of lim': of the bound's limit on 1 thread and on all.\n"
+      "'read': the read bandwidth (GB/s, 1 thread / all) measured next to each timed run, the faster of the\n"
+      "reads just before and after it (medians); a memory-bound case's fraction is the median of its runs'\n"
+      "fractions of their own (the machine line's best of the start decides only which bound a case has).\n");
   if (dot)
     printf(
         "'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
@@ -412,12 +454,14 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
         "%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
         "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
         "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
+        "\"read_gbs_paired_1\": %.2f, \"read_gbs_paired_all\": %.2f, "
         "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
         "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
         "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
         i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
         r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
-        x.gflops_1, x.gflops_all, x.frac_1, x.frac_all, json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
+        x.gflops_1, x.gflops_all, x.read_1, x.read_all, x.frac_1, x.frac_all,
+        json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
         json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
         r->kernels.bucket_hit ? "true" : "false", r->kernels.part_kernel[0], r->kernels.part_kernel[1],
         r->kernels.part_kernel[2], r->kernels.reason);
@@ -476,8 +520,9 @@ int main(int argc, char **argv) {
   load_average(load0, sizeof load0);
   progress("uattn-bench: measuring the machine's limits");
   const int threads = topo.num_workers < BENCH_LIMITS_MAX_THREADS ? topo.num_workers : BENCH_LIMITS_MAX_THREADS;
-  if (!res || bench_flush_init(&env.flush, 4 * l3 > ((size_t)64 << 20) ? 4 * l3 : (size_t)64 << 20) ||
-      bench_measure_limits(threads, o.runs, &lim)) {
+  env.threads = threads;
+  if (!res || bench_reader_init(&env.reader, 4 * l3 > ((size_t)256 << 20) ? 4 * l3 : (size_t)256 << 20) ||
+      bench_measure_limits(&env.reader, threads, o.runs, &lim)) {
     fprintf(stderr, "uattn-bench: out of memory\n");
     return 1;
   }
@@ -501,7 +546,7 @@ int main(int argc, char **argv) {
   else
     print_table(&o, &lim, &topo, res, n, load0, load1);
   const int rc = o.plot && plot(&o, &lim, res, n) ? 1 : 0;
-  bench_flush_free(&env.flush);
+  bench_reader_free(&env.reader);
   free(res);
   uattn_runtime_destroy(env.one);
   uattn_runtime_destroy(env.all);

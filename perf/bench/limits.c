@@ -159,50 +159,54 @@ static double fastest(const double *t, int n) {
   return m;
 }
 
-int bench_measure_limits(int threads, int runs, bench_limits *out) {
-  const size_t n = (size_t)64 << 20; /* 256 MiB: far past the caches */
-  limit_job *job = calloc(1, sizeof *job);
-  double *t = malloc(sizeof(double) * (size_t)runs);
-  float *x = NULL; /* the read runs on the memory the caches get: 2 MiB pages where the system has them */
-  if (!job || !t || uattn_cache_alloc(n * sizeof(float), (void **)&x)) {
-    free(job), free(t);
+int bench_reader_init(bench_reader *r, size_t bytes) {
+  r->n = (bytes / sizeof(float) + 31) / 32 * 32;
+  r->job = calloc(1, sizeof *r->job);
+  r->data = NULL;
+  if (!r->job || uattn_cache_alloc(r->n * sizeof(float), (void **)&r->data)) {
+    free(r->job);
     return -1;
   }
-  for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7);
-  job->data = x;
-  job->n = n;
+  for (size_t i = 0; i < r->n; i++) r->data[i] = (float)(i & 7);
+  r->job->data = r->data;
+  r->job->n = r->n;
+  return 0;
+}
+
+double bench_read_gbs(bench_reader *r, int threads) {
+  const double s = run_threads(read_thread, r->job, threads);
+  return (double)(r->n / (size_t)threads * (size_t)threads) * sizeof(float) / s * 1e-9;
+}
+
+void bench_reader_free(bench_reader *r) {
+  uattn_cache_free(r->data, r->n * sizeof(float));
+  free(r->job);
+  r->data = NULL, r->job = NULL;
+}
+
+int bench_measure_limits(bench_reader *r, int threads, int runs, bench_limits *out) {
+  double *t = malloc(sizeof(double) * (size_t)runs);
+  if (!t) return -1;
   out->threads = threads;
   out->bf16_dot = bench_has_bf16_dot();
   out->bf16_gflops_1 = out->bf16_gflops_all = 0;
   for (int k = 0; k < 2; k++) {
     const int th = k == 0 ? 1 : threads;
-    for (int r = 0; r < runs; r++) t[r] = run_threads(read_thread, job, th);
-    const double gbs = (double)(n / (size_t)th * (size_t)th) * sizeof(float) / fastest(t, runs) * 1e-9;
-    for (int r = 0; r < runs; r++) t[r] = run_threads(fma_thread, job, th);
+    double gbs = 0;
+    for (int i = 0; i < runs; i++) {
+      const double g = bench_read_gbs(r, th);
+      gbs = g > gbs ? g : gbs;
+    }
+    for (int i = 0; i < runs; i++) t[i] = run_threads(fma_thread, r->job, th);
     const double gflops = FMA_ITERS * FMA_FLOPS_PER_ITER * th / fastest(t, runs) * 1e-9;
     *(k == 0 ? &out->read_gbs_1 : &out->read_gbs_all) = gbs;
     *(k == 0 ? &out->fma_gflops_1 : &out->fma_gflops_all) = gflops;
     if (out->bf16_dot) {
-      for (int r = 0; r < runs; r++) t[r] = run_threads(bf16_thread, job, th);
+      for (int i = 0; i < runs; i++) t[i] = run_threads(bf16_thread, r->job, th);
       const double bf16 = BF16_ITERS * BF16_FLOPS_PER_ITER * th / fastest(t, runs) * 1e-9;
       *(k == 0 ? &out->bf16_gflops_1 : &out->bf16_gflops_all) = bf16;
     }
   }
-  uattn_cache_free(x, n * sizeof(float)), free(t), free(job);
+  free(t);
   return 0;
-}
-
-int bench_flush_init(bench_flush *f, size_t bytes) {
-  f->n = (bytes / sizeof(float) + 31) / 32 * 32;
-  f->data = aligned_alloc(64, f->n * sizeof(float));
-  if (!f->data) return -1;
-  for (size_t i = 0; i < f->n; i++) f->data[i] = 1.0f;
-  return 0;
-}
-
-double bench_flush_caches(const bench_flush *f) { return read_sum(f->data, f->n); }
-
-void bench_flush_free(bench_flush *f) {
-  free(f->data);
-  f->data = NULL;
 }

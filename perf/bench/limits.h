@@ -22,21 +22,23 @@ typedef struct bench_limits {
 /* 1 when this CPU and its OS run AVX512-BF16 (with AVX-512F/BW and the zmm state enabled). */
 int bench_has_bf16_dot(void);
 
+/* A buffer far past the caches that 1 to BENCH_LIMITS_MAX_THREADS plain threads stream through: the read
+ * bandwidth limit, and the cold caches each timed run starts from (a layer's KV cache is cold in an engine:
+ * every other layer ran in between). */
+typedef struct bench_reader {
+  float *data; /* on 2 MiB pages where the system has them, as the caches the cases read */
+  size_t n;
+  struct limit_job *job;
+} bench_reader;
+
+/* bytes: at least 256 MiB and a few times the last-level cache. Returns 0, or -1 when out of memory. */
+int bench_reader_init(bench_reader *r, size_t bytes);
+/* One streaming read of the whole buffer on `threads` threads at once; returns its GB/s. */
+double bench_read_gbs(bench_reader *r, int threads);
+void bench_reader_free(bench_reader *r);
+
 /* Each limit is the best of `runs` runs: a busy neighbour only ever lowers what the machine can do.
  * Returns 0, or -1 when out of memory. threads in [1, BENCH_LIMITS_MAX_THREADS]. */
-int bench_measure_limits(int threads, int runs, bench_limits *out);
-
-/* A buffer read before each timed run so that the run finds the caches cold, as a layer's KV cache is in
- * an engine (every other layer ran in between). */
-typedef struct bench_flush {
-  float *data;
-  size_t n;
-} bench_flush;
-
-/* bytes: at least a few times the last-level cache. Returns 0, or -1 when out of memory. */
-int bench_flush_init(bench_flush *f, size_t bytes);
-/* Returns the sum it read, so that the reads cannot be optimized away. */
-double bench_flush_caches(const bench_flush *f);
-void bench_flush_free(bench_flush *f);
+int bench_measure_limits(bench_reader *r, int threads, int runs, bench_limits *out);
 
 #endif
