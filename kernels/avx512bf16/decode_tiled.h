@@ -21,10 +21,12 @@
  * slot never written may hold NaN, and 0 x NaN would reach the output.
  * Against this set's NHD kernel on the Zen 4 VM (uattn-kernel-bench --decode-layouts, GQA 4, one row, ns a key
  * and KV head): hot 12.8-12.9 against 16.5-17.8 on bf16, 15.0-15.1 against 17.5-17.6 on fp8; on a cold walk
- * fp8 19.0-19.4 against 20.5-20.6, but bf16 33.4-35.3 against 28.7-31.9: the one core's software prefetches
- * serve NHD's walk better, and 30% of this kernel's cold time is on its value loads (perf). Prefetching 4-32
- * shares ahead, into L1, L2 or L3, in two interleaved streams, or P V over all 128 dims of 2 vectors a pass
- * (the value lines in address order) did not close that (a standalone copy, alternated). Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
+ * fp8 19.0-19.4 against 20.5-20.6, and bf16 24.9-25.9 against 26.1-29.6 since its P V reads each head's share
+ * of a tile in address order (tiled_pv_in_order; 31.9-32.8 before, the values then read in two interleaved
+ * passes, 30% of the cold time on their loads). The keys are a stream in address order already; without their
+ * software prefetches the hardware's alone served one row's scores faster (11-11.7 against 13.7-14.5 ns, rdtsc
+ * around the phases) but two rows' far slower (24-27 against 17), so they stay. Needs a head dim that is a
+ * multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
 #define UATTN_AVX512BF16_DECODE_TILED_H
@@ -34,7 +36,7 @@
 
 enum {
   TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
-  TILED_PV_KEYS = 32,            /* keys of a P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
+  TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
   TILED_AHEAD = 2, /* tiles ahead of the one being scored that are asked for (past the last, the values) */
 };
 
@@ -120,21 +122,118 @@ BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const u
   }
 }
 
-/* 16 U dims (U = 2 or 4) of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors, keys in pairs from
- * lo rounded down to even (a key of a pair outside [lo, hi) zeroed). pp: P as bf16 pairs, vector i's pair
- * of keys (j, j + 1) at pp[i * ld + (j - j0) / 2]; v: head g's share of the block's first tile, dims from d0;
- * o_i at o + i * D. */
-BF16_INLINE void tiled_pv_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld, int32_t j0,
-                              int32_t lo, int32_t hi, const char *v, size_t tile_step, const int32_t D, float *o) {
-  const size_t esz = tab ? 1 : 2;
+/* bf16 P V over one head's share of one tile: o_i += sum over keys [lo, hi) (within the tile) of P[i][j] v_j
+ * for NB vectors and U x 16 dims (NB U <= 16 accumulators), keys in pairs from lo rounded down to even, each
+ * pair's row of values (the share's next 64 U bytes) read whole: with U x 16 the head dim, the share is read
+ * in address order. Otherwise as tiled_pv_fp8_run (pp, ld, j0, the mask of a pair's unseen key; o_i at o + i * D). */
+BF16_INLINE void tiled_pv_share(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
+                                int32_t hi, const char *v, const int32_t D, float *o) {
+  v16 a[16];
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < U; u++) a[i * U + u] = v16_load(o + (size_t)i * D + 16 * u);
+  for (int32_t j = lo & ~1; j < hi; j += 2) {
+    const char *r = v + (size_t)(j % TILED_KEYS / 2) * 4 * (size_t)D;
+    v16i w[16];
+    for (int u = 0; u < U; u++) w[u] = v16i_load(r + 64 * u);
+    if (j < lo || j + 1 >= hi) { /* as tiled_pv_fp8_run */
+      const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
+      for (int u = 0; u < U; u++) w[u] = v16i_and32(w[u], m);
+    }
+    for (int i = 0; i < NB; i++) {
+      const v16i p = v16i_set1(pp[(size_t)i * ld + (size_t)(j - j0) / 2]);
+      for (int u = 0; u < U; u++) a[i * U + u] = v16_dpbf16(a[i * U + u], p, w[u]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i * U + u]);
+}
+
+/* tiled_pv_share with U = u (a constant) and as many of the nb vectors as 16 accumulators hold. */
+#define TILED_PV_SHARE(u, nb, ...)                                                                                     \
+  do {                                                                                                                 \
+    if ((u) <= 4 && (nb) >= 4)                                                                                         \
+      tiled_pv_share((u) <= 4 ? 4 : 1, u, __VA_ARGS__);                                                                \
+    else if ((u) <= 5 && (nb) == 3)                                                                                    \
+      tiled_pv_share((u) <= 5 ? 3 : 1, u, __VA_ARGS__);                                                                \
+    else if ((u) <= 8 && (nb) >= 2)                                                                                    \
+      tiled_pv_share((u) <= 8 ? 2 : 1, u, __VA_ARGS__);                                                                \
+    else                                                                                                               \
+      tiled_pv_share(1, u, __VA_ARGS__);                                                                               \
+  } while (0)
+
+/* The vectors tiled_pv_share takes at once for U 16-dim units. */
+BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
+  const int32_t most = U <= 4 ? 4 : U <= 5 ? 3 : U <= 8 ? 2 : 1;
+  return nb < most ? nb : most;
+}
+
+/* bf16 P V of every head and block a tile at a time, every head in turn: each head's share of a tile (4 KB at
+ * head dim 128) read in address order by its first pass of vectors (2 of 4 at head dim 128; the next pass
+ * finds it in L1), heads up to 256 dims at once (beyond, in 256-dim pieces), so the values are one ascending
+ * stream, which the hardware prefetchers follow. The next share (the next head's, after the last head the next
+ * tile's first) is asked for into L2 (prefetcht2) as a share starts.
+ * Against tiled_pv_fp8's order (two tiles a step in 64-dim pieces: each share read in two interleaved
+ * passes), uattn-kernel-bench --decode-layouts on the Zen 4 VM, four alternations, ns a key and KV head, 1 / 2
+ * rows: cold 31.9-32.8 / 40.2-44.8 -> 24.9-25.9 / 34.2-35.1, hot 12.7-12.9 / 24.5-25.2 -> 13.5-13.7 /
+ * 26.1-27.1. The P V phase alone (rdtsc around it, a probe not kept), cold: without the prefetch the two rows'
+ * (the second pass reading from L1 while the hardware waits) took 25-27 ns against 15-19; prefetcht1 11.3-11.4
+ * / 18.0-20.3 against prefetcht2's 10.3-12.4 / 15.0-18.8. Not for fp8: two passes would widen each line twice,
+ * which costs more than the order buys there (its kernel is bound by its arithmetic: hot 16.4 -> 18.0). */
+BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
+                                   const float *S, const int32_t D) {
+  const size_t share = (size_t)TILED_KEYS * D * 2;
+  for (int32_t T = t->T0; T < t->T1; T++)
+    for (int32_t g = 0; g < s->heads; g++) {
+      const char *vt = t->v + (size_t)T * t->tile_step + (size_t)g * t->head_step;
+      if (g + 1 < s->heads || T + 1 < t->T1) {
+        const char *next = g + 1 < s->heads ? vt + t->head_step : t->v + (size_t)(T + 1) * t->tile_step;
+        for (size_t b = 0; b < share; b += 64) _mm_prefetch(next + b, _MM_HINT_T2);
+      }
+      for (int32_t b = 0; b < s->blocks; b++) {
+        const int32_t lo = T * TILED_KEYS > s->lo[b] ? T * TILED_KEYS : s->lo[b];
+        const int32_t hi = (T + 1) * TILED_KEYS < s->hi[b] ? (T + 1) * TILED_KEYS : s->hi[b];
+        if (lo >= hi) continue;
+        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        for (int32_t d = 0; d < D; d += 256) {
+          const int32_t U = (D - d < 256 ? D - d : 256) / 16;
+          for (int32_t i = 0; i < s->nb[b];) {
+            const int32_t nb = tiled_share_vectors(U, s->nb[b] - i);
+            const uint32_t *pi = pp + (size_t)i * s->W;
+            const char *vd = vt + 4 * (size_t)d;
+            float *oi = o + (size_t)i * D + d;
+            switch (U) {
+            case 2: TILED_PV_SHARE(2, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 4: TILED_PV_SHARE(4, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 6: TILED_PV_SHARE(6, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 8: TILED_PV_SHARE(8, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 10: TILED_PV_SHARE(10, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 12: TILED_PV_SHARE(12, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            case 14: TILED_PV_SHARE(14, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            default: TILED_PV_SHARE(16, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
+            }
+            i += nb;
+          }
+        }
+      }
+    }
+}
+
+/* fp8 P V: 16 U dims (U = 2 or 4) of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors, keys in
+ * pairs from lo rounded down to even (a key of a pair outside [lo, hi) zeroed), each 32 dims of a pair widened
+ * from one 32-byte piece of its row. pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
+ * pp[i * ld + (j - j0) / 2]; v: head g's share of the block's first tile, dims from d0; o_i at o + i * D, in
+ * the dims' order of v16i_fp8_widen (unpack32_to). */
+BF16_INLINE void tiled_pv_fp8_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld,
+                                  int32_t j0, int32_t lo, int32_t hi, const char *v, size_t tile_step, const int32_t D,
+                                  float *o) {
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   for (int32_t j = lo & ~1; j < hi; j += 2) {
-    const char *r = v + (size_t)(j / TILED_KEYS) * tile_step + (size_t)(j % TILED_KEYS / 2) * 2 * D * esz;
+    const char *r = v + (size_t)(j / TILED_KEYS) * tile_step + (size_t)(j % TILED_KEYS / 2) * 2 * D;
     v16i w[4];
-    for (int u = 0; tab && u < U; u += 2) v16i_fp8_widen(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
-    for (int u = 0; !tab && u < U; u++) w[u] = v16i_load(r + 64 * u);
+    for (int u = 0; u < U; u += 2) v16i_fp8_widen(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
     if (j < lo || j + 1 >= hi) { /* key j (the low halves) or j + 1 (the high) not seen */
       const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
       for (int u = 0; u < U; u++) w[u] = v16i_and32(w[u], m);
@@ -148,11 +247,12 @@ BF16_INLINE void tiled_pv_run(const int NB, const int U, const uint8_t *tab, con
     for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-/* P V of every head and block, TILED_PV_KEYS keys at a time, every head in turn (the next step's tiles
- * asked for as a head starts this one); P as bf16 pairs, each S row's first W / 2 words. */
-BF16_INLINE void tiled_pv(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
-                          const float *S, const int32_t D) {
-  const size_t esz = tab ? 1 : 2, share = (size_t)TILED_KEYS * D * esz;
+/* fp8 P V of every head and block, TILED_PV_KEYS keys at a time, every head in turn (the next step's tiles
+ * asked for as a head starts this one), each line widened once; P as bf16 pairs, each S row's first W / 2
+ * words. */
+BF16_INLINE void tiled_pv_fp8(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
+                              const float *S, const int32_t D) {
+  const size_t share = (size_t)TILED_KEYS * D;
   const int32_t first = s->LO / TILED_PV_KEYS * TILED_PV_KEYS, per = TILED_PV_KEYS / TILED_KEYS;
   for (int32_t jt = first; jt < s->HI; jt += TILED_PV_KEYS)
     for (int32_t g = 0; g < s->heads; g++) {
@@ -170,11 +270,11 @@ BF16_INLINE void tiled_pv(const uattn_panel_job *job, const decode_shape *s, con
         float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
         int32_t d = 0;
         for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], tiled_pv_run, 4, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * esz * d, t->tile_step,
-                       D, o + d);
+          DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 4, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * d, t->tile_step, D,
+                       o + d);
         if (d < D)
-          DECODE_BY_NB(s->nb[b], tiled_pv_run, 2, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * esz * d, t->tile_step,
-                       D, o + d);
+          DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 2, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * d, t->tile_step, D,
+                       o + d);
       }
     }
 }
@@ -195,14 +295,14 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
     fp8_bf16_tables(t, tab);
     tiled_scores(&s, &src, q, tab, job->scale, S, D);
     bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
-    tiled_pv(job, &s, &src, tab, S, D);
+    tiled_pv_fp8(job, &s, &src, tab, S, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < s.n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
     return;
   }
   tiled_scores(&s, &src, q, NULL, job->scale, S, D); /* a constant NULL: the bf16 instance has no fp8 branch */
   bf16_decode_softmax(true, job, &s, S, NULL, D);
-  tiled_pv(job, &s, &src, NULL, S, D);
+  tiled_pv_in_order(job, &s, &src, S, D);
 }
 
 #endif
