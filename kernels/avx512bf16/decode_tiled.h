@@ -20,12 +20,16 @@
  * [LO, HI)) or masked by the softmax rules (P exactly 0); their values are zeroed before P V, since a
  * slot never written may hold NaN, and 0 x NaN would reach the output.
  * Against this set's NHD kernel on the Zen 4 VM (uattn-kernel-bench --decode-layouts, GQA 4, one row, ns a key
- * and KV head): hot 12.8-12.9 against 16.5-17.8 on bf16, 15.0-15.1 against 17.5-17.6 on fp8; on a cold walk
- * fp8 19.0-19.4 against 20.5-20.6, and bf16 24.9-25.9 against 26.1-29.6 since its P V reads each head's share
+ * and KV head, three alternations): hot 13.4-14.7 against 15.4-15.8 on bf16, 14.9-15.7 against 17.7-17.9 on
+ * fp8; on a cold walk fp8 19.0-20.6 against 19.8-21.8, and bf16 23.3-23.9 against 27.3-27.5 (24.9-25.9 against
+ * 26.1-29.6 before the next paragraph's change) since its P V reads each head's share
  * of a tile in address order (tiled_pv_in_order; 31.9-32.8 before, the values then read in two interleaved
- * passes, 30% of the cold time on their loads). The keys are a stream in address order already; without their
- * software prefetches the hardware's alone served one row's scores faster (11-11.7 against 13.7-14.5 ns, rdtsc
- * around the phases) but two rows' far slower (24-27 against 17), so they stay. Needs a head dim that is a
+ * passes, 30% of the cold time on their loads). The keys are a stream in address order already, which the
+ * hardware prefetchers follow alone when the call has 4 vectors a head or fewer (one decode row at GQA 4): the
+ * scores' software prefetches then only ask for the values' first tiles. With them, one row's scores took
+ * 13.7-14.5 ns a key and KV head cold, without 11-11.7 (rdtsc around the phase); the walk 25.1-29.9 -> 23.3-23.9,
+ * uattn-bench decode 1 x 32k on one thread 6.9-7.6 -> 6.4-6.6 ms. More vectors (two rows: 17 ns with, 24-27
+ * without) and fp8 (whose arithmetic leaves the hardware behind) keep them. Needs a head dim that is a
  * multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
@@ -114,7 +118,8 @@ BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const u
     const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
     for (int32_t g = 0; g < s->heads; g++) {
       const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      const char *pf = tiled_ahead(t, T + TILED_AHEAD, g);
+      /* one row's bf16 keys are left to the hardware prefetchers (see the top) */
+      const char *pf = tab || s->n > 4 || T + TILED_AHEAD >= t->T1 ? tiled_ahead(t, T + TILED_AHEAD, g) : NULL;
       for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
         TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? pf : NULL,
                     S + ((size_t)g * s->n + s->x0[b]) * s->W, (size_t)s->W, k0 - s->j0, lanes);
