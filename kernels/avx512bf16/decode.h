@@ -46,8 +46,11 @@
  * address order.) Nor does a layout of the cache (uattn-kernel-bench --decode-layouts, the same kernel on the
  * same blocks, 1 row cold: NHD 28.4-28.8, HND a head a call 34.5-36.9, each head's keys then its values, the
  * block one ascending stream, 33.6-35.7; without prefetches the stream is read at 39-41 and NHD at 52; with
- * every second line or 2-4x the distance, no better either): the walk in the cache's order with every line
- * asked for is the best this core does. What a layout buys is compute: keys transposed within a block
+ * every second line or 2-4x the distance, no better either): on NHD and HND the walk in the cache's order with
+ * every line asked for is the best this core does (a P V reading each HND head's rows whole, two vectors a
+ * pass, with or without the scores' prefetches, was no faster either: 34-39 against 33-37). Only TILED's
+ * kernel, whose values are then read as one ascending stream too, gets past that cap (23-26 cold, where the
+ * hardware prefetchers do the work: decode_tiled.h). What a layout buys besides is compute: keys transposed within a block
  * (each lane a key) give the scores without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at
  * GQA 4 (9.0 against 14.1 at 8 vectors; a standalone test of the scores alone), while transposing NHD rows in
  * the kernel costs what the tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so

@@ -312,13 +312,17 @@ done:
  * bandwidth takes longer than its flops at the FMA peak (all threads, the run's start), and its fraction is
  * of that limit: for a memory-bound case the median over its runs of each run's GB/s over the read
  * bandwidth paired with it (time_forward), for a compute-bound one its median time against the FMA peak.
+ * The read fraction is kept for every case (frac_read_*): a decode's target is in bytes whatever its bound
+ * (fp8 decodes are compute-bound by this rule), and a run that finds the host's vCPUs on one core's two
+ * SMT siblings measures two threads' FMA peak at one core's, which makes that run's decodes compute-bound.
  * A compute-bound bf16 case where the CPU has bf16 dot products is also measured against their peak
  * (bf16_1, bf16_all; -1 elsewhere): the FMA fraction says how it compares with today's fp32 arithmetic,
  * this one how much of the machine it uses. */
 typedef struct rates {
   bool memory;
   double gbs_1, gbs_all, gflops_1, gflops_all, frac_1, frac_all, bf16_1, bf16_all;
-  double read_1, read_all; /* the medians of the read bandwidth paired with the runs */
+  double read_1, read_all;           /* the medians of the read bandwidth paired with the runs */
+  double frac_read_1, frac_read_all; /* the memory-bound fraction whatever the bound: fp8 decodes are judged so */
 } rates;
 
 /* The median over a case's runs of its GB/s over the read bandwidth paired with the run. */
@@ -342,8 +346,9 @@ static rates rates_of(const options *o, const case_result *r, const bench_limits
              .gflops_all = r->work.flops / r->ms_all * 1e-6,
              .read_1 = median_of(r->one.read_gbs, r->one.n),
              .read_all = median_of(r->all.read_gbs, r->all.n)};
-  x.frac_1 = x.memory ? paired_fraction(&r->one, bytes) : x.gflops_1 / lim->fma_gflops_1;
-  x.frac_all = x.memory ? paired_fraction(&r->all, bytes) : x.gflops_all / lim->fma_gflops_all;
+  x.frac_read_1 = paired_fraction(&r->one, bytes), x.frac_read_all = paired_fraction(&r->all, bytes);
+  x.frac_1 = x.memory ? x.frac_read_1 : x.gflops_1 / lim->fma_gflops_1;
+  x.frac_all = x.memory ? x.frac_read_all : x.gflops_all / lim->fma_gflops_all;
   const bool bf16 = shows_bf16_dot(o, lim) && !x.memory;
   x.bf16_1 = bf16 ? x.gflops_1 / lim->bf16_gflops_1 : -1;
   x.bf16_all = bf16 ? x.gflops_all / lim->bf16_gflops_all : -1;
@@ -454,13 +459,14 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
         "%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"what\": \"%s\", \"tokens\": %d, "
         "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"ms_1\": %.4f, "
         "\"ms_all\": %.4f, \"gbs_1\": %.2f, \"gbs_all\": %.2f, \"gflops_1\": %.2f, \"gflops_all\": %.2f, "
-        "\"read_gbs_paired_1\": %.2f, \"read_gbs_paired_all\": %.2f, "
+        "\"read_gbs_paired_1\": %.2f, \"read_gbs_paired_all\": %.2f, \"fraction_read_1\": %.4f, "
+        "\"fraction_read_all\": %.4f, "
         "\"fraction_1\": %.4f, \"fraction_all\": %.4f, \"fraction_bf16_dot_1\": %s, "
         "\"fraction_bf16_dot_all\": %s, \"speedup\": %.3f, \"bucket_hit\": %s, "
         "\"kernels\": [\"%s\", \"%s\", \"%s\"], \"kernel_reason\": \"%s\"}",
         i ? "," : "", r->preset->name, r->c->scenario, r->c->name, r->what, r->work.tokens, r->work.cache_bytes,
         r->work.io_bytes, r->work.flops, x.memory ? "memory" : "compute", r->ms_1, r->ms_all, x.gbs_1, x.gbs_all,
-        x.gflops_1, x.gflops_all, x.read_1, x.read_all, x.frac_1, x.frac_all,
+        x.gflops_1, x.gflops_all, x.read_1, x.read_all, x.frac_read_1, x.frac_read_all, x.frac_1, x.frac_all,
         json_number(b1, sizeof b1, "%.4f", x.bf16_1, x.bf16_1 >= 0),
         json_number(b2, sizeof b2, "%.4f", x.bf16_all, x.bf16_all >= 0), r->ms_1 / r->ms_all,
         r->kernels.bucket_hit ? "true" : "false", r->kernels.part_kernel[0], r->kernels.part_kernel[1],
