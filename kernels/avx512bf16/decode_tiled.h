@@ -153,24 +153,24 @@ BF16_INLINE void tiled_pv_share(const int NB, const int U, const uint32_t *pp, s
     for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i * U + u]);
 }
 
-/* tiled_pv_share with U = u (a constant) and as many of the nb vectors as 16 accumulators hold. */
-#define TILED_PV_SHARE(u, nb, ...)                                                                                     \
-  do {                                                                                                                 \
-    if ((u) <= 4 && (nb) >= 4)                                                                                         \
-      tiled_pv_share((u) <= 4 ? 4 : 1, u, __VA_ARGS__);                                                                \
-    else if ((u) <= 5 && (nb) == 3)                                                                                    \
-      tiled_pv_share((u) <= 5 ? 3 : 1, u, __VA_ARGS__);                                                                \
-    else if ((u) <= 8 && (nb) >= 2)                                                                                    \
-      tiled_pv_share((u) <= 8 ? 2 : 1, u, __VA_ARGS__);                                                                \
-    else                                                                                                               \
-      tiled_pv_share(1, u, __VA_ARGS__);                                                                               \
-  } while (0)
-
-/* The vectors tiled_pv_share takes at once for U 16-dim units. */
+/* The vectors tiled_pv_share takes at once for U 16-dim units: as many of nb as 16 accumulators hold, at
+ * most 4 (decode_shape's blocks of vectors). */
 BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
-  const int32_t most = U <= 4 ? 4 : U <= 5 ? 3 : U <= 8 ? 2 : 1;
+  const int32_t most = 16 / U < 4 ? 16 / U : 4;
   return nb < most ? nb : most;
 }
+
+/* tiled_pv_share with U = u (a constant) for nb = tiled_share_vectors(u, ...) vectors (the other instances,
+ * never taken, are kept within 16 accumulators). */
+#define TILED_PV_SHARE(u, nb, ...)                                                                                     \
+  do {                                                                                                                 \
+    switch (nb) {                                                                                                      \
+    case 4: tiled_pv_share(4 * (u) <= 16 ? 4 : 1, u, __VA_ARGS__); break;                                              \
+    case 3: tiled_pv_share(3 * (u) <= 16 ? 3 : 1, u, __VA_ARGS__); break;                                              \
+    case 2: tiled_pv_share(2 * (u) <= 16 ? 2 : 1, u, __VA_ARGS__); break;                                              \
+    default: tiled_pv_share(1, u, __VA_ARGS__); break;                                                                 \
+    }                                                                                                                  \
+  } while (0)
 
 /* bf16 P V of every head and block a tile at a time, every head in turn: each head's share of a tile (4 KB at
  * head dim 128) read in address order by its first pass of vectors (2 of 4 at head dim 128; the next pass
@@ -183,7 +183,9 @@ BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
  * 26.1-27.1. The P V phase alone (rdtsc around it, a probe not kept), cold: without the prefetch the two rows'
  * (the second pass reading from L1 while the hardware waits) took 25-27 ns against 15-19; prefetcht1 11.3-11.4
  * / 18.0-20.3 against prefetcht2's 10.3-12.4 / 15.0-18.8. Not for fp8: two passes would widen each line twice,
- * which costs more than the order buys there (its kernel is bound by its arithmetic: hot 16.4 -> 18.0). */
+ * which costs more than the order buys there (its kernel is bound by its arithmetic: hot 16.4 -> 18.0); nor
+ * did widening each fp8 share once into bf16 lines on the stack for the passes to read pay (hot 14.8 -> 17.9,
+ * cold 18.8 -> 21.2; uattn-bench fp8 TILED decode 1 x 32k 4.9-5.0 / 2.7-2.9 -> 5.5-5.6 / 2.9-3.3 ms). */
 BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
                                    const float *S, const int32_t D) {
   const size_t share = (size_t)TILED_KEYS * D * 2;
@@ -202,10 +204,10 @@ BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shap
         float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
         for (int32_t d = 0; d < D; d += 256) {
           const int32_t U = (D - d < 256 ? D - d : 256) / 16;
+          const char *vd = vt + 4 * (size_t)d;
           for (int32_t i = 0; i < s->nb[b];) {
             const int32_t nb = tiled_share_vectors(U, s->nb[b] - i);
             const uint32_t *pi = pp + (size_t)i * s->W;
-            const char *vd = vt + 4 * (size_t)d;
             float *oi = o + (size_t)i * D + d;
             switch (U) {
             case 2: TILED_PV_SHARE(2, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;

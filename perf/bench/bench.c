@@ -292,10 +292,11 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
       time_forward(plan, &L, &t, env->all, env->threads, o->runs, &env->reader, &res->all) ||
       uattn_last_forward_report(&res->kernels))
     snprintf(err, sizeof err, "%s", uattn_last_error());
-  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, (int32_t)celem, &res->work) == 0)
+  else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, (int32_t)celem, &res->work) == 0) {
     rc = 0;
-  res->ms_1 = median_of(res->one.s, res->one.n) * 1e3;
-  res->ms_all = median_of(res->all.s, res->all.n) * 1e3;
+    res->ms_1 = median_of(res->one.s, res->one.n) * 1e3;
+    res->ms_all = median_of(res->all.s, res->all.n) * 1e3;
+  }
   res->preset = p;
   res->c = c;
   snprintf(res->what, sizeof res->what, "%s", s.what);
