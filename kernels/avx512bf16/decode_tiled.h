@@ -41,7 +41,8 @@
 enum {
   TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
   TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
-  TILED_AHEAD = 2, /* tiles ahead of the one being scored that are asked for (past the last, the values) */
+  TILED_AHEAD = 2,       /* tiles ahead of the one being scored that are asked for (past the last, the values) */
+  TILED_PV_AHEAD = 8192, /* bytes of values ahead of the share bf16 P V reads that are asked for */
 };
 
 /* Where one call's tiles are (bytes) and which hold its keys. */
@@ -175,8 +176,14 @@ BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
 /* bf16 P V of every head and block a tile at a time, every head in turn: each head's share of a tile (4 KB at
  * head dim 128) read in address order by its first pass of vectors (2 of 4 at head dim 128; the next pass
  * finds it in L1), heads up to 256 dims at once (beyond, in 256-dim pieces), so the values are one ascending
- * stream, which the hardware prefetchers follow. The next share (the next head's, after the last head the next
- * tile's first) is asked for into L2 (prefetcht2) as a share starts.
+ * stream, which the hardware prefetchers follow. As a share starts, the share TILED_PV_AHEAD bytes on in the
+ * walk (the heads' shares in turn, tile after tile) is asked for into L2 (prefetcht2): 8 KB ahead is what the
+ * second pass, which reads L1 while the hardware waits, needs on this Zen 4 VM, at every head dim (rdtsc
+ * around the phase, cold, 1 / 2 rows, ns a key and KV head: head dim 128 the next share 10.1-11.6 / 16.2-17.0,
+ * 2 ahead 9.5-9.7 / 14.6-14.9, 3 and 4 ahead (12-16 KB) 16.3-16.9, worse than the next; head dim 64 the next
+ * 6.7-7.1, 4 ahead 4.2; head dim 256 the next (8 KB) 32.7-33.0, 2 ahead 36.2-38.0). The walk, four
+ * alternations with the next share's prefetch: 1 row 24.4-25.6 -> 23.0-23.7, 2 rows 34.2-37.9 -> 34.7-36.0;
+ * head dim 64 14.6-15.2 -> 11.4-11.8.
  * Against tiled_pv_fp8's order (two tiles a step in 64-dim pieces: each share read in two interleaved
  * passes), uattn-kernel-bench --decode-layouts on the Zen 4 VM, four alternations, ns a key and KV head, 1 / 2
  * rows: cold 31.9-32.8 / 40.2-44.8 -> 24.9-25.9 / 34.2-35.1, hot 12.7-12.9 / 24.5-25.2 -> 13.5-13.7 /
@@ -189,11 +196,17 @@ BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
 BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
                                    const float *S, const int32_t D) {
   const size_t share = (size_t)TILED_KEYS * D * 2;
+  /* shares ahead asked for, and how many the scores asked for (the values' first TILED_AHEAD tiles) */
+  const int32_t ahead = share < TILED_PV_AHEAD ? (int32_t)(TILED_PV_AHEAD / share) : 1;
+  const int32_t asked = t->T1 - t->T0 >= TILED_AHEAD ? TILED_AHEAD * s->heads : 0;
   for (int32_t T = t->T0; T < t->T1; T++)
     for (int32_t g = 0; g < s->heads; g++) {
       const char *vt = t->v + (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      if (g + 1 < s->heads || T + 1 < t->T1) {
-        const char *next = g + 1 < s->heads ? vt + t->head_step : t->v + (size_t)(T + 1) * t->tile_step;
+      const int32_t x = (T - t->T0) * s->heads + g; /* this share's place in the walk */
+      for (int32_t y = x > 0 ? x + ahead : asked > 1 ? asked : 1; y <= x + ahead; y++) {
+        const int32_t Ty = t->T0 + y / s->heads;
+        if (Ty >= t->T1) break;
+        const char *next = t->v + (size_t)Ty * t->tile_step + (size_t)(y % s->heads) * t->head_step;
         for (size_t b = 0; b < share; b += 64) _mm_prefetch(next + b, _MM_HINT_T2);
       }
       for (int32_t b = 0; b < s->blocks; b++) {
