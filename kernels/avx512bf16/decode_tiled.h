@@ -29,7 +29,14 @@
  * scores' software prefetches then only ask for the values' first tiles. With them, one row's scores took
  * 13.7-14.5 ns a key and KV head cold, without 11-11.7 (rdtsc around the phase); the walk 25.1-29.9 -> 23.3-23.9,
  * uattn-bench decode 1 x 32k on one thread 6.9-7.6 -> 6.4-6.6 ms. More vectors (two rows: 17 ns with, 24-27
- * without) and fp8 (whose arithmetic leaves the hardware behind) keep them. Needs a head dim that is a
+ * without) and fp8 (whose arithmetic leaves the hardware behind) keep them. Where the cold walk's time goes
+ * (rdtsc around the phases, one row, a probe not kept): scores 11.5-13 ns a key and KV head, softmax 1.4, P V
+ * 9.5-10.5, where the bytes at the plain read's rate take 8.3 a phase; a stream with the same products and
+ * nothing else keeps up with the read (README, Performance), so the rest is the kernel's. Tried on the scores
+ * and not kept: the queries' broadcasts are a load each (4 a line of keys at one row), and with them hoisted
+ * out (wrong scores, timing only) the cold scores took 1.5 ns less, but sharing each broadcast between two
+ * tiles of a head (two streams 32 KB apart) was no faster (13.3-14.1 against 12.2-13.8); asking for the
+ * shares 1-2 ahead into L2 as P V does made the scores slower (14.6-17.7). Needs a head dim that is a
  * multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
