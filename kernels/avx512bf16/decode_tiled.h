@@ -24,19 +24,26 @@
  * fp8; on a cold walk fp8 19.0-20.6 against 19.8-21.8, and bf16 23.3-23.9 against 27.3-27.5 (24.9-25.9 against
  * 26.1-29.6 before the next paragraph's change) since its P V reads each head's share
  * of a tile in address order (tiled_pv_in_order; 31.9-32.8 before, the values then read in two interleaved
- * passes, 30% of the cold time on their loads). The keys are a stream in address order already, which the
- * hardware prefetchers follow alone when the call has 4 vectors a head or fewer (one decode row at GQA 4): the
- * scores' software prefetches then only ask for the values' first tiles. With them, one row's scores took
- * 13.7-14.5 ns a key and KV head cold, without 11-11.7 (rdtsc around the phase); the walk 25.1-29.9 -> 23.3-23.9,
- * uattn-bench decode 1 x 32k on one thread 6.9-7.6 -> 6.4-6.6 ms. More vectors (two rows: 17 ns with, 24-27
- * without) and fp8 (whose arithmetic leaves the hardware behind) keep them. Where the cold walk's time goes
- * (rdtsc around the phases, one row, a probe not kept): scores 11.5-13 ns a key and KV head, softmax 1.4, P V
- * 9.5-10.5, where the bytes at the plain read's rate take 8.3 a phase; a stream with the same products and
- * nothing else keeps up with the read (README, Performance), so the rest is the kernel's. Tried on the scores
- * and not kept: the queries' broadcasts are a load each (4 a line of keys at one row), and with them hoisted
- * out (wrong scores, timing only) the cold scores took 1.5 ns less, but sharing each broadcast between two
- * tiles of a head (two streams 32 KB apart) was no faster (13.3-14.1 against 12.2-13.8); asking for the
- * shares 1-2 ahead into L2 as P V does made the scores slower (14.6-17.7). Needs a head dim that is a
+ * passes, 30% of the cold time on their loads).
+ * The keys are a stream in address order already. With more vectors a head than one decode row at GQA 4 (two
+ * rows: 17 ns a key and KV head with, 24-27 without), and with fp8 (whose arithmetic leaves the hardware
+ * behind), the scores ask for each head's share TILED_AHEAD tiles on. One bf16 row asks for the walk's next
+ * share (TILED_ROW_AHEAD: 4 KB on at head dim 128), and takes each query pair's broadcast inside its
+ * vdpbf16ps ({1to16}: one instruction a product, not a load and a product): with fewer instructions a line of
+ * keys the core's window holds more lines in flight. Measured (probes not kept: the kernel cut after its
+ * scores, cold, one row, ns a key and KV head, where the keys' half of the plain read took 6.3-6.5): the
+ * scores 10.4-11.2 against 4.0 hot, the memory and the arithmetic not overlapped at all; the same walk with
+ * a plain add for the products 8.7-9.1 (the read's rate is not reached even without arithmetic), 7.7-7.9
+ * asking for the next share; the scores asking for it 9.4-10.1. The whole walk (uattn-kernel-bench
+ * --decode-layouts, 10-12 alternated runs, medians, TILED cold over the plain read): 1.60-1.69 -> 1.53
+ * (22.9-23.9 -> 21.7 ns); the broadcasts alone 1.60 -> 1.57; two rows and fp8 unchanged. (Until then one
+ * row's keys were left to the hardware prefetchers, with the scores asking only for the values' first tiles:
+ * 13.7-14.5 ns with the tile-ahead prefetches against 11-11.7 without, when the broadcasts were loads.)
+ * Where the cold walk's time went before (rdtsc around the phases, one row, a probe not kept): scores 11.5-13
+ * ns a key and KV head, softmax 1.4, P V 9.5-10.5, where the bytes at the plain read's rate take 8.3 a phase.
+ * Tried on the scores and not kept: sharing each broadcast between two tiles of a head (two streams 32 KB
+ * apart) was no faster (13.3-14.1 against 12.2-13.8); asking for 2-8 lines of the next 4 KB page only (the
+ * hardware's streams may stop at pages) bought about 1 ns, the whole share 1-3. Needs a head dim that is a
  * multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
@@ -49,6 +56,7 @@ enum {
   TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
   TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
   TILED_AHEAD = 2,       /* tiles ahead of the one being scored that are asked for (past the last, the values) */
+  TILED_ROW_AHEAD = 1,   /* shares of the walk ahead of the one being scored that one bf16 row asks for */
   TILED_PV_AHEAD = 8192, /* bytes of values ahead of the share bf16 P V reads that are asked for */
 };
 
@@ -68,6 +76,15 @@ BF16_INLINE const char *tiled_ahead(const tiled_src *t, int32_t x, int32_t g) {
     return t->k + (size_t)x * t->tile_step + (size_t)g * t->head_step;
   return x < t->T1 ? t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step : NULL;
 }
+
+/* Share y of the call's walk: the heads' shares of the keys' tiles in turn, then the values' likewise. */
+BF16_INLINE const char *tiled_walk_share(const tiled_src *t, int32_t heads, int32_t y) {
+  return tiled_ahead(t, t->T0 + y / heads, y % heads);
+}
+
+/* Whether the scores ask for the walk's share TILED_ROW_AHEAD on (one bf16 row: 4 vectors a head or fewer)
+ * rather than each head's share TILED_AHEAD tiles on (more vectors, fp8). */
+BF16_INLINE bool tiled_row_walk(const decode_shape *s, const uint8_t *tab) { return !tab && s->n <= 4; }
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh) and the 16 keys of one head's share of a
  * tile (kt), C partial sums over the pairs, into vector i's S row from column col, the lanes in `lanes`
@@ -89,7 +106,9 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
       if (pf) _mm_prefetch(pf + 64 * (size_t)(p + c), _MM_HINT_T1);
     }
     for (int i = 0; i < NB; i++)
-      for (int c = 0; c < C; c++) a[i][c] = v16_dpbf16(a[i][c], v16i_set1(q[(size_t)i * Dh + p + c]), k[c]);
+      for (int c = 0; c < C; c++)
+        a[i][c] = tab ? v16_dpbf16(a[i][c], v16i_set1(q[(size_t)i * Dh + p + c]), k[c])
+                      : v16_dpbf16_bcast(a[i][c], k[c], q + (size_t)i * Dh + p + c);
   }
   const v16 sc = v16_set1(scale);
   for (int i = 0; i < NB; i++) {
@@ -116,18 +135,23 @@ BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const u
                               float scale, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++) memset(S + x * s->W, 0, sizeof(float) * (size_t)s->W);
-  for (int32_t x = t->T0; x < t->T0 + TILED_AHEAD && x < t->T1; x++)
-    for (int32_t g = 0; g < s->heads; g++)
-      for (size_t b = 0; b < (size_t)TILED_KEYS * D * (tab ? 1 : 2); b += 64)
-        _mm_prefetch(t->k + (size_t)x * t->tile_step + (size_t)g * t->head_step + b, _MM_HINT_T1);
+  /* the shares the first scores ask past: the walk's first TILED_ROW_AHEAD, or the keys' first TILED_AHEAD tiles */
+  const int32_t tiles = t->T1 - t->T0 < TILED_AHEAD ? t->T1 - t->T0 : TILED_AHEAD;
+  const int32_t first = tiled_row_walk(s, tab) ? TILED_ROW_AHEAD : tiles * s->heads;
+  for (int32_t y = 0; y < first; y++) {
+    const char *share = tiled_walk_share(t, s->heads, y);
+    for (size_t b = 0; share && b < (size_t)TILED_KEYS * D * (tab ? 1 : 2); b += 64)
+      _mm_prefetch(share + b, _MM_HINT_T1);
+  }
   for (int32_t T = t->T0; T < t->T1; T++) {
     const int32_t k0 = T * TILED_KEYS;
     const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
     const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
     for (int32_t g = 0; g < s->heads; g++) {
       const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      /* one row's bf16 keys are left to the hardware prefetchers (see the top) */
-      const char *pf = tab || s->n > 4 || T + TILED_AHEAD >= t->T1 ? tiled_ahead(t, T + TILED_AHEAD, g) : NULL;
+      const char *pf = tiled_row_walk(s, tab)
+                           ? tiled_walk_share(t, s->heads, (T - t->T0) * s->heads + g + TILED_ROW_AHEAD)
+                           : tiled_ahead(t, T + TILED_AHEAD, g);
       for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
         TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? pf : NULL,
                     S + ((size_t)g * s->n + s->x0[b]) * s->W, (size_t)s->W, k0 - s->j0, lanes);
@@ -203,9 +227,11 @@ BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
 BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
                                    const float *S, const int32_t D) {
   const size_t share = (size_t)TILED_KEYS * D * 2;
-  /* shares ahead asked for, and how many the scores asked for (the values' first TILED_AHEAD tiles) */
+  /* shares ahead asked for, and how many of the values' first shares the scores asked for */
   const int32_t ahead = share < TILED_PV_AHEAD ? (int32_t)(TILED_PV_AHEAD / share) : 1;
-  const int32_t asked = t->T1 - t->T0 >= TILED_AHEAD ? TILED_AHEAD * s->heads : 0;
+  const int32_t asked = tiled_row_walk(s, NULL)        ? TILED_ROW_AHEAD
+                        : t->T1 - t->T0 >= TILED_AHEAD ? TILED_AHEAD * s->heads
+                                                       : 0;
   for (int32_t T = t->T0; T < t->T1; T++)
     for (int32_t g = 0; g < s->heads; g++) {
       const char *vt = t->v + (size_t)T * t->tile_step + (size_t)g * t->head_step;

@@ -36,6 +36,14 @@ BF16_INLINE v16i v16i_load(const void *p) { return _mm512_loadu_si512(p); }
 BF16_INLINE v16i v16i_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
 /* per lane: acc + a1 b1 + a0 b0, vdpbf16ps's rounding (see above) */
 BF16_INLINE v16 v16_dpbf16(v16 acc, v16i a, v16i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+/* v16_dpbf16(acc, v16i_set1(*b), a), bit for bit (each lane's products commute), with the pair at b broadcast
+ * by the instruction itself ({1to16}): one instruction where GCC 12 emits a broadcast load and the product
+ * (it does not fold the broadcast into vdpbf16ps), which lets a stream hold more lines in flight
+ * (decode_tiled.h). Written in asm for that reason alone. */
+BF16_INLINE v16 v16_dpbf16_bcast(v16 acc, v16i a, const uint32_t *b) {
+  __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*b));
+  return acc;
+}
 /* the pairs' elements 0 (lo) and 1 (hi) as f32 */
 BF16_INLINE v16 v16i_lo(v16i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
 BF16_INLINE v16 v16i_hi(v16i x) {
@@ -163,6 +171,7 @@ BF16_INLINE __m256 dpbf16_8(__m256 acc, __m256i a, __m256i b) {
 BF16_INLINE v16 v16_dpbf16(v16 acc, v16i a, v16i b) {
   return (v16){dpbf16_8(acc.lo, a.lo, b.lo), dpbf16_8(acc.hi, a.hi, b.hi)};
 }
+BF16_INLINE v16 v16_dpbf16_bcast(v16 acc, v16i a, const uint32_t *b) { return v16_dpbf16(acc, v16i_set1(*b), a); }
 BF16_INLINE v16 v16i_lo(v16i x) {
   return (v16){_mm256_castsi256_ps(_mm256_slli_epi32(x.lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(x.hi, 16))};
 }
