@@ -237,9 +237,8 @@ BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shap
       const char *vt = t->v + (size_t)T * t->tile_step + (size_t)g * t->head_step;
       const int32_t x = (T - t->T0) * s->heads + g; /* this share's place in the walk */
       for (int32_t y = x > 0 ? x + ahead : asked > 1 ? asked : 1; y <= x + ahead; y++) {
-        const int32_t Ty = t->T0 + y / s->heads;
-        if (Ty >= t->T1) break;
-        const char *next = t->v + (size_t)Ty * t->tile_step + (size_t)(y % s->heads) * t->head_step;
+        const char *next = tiled_walk_share(t, s->heads, (t->T1 - t->T0) * s->heads + y); /* the values' share y */
+        if (!next) break;
         for (size_t b = 0; b < share; b += 64) _mm_prefetch(next + b, _MM_HINT_T2);
       }
       for (int32_t b = 0; b < s->blocks; b++) {
