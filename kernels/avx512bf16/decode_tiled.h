@@ -1,50 +1,56 @@
 /* The avx512bf16 set's decode kernel on uattn's own cache layout (UATTN_LAYOUT_TILED, uattn.h): decode.h's
- * jobs, phases and softmax (bf16_decode_softmax), with the products taken in the layout's order.
+ * jobs and softmax rules, with the products taken in the layout's order.
  *
  * Each block is tiles of 16 keys, each tile every KV head in turn, so an all-heads call reads its blocks in
  * address order, as on NHD. Within a tile and head:
  *   keys    one 64-byte line a dim pair of the 16 keys (bf16): vdpbf16ps of the line with the query's pair
  *           broadcast adds that pair's products to 16 scores at once, a lane a key. No reduction tree (NHD's
  *           bf16_sum16: 45 moves and adds for 16 scores) and no store of quarters: 16 scores are one vector.
- *           TILED_CHAINS partial sums over the pairs keep enough vdpbf16ps in flight for its latency.
+ *           TILED_SCORE's partial sums over the pairs keep vdpbf16ps in flight; the query pair's broadcast
+ *           is inside the bf16 vdpbf16ps ({1to16}: one instruction a product).
  *   values  one line 16 dims of a key pair: vdpbf16ps with the pair's two P broadcast adds both keys to 16
  *           dims of the output, in the dims' order (NHD interleaves two rows by unpacks and keeps the output
  *           permuted during P V).
- * fp8 caches keep one code an element: a 64-byte line is two dim pairs of keys (or 32 dims of a key pair of
- * values), widened exactly into the bf16 lines above by vpermi2b lookups: keys by v16i_fp8_widen_in_order
- * (words in the codes' order, each vector one pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than
- * vpermt2b), whose order of the dims (decode.h's unpack32_to) the outputs are put in for P V and back after.
- * Taking the keys by unpacks too (each vector then half one pair, half the next, the query's two pairs blended
- * into one vector) measured no faster: the blends cost what the permutes did.
  * Keys past a vector's visible ones inside a tile: their scores are computed but not stored (lanes outside
  * [LO, HI)) or masked by the softmax rules (P exactly 0); their values are zeroed before P V, since a
  * slot never written may hold NaN, and 0 x NaN would reach the output.
- * Against this set's NHD kernel on the Zen 4 VM (uattn-kernel-bench --decode-layouts, GQA 4, one row, ns a key
- * and KV head, three alternations): hot 13.4-14.7 against 15.4-15.8 on bf16, 14.9-15.7 against 17.7-17.9 on
- * fp8; on a cold walk fp8 19.0-20.6 against 19.8-21.8, and bf16 23.3-23.9 against 27.3-27.5 (24.9-25.9 against
- * 26.1-29.6 before the next paragraph's change) since its P V reads each head's share
- * of a tile in address order (tiled_pv_in_order; 31.9-32.8 before, the values then read in two interleaved
- * passes, 30% of the cold time on their loads).
- * The keys are a stream in address order already. With more vectors a head than one decode row at GQA 4 (two
- * rows: 17 ns a key and KV head with, 24-27 without), and with fp8 (whose arithmetic leaves the hardware
- * behind), the scores ask for each head's share TILED_AHEAD tiles on. One bf16 row asks for the walk's next
- * share (TILED_ROW_AHEAD: 4 KB on at head dim 128), and takes each query pair's broadcast inside its
- * vdpbf16ps ({1to16}: one instruction a product, not a load and a product): with fewer instructions a line of
- * keys the core's window holds more lines in flight. Measured (probes not kept: the kernel cut after its
- * scores, cold, one row, ns a key and KV head, where the keys' half of the plain read took 6.3-6.5): the
- * scores 10.4-11.2 against 4.0 hot, the memory and the arithmetic not overlapped at all; the same walk with
- * a plain add for the products 8.7-9.1 (the read's rate is not reached even without arithmetic), 7.7-7.9
- * asking for the next share; the scores asking for it 9.4-10.1. The whole walk (uattn-kernel-bench
- * --decode-layouts, 10-12 alternated runs, medians, TILED cold over the plain read): 1.60-1.69 -> 1.53
- * (22.9-23.9 -> 21.7 ns); the broadcasts alone 1.60 -> 1.57; two rows and fp8 unchanged. (Until then one
- * row's keys were left to the hardware prefetchers, with the scores asking only for the values' first tiles:
- * 13.7-14.5 ns with the tile-ahead prefetches against 11-11.7 without, when the broadcasts were loads.)
- * Where the cold walk's time went before (rdtsc around the phases, one row, a probe not kept): scores 11.5-13
- * ns a key and KV head, softmax 1.4, P V 9.5-10.5, where the bytes at the plain read's rate take 8.3 a phase.
- * Tried on the scores and not kept: sharing each broadcast between two tiles of a head (two streams 32 KB
- * apart) was no faster (13.3-14.1 against 12.2-13.8); asking for 2-8 lines of the next 4 KB page only (the
- * hardware's streams may stop at pages) bought about 1 ns, the whole share 1-3. Needs a head dim that is a
- * multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
+ *
+ * bf16 caches: the walk fused (tiled_fused). Each head's share of a tile (4 KB of keys and 4 KB of values
+ * at head dim 128) is scored, its columns go through the online softmax (tiled_softmax), and its values are
+ * added, before the next share: the keys and the values are two streams read side by side, each line asking
+ * for its place in the stream's next share, into L1; past the call's last keys the keys' stream goes on into
+ * the next call's block where the forward names it (uattn_panel_job.next_k). Until then the kernel went in
+ * phases (all of a call's keys, 256 KB at GQA 4 and 8 KV heads; a softmax that reads nothing; all of its
+ * values), and a probe (the phases cut after the scores, one row) had shown the keys' memory and the products
+ * not overlapped at all: 10.4-11.2 ns a key and KV head cold against 4.0 hot, where the keys' half of a plain
+ * read took 6.3-6.5. A separate program (not kept) reading 512 KB blocks with four vdpbf16ps a 64-byte line
+ * (the products' work) took 1.42-1.57x the plain read's time in phases, asking ahead or not, and 1.13-1.29x
+ * as two streams asking 2-4 KB ahead into L1 (into L2: 1.25-1.6x).
+ * Measured on the Zen 4 VM, the phases against the fused walk:
+ *   uattn-kernel-bench --decode-layouts (GQA 4, TILED cold over the plain read, medians of 5, four
+ *   alternations; 1 / 2 rows): 0.57-0.63 -> 0.73-0.86 / 0.44-0.49 -> 0.61-0.65; hot 10.4-14.0 -> 11.2-15.2 /
+ *   19.2-25.7 -> 21.2-29.6 ns a key and KV head (a softmax a tile, where there was one a block).
+ *   uattn-bench --scenario decode --layout tiled --preset all (three rounds alternated, medians, ms 1 / 2
+ *   threads): Llama-3-8B 1 x 32k 6.31 / 4.03 -> 5.67 / 3.46, 32 x 4k 32.4 / 16.8 -> 24.2 / 13.3; Qwen2-7B (7
+ *   vectors) 5.06 / 2.75 -> 3.57 / 2.02 and 20.0 / 10.8 -> 14.2 / 7.5; Llama-3-70B-tp8 (8) 1.15 / 0.71 -> 0.89
+ *   / 0.65; Gemma-2 (soft cap, head dim 256) 15.6 / 8.1 -> 13.7 / 7.1; verifications of 2-4 rows level or
+ *   1.1-1.3x faster.
+ * Asking a share and a half ahead rather than the next share measured 1.05-1.1x better on one row in the
+ * kernel bench and level or worse in uattn-bench (six rounds), so it is the next share. The online rescale a
+ * tile at a time changes the bits against the phases (P against a maximum that grows tile by tile; the rules
+ * and the rounding are the same); the tests' tolerances are unchanged.
+ *
+ * fp8 caches keep the phases (tiled_scores, bf16_decode_softmax, tiled_pv_fp8): one code an element, a
+ * 64-byte line is two dim pairs of keys (or 32 dims of a key pair of values), widened exactly into the bf16
+ * lines above by vpermi2b lookups: keys by v16i_fp8_widen_in_order (words in the codes' order, each vector one
+ * pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than vpermt2b), whose order of the dims (decode.h's
+ * unpack32_to) the outputs are put in for P V and back after. Taking the keys by unpacks too (each vector then
+ * half one pair, half the next, the query's two pairs blended into one vector) measured no faster: the blends
+ * cost what the permutes did. The scores ask for each head's share TILED_AHEAD tiles on: fp8's arithmetic
+ * leaves the hardware behind (hot 14.9-15.7 against NHD's 17.7-17.9, cold 19.0-20.6 against 19.8-21.8, ns a
+ * key and KV head, one row).
+ *
+ * Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
 #ifndef UATTN_AVX512BF16_DECODE_TILED_H
 #define UATTN_AVX512BF16_DECODE_TILED_H
@@ -55,9 +61,8 @@
 enum {
   TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
   TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
-  TILED_AHEAD = 2,       /* tiles ahead of the one being scored that are asked for (past the last, the values) */
-  TILED_ROW_AHEAD = 1,   /* shares of the walk ahead of the one being scored that one bf16 row asks for */
-  TILED_PV_AHEAD = 8192, /* bytes of values ahead of the share bf16 P V reads that are asked for */
+  TILED_AHEAD = 2,               /* fp8: tiles ahead of the one being scored that are asked for (past the last,
+                                  * the values) */
 };
 
 /* Where one call's tiles are (bytes) and which hold its keys. */
@@ -65,6 +70,7 @@ typedef struct tiled_src {
   const char *k, *v;           /* the block's first tile, the call's first head */
   size_t tile_step, head_step; /* from a tile to the next, from a head's share of a tile to the next head's */
   int32_t T0, T1;              /* tiles [T0, T1) hold the keys [LO, HI) */
+  const char *next_k;          /* the next call's keys (its block's first tile, the same heads), or NULL */
 } tiled_src;
 
 /* Head g's share of tile x of the keys, or past the keys' last tile the values' (x - T1 + T0), to ask for
@@ -77,18 +83,18 @@ BF16_INLINE const char *tiled_ahead(const tiled_src *t, int32_t x, int32_t g) {
   return x < t->T1 ? t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step : NULL;
 }
 
-/* Share y of the call's walk: the heads' shares of the keys' tiles in turn, then the values' likewise. */
-BF16_INLINE const char *tiled_walk_share(const tiled_src *t, int32_t heads, int32_t y) {
-  return tiled_ahead(t, t->T0 + y / heads, y % heads);
+/* Share y of the fused walk's keys (the heads' shares of tiles T0, T0 + 1, ... in turn; just past the last,
+ * the next call's first), or of its values (vals); NULL past them. */
+BF16_INLINE const char *tiled_stream_share(const tiled_src *t, int32_t heads, int32_t y, bool vals) {
+  const int32_t x = t->T0 + y / heads, g = y % heads;
+  if (x < t->T1) return (vals ? t->v : t->k) + (size_t)x * t->tile_step + (size_t)g * t->head_step;
+  return !vals && x == t->T1 && g == 0 ? t->next_k : NULL;
 }
-
-/* Whether the scores ask for the walk's share TILED_ROW_AHEAD on (one bf16 row: 4 vectors a head or fewer)
- * rather than each head's share TILED_AHEAD tiles on (more vectors, fp8). */
-BF16_INLINE bool tiled_row_walk(const decode_shape *s, const uint8_t *tab) { return !tab && s->n <= 4; }
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh) and the 16 keys of one head's share of a
  * tile (kt), C partial sums over the pairs, into vector i's S row from column col, the lanes in `lanes`
- * only. pf: a share of a tile to ask for, a line per line read (NULL: none). tab: fp8 codes. */
+ * only. pf: a share to ask for, a line per line read (NULL: none), into L1 for bf16 (the fused walk's next
+ * share), L2 for fp8 (TILED_AHEAD tiles on). tab: fp8 codes. */
 BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, const uint8_t *tab, float scale,
                                   const uint32_t *q, const char *kt, const char *pf, float *S, size_t ld, int32_t col,
                                   uint32_t lanes) {
@@ -103,7 +109,7 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
     }
     for (int c = 0; !tab && c < C; c++) {
       k[c] = v16i_load(kt + 64 * (size_t)(p + c));
-      if (pf) _mm_prefetch(pf + 64 * (size_t)(p + c), _MM_HINT_T1);
+      if (pf) _mm_prefetch(pf + 64 * (size_t)(p + c), _MM_HINT_T0);
     }
     for (int i = 0; i < NB; i++)
       for (int c = 0; c < C; c++)
@@ -129,31 +135,25 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
     }                                                                                                                  \
   } while (0)
 
-/* The scores of every head and block, a tile at a time, every head in turn: S[g][x][j - j0] for keys
- * [LO, HI), the other columns zero. */
+/* fp8: the scores of every head and block, a tile at a time, every head in turn: S[g][x][j - j0] for keys
+ * [LO, HI), the other columns zero; each head's share TILED_AHEAD tiles on asked for into L2. */
 BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const uint32_t *q, const uint8_t *tab,
                               float scale, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++) memset(S + x * s->W, 0, sizeof(float) * (size_t)s->W);
-  /* the shares the first scores ask past: the walk's first TILED_ROW_AHEAD, or the keys' first TILED_AHEAD tiles */
-  const int32_t tiles = t->T1 - t->T0 < TILED_AHEAD ? t->T1 - t->T0 : TILED_AHEAD;
-  const int32_t first = tiled_row_walk(s, tab) ? TILED_ROW_AHEAD : tiles * s->heads;
-  for (int32_t y = 0; y < first; y++) {
-    const char *share = tiled_walk_share(t, s->heads, y);
-    for (size_t b = 0; share && b < (size_t)TILED_KEYS * D * (tab ? 1 : 2); b += 64)
-      _mm_prefetch(share + b, _MM_HINT_T1);
-  }
+  const size_t share = (size_t)TILED_KEYS * D;
+  for (int32_t x = t->T0; x < t->T0 + TILED_AHEAD && x < t->T1; x++) /* the tiles the first scores ask past */
+    for (int32_t g = 0; g < s->heads; g++)
+      for (size_t b = 0; b < share; b += 64) _mm_prefetch(tiled_ahead(t, x, g) + b, _MM_HINT_T1);
   for (int32_t T = t->T0; T < t->T1; T++) {
     const int32_t k0 = T * TILED_KEYS;
     const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
     const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
     for (int32_t g = 0; g < s->heads; g++) {
-      const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      const char *pf = tiled_row_walk(s, tab)
-                           ? tiled_walk_share(t, s->heads, (T - t->T0) * s->heads + g + TILED_ROW_AHEAD)
-                           : tiled_ahead(t, T + TILED_AHEAD, g);
+      const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step,
+                 *ahead = tiled_ahead(t, T + TILED_AHEAD, g);
       for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
-        TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? pf : NULL,
+        TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? ahead : NULL,
                     S + ((size_t)g * s->n + s->x0[b]) * s->W, (size_t)s->W, k0 - s->j0, lanes);
     }
   }
@@ -162,16 +162,18 @@ BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const u
 /* bf16 P V over one head's share of one tile: o_i += sum over keys [lo, hi) (within the tile) of P[i][j] v_j
  * for NB vectors and U x 16 dims (NB U <= 16 accumulators), keys in pairs from lo rounded down to even, each
  * pair's row of values (the share's next 64 U bytes) read whole: with U x 16 the head dim, the share is read
- * in address order. Otherwise as tiled_pv_fp8_run (pp, ld, j0, the mask of a pair's unseen key; o_i at o + i * D). */
+ * in address order, each line asking for its place in share pf into L1 (NULL: none). Otherwise as
+ * tiled_pv_fp8_run (pp, ld, j0, the mask of a pair's unseen key; o_i at o + i * D). */
 BF16_INLINE void tiled_pv_share(const int NB, const int U, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo,
-                                int32_t hi, const char *v, const int32_t D, float *o) {
+                                int32_t hi, const char *v, const int32_t D, float *o, const char *pf) {
   v16 a[16];
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < U; u++) a[i * U + u] = v16_load(o + (size_t)i * D + 16 * u);
   for (int32_t j = lo & ~1; j < hi; j += 2) {
-    const char *r = v + (size_t)(j % TILED_KEYS / 2) * 4 * (size_t)D;
+    const size_t r = (size_t)(j % TILED_KEYS / 2) * 4 * (size_t)D; /* the pair's row in the share */
     v16i w[16];
-    for (int u = 0; u < U; u++) w[u] = v16i_load(r + 64 * u);
+    for (int u = 0; u < U; u++) w[u] = v16i_load(v + r + 64 * u);
+    for (int u = 0; pf && u < U; u++) _mm_prefetch(pf + r + 64 * u, _MM_HINT_T0);
     if (j < lo || j + 1 >= hi) { /* as tiled_pv_fp8_run */
       const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
       for (int u = 0; u < U; u++) w[u] = v16i_and32(w[u], m);
@@ -204,71 +206,33 @@ BF16_INLINE int32_t tiled_share_vectors(int32_t U, int32_t nb) {
     }                                                                                                                  \
   } while (0)
 
-/* bf16 P V of every head and block a tile at a time, every head in turn: each head's share of a tile (4 KB at
- * head dim 128) read in address order by its first pass of vectors (2 of 4 at head dim 128; the next pass
- * finds it in L1), heads up to 256 dims at once (beyond, in 256-dim pieces), so the values are one ascending
- * stream, which the hardware prefetchers follow. As a share starts, the share TILED_PV_AHEAD bytes on in the
- * walk (the heads' shares in turn, tile after tile) is asked for into L2 (prefetcht2): 8 KB ahead is what the
- * second pass, which reads L1 while the hardware waits, needs on this Zen 4 VM, at every head dim (rdtsc
- * around the phase, cold, 1 / 2 rows, ns a key and KV head: head dim 128 the next share 10.1-11.6 / 16.2-17.0,
- * 2 ahead 9.5-9.7 / 14.6-14.9, 3 and 4 ahead (12-16 KB) 16.3-16.9, worse than the next; head dim 64 the next
- * 6.7-7.1, 4 ahead 4.2; head dim 256 the next (8 KB) 32.7-33.0, 2 ahead 36.2-38.0). The walk, four
- * alternations with the next share's prefetch: 1 row 24.4-25.6 -> 23.0-23.7, 2 rows 34.2-37.9 -> 34.7-36.0;
- * head dim 64 14.6-15.2 -> 11.4-11.8.
- * Against tiled_pv_fp8's order (two tiles a step in 64-dim pieces: each share read in two interleaved
- * passes), uattn-kernel-bench --decode-layouts on the Zen 4 VM, four alternations, ns a key and KV head, 1 / 2
- * rows: cold 31.9-32.8 / 40.2-44.8 -> 24.9-25.9 / 34.2-35.1, hot 12.7-12.9 / 24.5-25.2 -> 13.5-13.7 /
- * 26.1-27.1. The P V phase alone (rdtsc around it, a probe not kept), cold: without the prefetch the two rows'
- * (the second pass reading from L1 while the hardware waits) took 25-27 ns against 15-19; prefetcht1 11.3-11.4
- * / 18.0-20.3 against prefetcht2's 10.3-12.4 / 15.0-18.8. Not for fp8: two passes would widen each line twice,
- * which costs more than the order buys there (its kernel is bound by its arithmetic: hot 16.4 -> 18.0); nor
- * did widening each fp8 share once into bf16 lines on the stack for the passes to read pay (hot 14.8 -> 17.9,
- * cold 18.8 -> 21.2; uattn-bench fp8 TILED decode 1 x 32k 4.9-5.0 / 2.7-2.9 -> 5.5-5.6 / 2.9-3.3 ms). */
-BF16_INLINE void tiled_pv_in_order(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
-                                   const float *S, const int32_t D) {
-  const size_t share = (size_t)TILED_KEYS * D * 2;
-  /* shares ahead asked for, and how many of the values' first shares the scores asked for */
-  const int32_t ahead = share < TILED_PV_AHEAD ? (int32_t)(TILED_PV_AHEAD / share) : 1;
-  const int32_t asked = tiled_row_walk(s, NULL)        ? TILED_ROW_AHEAD
-                        : t->T1 - t->T0 >= TILED_AHEAD ? TILED_AHEAD * s->heads
-                                                       : 0;
-  for (int32_t T = t->T0; T < t->T1; T++)
-    for (int32_t g = 0; g < s->heads; g++) {
-      const char *vt = t->v + (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      const int32_t x = (T - t->T0) * s->heads + g; /* this share's place in the walk */
-      for (int32_t y = x > 0 ? x + ahead : asked > 1 ? asked : 1; y <= x + ahead; y++) {
-        const char *next = tiled_walk_share(t, s->heads, (t->T1 - t->T0) * s->heads + y); /* the values' share y */
-        if (!next) break;
-        for (size_t b = 0; b < share; b += 64) _mm_prefetch(next + b, _MM_HINT_T2);
+/* bf16 P V of one head's share of a tile (vt) for nbs vectors (P rows pp + i * ld, outputs o + i * D, as
+ * tiled_pv_share's), keys [lo, hi) of the tile: each pass up to 256 dims of as many vectors as 16
+ * accumulators hold (2 of 4 at head dim 128: the first pass reads the share in address order, asking for
+ * share pf as tiled_pv_share, the next finds it in L1), beyond 256 dims in pieces. */
+BF16_INLINE void tiled_pv_vectors(int32_t nbs, const uint32_t *pp, size_t ld, int32_t j0, int32_t lo, int32_t hi,
+                                  const char *vt, const int32_t D, float *o, const char *pf) {
+  for (int32_t d = 0; d < D; d += 256) {
+    const int32_t U = (D - d < 256 ? D - d : 256) / 16;
+    const char *vd = vt + 4 * (size_t)d;
+    for (int32_t i = 0; i < nbs;) {
+      const int32_t nb = tiled_share_vectors(U, nbs - i);
+      const uint32_t *pi = pp + (size_t)i * ld;
+      float *oi = o + (size_t)i * D + d;
+      const char *p = pf && i == 0 ? pf + 4 * (size_t)d : NULL;
+      switch (U) {
+      case 2: TILED_PV_SHARE(2, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 4: TILED_PV_SHARE(4, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 6: TILED_PV_SHARE(6, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 8: TILED_PV_SHARE(8, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 10: TILED_PV_SHARE(10, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 12: TILED_PV_SHARE(12, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      case 14: TILED_PV_SHARE(14, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
+      default: TILED_PV_SHARE(16, nb, pi, ld, j0, lo, hi, vd, D, oi, p); break;
       }
-      for (int32_t b = 0; b < s->blocks; b++) {
-        const int32_t lo = T * TILED_KEYS > s->lo[b] ? T * TILED_KEYS : s->lo[b];
-        const int32_t hi = (T + 1) * TILED_KEYS < s->hi[b] ? (T + 1) * TILED_KEYS : s->hi[b];
-        if (lo >= hi) continue;
-        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        for (int32_t d = 0; d < D; d += 256) {
-          const int32_t U = (D - d < 256 ? D - d : 256) / 16;
-          const char *vd = vt + 4 * (size_t)d;
-          for (int32_t i = 0; i < s->nb[b];) {
-            const int32_t nb = tiled_share_vectors(U, s->nb[b] - i);
-            const uint32_t *pi = pp + (size_t)i * s->W;
-            float *oi = o + (size_t)i * D + d;
-            switch (U) {
-            case 2: TILED_PV_SHARE(2, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 4: TILED_PV_SHARE(4, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 6: TILED_PV_SHARE(6, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 8: TILED_PV_SHARE(8, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 10: TILED_PV_SHARE(10, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 12: TILED_PV_SHARE(12, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            case 14: TILED_PV_SHARE(14, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            default: TILED_PV_SHARE(16, nb, pi, (size_t)s->W, s->j0, lo, hi, vd, D, oi); break;
-            }
-            i += nb;
-          }
-        }
-      }
+      i += nb;
     }
+  }
 }
 
 /* fp8 P V: 16 U dims (U = 2 or 4) of o_i += sum over keys [lo, hi) of P[i][j] v_j for NB vectors, keys in
@@ -331,6 +295,102 @@ BF16_INLINE void tiled_pv_fp8(const uattn_panel_job *job, const decode_shape *s,
     }
 }
 
+/* o *= alpha, D floats (an output whose maximum grew). */
+BF16_INLINE void tiled_rescale(float *o, float alpha, const int32_t D) {
+  for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha), v16_load(o + d)));
+}
+
+/* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
+ * tile's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a tile of the online
+ * softmax: bf16_decode_row's rules, P as bf16 pairs at the columns' start, each output rescaled by its
+ * alpha. [*plo, *phi): the keys of the tile any vector sees (empty: none). A tile that every vector sees
+ * whole, without cap or slopes (all but a call's first and last), takes bf16_decode_row's operations on its
+ * 16 columns without the rules' branches: the same bits. */
+BF16_INLINE void tiled_softmax(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
+                               const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
+                               const int32_t D) {
+  const int nb = s->nb[b];
+  const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
+  float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+  bool whole = c1 - c0 == TILED_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
+  for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
+  if (whole) {
+    *plo = c0, *phi = c1;
+    for (int i = 0; i < nb; i++) {
+      float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
+      const v16 x = v16_load(row);
+      float alpha;
+      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
+      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
+      _mm256_storeu_si256((__m256i *)row, v16_pairs_bf16(p));
+      *l = *l * alpha + v16_hsum(p);
+      *m = m_new;
+      if (alpha != 1.0f) tiled_rescale(o0 + (size_t)i * D, alpha, D);
+    }
+    return;
+  }
+  *plo = INT32_MAX, *phi = INT32_MIN;
+  for (int i = 0; i < nb; i++) {
+    uint32_t *pp = (uint32_t *)(Sb + (size_t)i * s->W + (c0 - s->j0));
+    vec_rule r = rule[i];
+    if (r.lo < c0) r.lo = c0;
+    if (r.hi > c1) r.hi = c1;
+    if (r.lo >= r.hi) { /* this vector sees none of the tile: P 0, its state as it is */
+      memset(pp, 0, sizeof(uint32_t) * (size_t)(c1 - c0) / 2);
+      continue;
+    }
+    const size_t x = (size_t)s->x0[b] + (size_t)i;
+    if (job->alibi) r.slope = job->alibi[(size_t)g * job->group + x % (size_t)job->group];
+    const float alpha =
+        bf16_decode_row(true, (float *)pp, c0, c1 - c0, &r, job->soft_cap, &job->m[st0 + i], &job->l[st0 + i]);
+    if (alpha != 1.0f) tiled_rescale(o0 + (size_t)i * D, alpha, D);
+    if (r.lo < *plo) *plo = r.lo;
+    if (r.hi > *phi) *phi = r.hi;
+  }
+}
+
+/* bf16 decode, fused (the header): each head's share of a tile scored (every block of vectors), its softmax
+ * taken, its values added, before the next share; each stream's lines ask for their place in its next share. */
+BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint32_t *q,
+                             float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  const size_t share = (size_t)TILED_KEYS * D * 2;
+  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (tiled_softmax) */
+  for (int32_t b = 0; b < s->blocks; b++) {
+    int32_t klo, khi;
+    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
+  }
+  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
+  const char *k = tiled_stream_share(t, s->heads, 0, false), *v = tiled_stream_share(t, s->heads, 0, true);
+  for (size_t o = 0; o < share; o += 64) _mm_prefetch(k + o, _MM_HINT_T1), _mm_prefetch(v + o, _MM_HINT_T1);
+  for (int32_t T = t->T0; T < t->T1; T++) {
+    const int32_t k0 = T * TILED_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
+    const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
+    /* the tile's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
+    const int32_t c0 = k0 > s->j0 ? k0 : s->j0, c1 = k0 + TILED_KEYS < s->j0 + s->W ? k0 + TILED_KEYS : s->j0 + s->W;
+    for (int32_t g = 0; g < s->heads; g++) {
+      const int32_t y = (T - t->T0) * s->heads + g; /* this share's place in the walk */
+      const size_t at = (size_t)T * t->tile_step + (size_t)g * t->head_step;
+      const char *kn = tiled_stream_share(t, s->heads, y + 1, false),
+                 *vn = tiled_stream_share(t, s->heads, y + 1, true);
+      float *Sg = S + (size_t)g * s->n * s->W;
+      /* every block's scores, then their softmax, then their P V: each step's work independent of the last's */
+      for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
+        TILED_SCORE(s->nb[b], Dh, NULL, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, t->k + at,
+                    b == 0 ? kn : NULL, Sg + (size_t)s->x0[b] * s->W, (size_t)s->W, k0 - s->j0, lanes);
+      int32_t plo[4], phi[4];
+      for (int32_t b = 0; b < s->blocks; b++)
+        tiled_softmax(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
+      for (int32_t b = 0; b < s->blocks; b++)
+        if (plo[b] < phi[b])
+          tiled_pv_vectors(s->nb[b], (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0)), (size_t)s->W, c0,
+                           plo[b], phi[b], t->v + at, D, job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D,
+                           b == 0 ? vn : NULL);
+    }
+  }
+}
+
 /* kernels.h's decode_tiled: decode's job on a TILED cache (k_src, v_src: the block's first tile, the call's
  * first head; stride: elements from a tile to the next; head_stride: from a head's share of a tile to the
  * next head's); bf16 or fp8 codes, D a multiple of 32, P in bf16. */
@@ -341,20 +401,19 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
   uint32_t *q;
   float *S;
   if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
-  const tiled_src src = {k_src, v_src, s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS};
-  if (uattn_dtype_is_fp8(t)) {
-    _Alignas(64) uint8_t tab[256];
-    fp8_bf16_tables(t, tab);
-    tiled_scores(&s, &src, q, tab, job->scale, S, D);
-    bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
-    tiled_pv_fp8(job, &s, &src, tab, S, D);
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < s.n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
+  const tiled_src src = {
+      k_src, v_src, s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS, job->next_k};
+  if (!uattn_dtype_is_fp8(t)) {
+    tiled_fused(job, &s, &src, q, S, D);
     return;
   }
-  tiled_scores(&s, &src, q, NULL, job->scale, S, D); /* a constant NULL: the bf16 instance has no fp8 branch */
-  bf16_decode_softmax(true, job, &s, S, NULL, D);
-  tiled_pv_in_order(job, &s, &src, S, D);
+  _Alignas(64) uint8_t tab[256];
+  fp8_bf16_tables(t, tab);
+  tiled_scores(&s, &src, q, tab, job->scale, S, D);
+  bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
+  tiled_pv_fp8(job, &s, &src, tab, S, D);
+  for (int32_t g = 0; g < heads; g++)
+    for (int32_t x = 0; x < s.n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
 }
 
 #endif

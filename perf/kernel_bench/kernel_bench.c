@@ -446,10 +446,13 @@ static void run_layout(void *arg, long call) {
   case LAYOUT_NHD:
     c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
     return;
-  case LAYOUT_TILED:
-    c->set->decode_tiled(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
+  case LAYOUT_TILED: { /* told the next call's block, as the forward tells it */
+    uattn_panel_job job = c->job;
+    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1);
+    c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
                          (size_t)UATTN_TILED_KEYS * head_dim, c->scratch);
     return;
+  }
   case LAYOUT_READ: read_block(k, v, c->sink); return;
   case LAYOUT_HND:
   case LAYOUT_HEAD_KV:

@@ -804,8 +804,8 @@ static bool decodes_from_cache(const step_ctx *c) {
  * the first n keys of a cache block, into `acc`, for `heads` KV heads from the tile's (an all-heads unit's
  * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
 static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
-                              int32_t block_start, int32_t n, int32_t heads) {
-  const uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
+                              int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
+  uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
@@ -817,6 +817,7 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
     size_t stride;
     const size_t off = tiled_source(c, block, &stride);
+    if (next_block >= 0) job.next_k = c->cache.k + tiled_source(c, next_block, &stride);
     c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride,
                              UATTN_TILED_KEYS * D, c->w->decode_scratch);
   } else { /* the block's rows gathered as an NHD cache of these heads holds them */
@@ -827,9 +828,19 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   }
 }
 
-static void decode_unique_block(const step_ctx *c, int32_t row, const uattn_unique_block *u) {
+/* The cache block of the row's unique block after k where the unit reads it, else -1: a decode kernel asks
+ * for its first keys as it ends (uattn_panel_job.next_k). */
+static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
+  if (k + 1 >= c->sched->unique_row_begin[row + 1]) return -1;
+  const uattn_unique_block *u = &c->in->unique_blocks[k + 1];
+  return u->block_start >= c->key_lo && u->block_start < c->key_hi ? u->block : -1;
+}
+
+static void decode_unique_block(const step_ctx *c, int32_t row, int32_t k) {
+  const uattn_unique_block *u = &c->in->unique_blocks[k];
   c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
-  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1);
+  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1,
+                    next_unique_block(c, row, k));
 }
 
 PART_FN void unique_part(const step_ctx *c) {
@@ -840,7 +851,7 @@ PART_FN void unique_part(const step_ctx *c) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (direct) {
-        decode_unique_block(c, row, u);
+        decode_unique_block(c, row, k);
         continue;
       }
       attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
@@ -850,7 +861,7 @@ PART_FN void unique_part(const step_ctx *c) {
 /* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `acc`: one
  * decode call for every head, which reads the block's rows in the cache's order. */
 static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
-                            int32_t block_start) {
+                            int32_t block_start, int32_t next_block) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   int32_t keys = 0; /* the most any of the rows sees */
@@ -859,18 +870,20 @@ static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t 
     c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
-  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads);
+  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads, next_block);
 }
 
 /* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
 PART_FN void shared_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
-  const int32_t *order = c->sched->spans_by_req;
-  for (int32_t k = c->sched->span_req_begin[c->req]; k < c->sched->span_req_begin[c->req + 1]; k++) {
-    const uattn_shared_span *sp = &in->shared_spans[order[k]];
+  const int32_t *order = c->sched->spans_by_req, end = c->sched->span_req_begin[c->req + 1];
+  for (int32_t k = c->sched->span_req_begin[c->req]; k < end; k++) {
+    const uattn_shared_span *sp = &in->shared_spans[order[k]],
+                            *next = k + 1 < end ? &in->shared_spans[order[k + 1]] : NULL;
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
-    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index],
-                    sp->block_start);
+    const bool ahead = next && next->block_start >= c->key_lo && next->block_start < c->key_hi;
+    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index], sp->block_start,
+                    ahead ? in->shared_blocks[next->shared_index] : -1);
   }
 }
 
@@ -880,7 +893,7 @@ PART_FN void unique_part_all_heads(const step_ctx *c) {
     for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start);
+      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, next_unique_block(c, row, k));
     }
 }
 
