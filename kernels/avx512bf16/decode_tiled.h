@@ -48,7 +48,11 @@
  * half one pair, half the next, the query's two pairs blended into one vector) measured no faster: the blends
  * cost what the permutes did. The scores ask for each head's share TILED_AHEAD tiles on: fp8's arithmetic
  * leaves the hardware behind (hot 14.9-15.7 against NHD's 17.7-17.9, cold 19.0-20.6 against 19.8-21.8, ns a
- * key and KV head, one row).
+ * key and KV head, one row). P V takes two tiles of a head a step, in 64-dim pieces (tiled_pv_fp8): bf16's
+ * order (each share whole, in passes of vectors) would widen each line once a pass, which cost more than the
+ * order bought (hot 16.4 -> 18.0), and widening each share once into bf16 lines on the stack for the passes
+ * did not pay either (hot 14.8 -> 17.9; uattn-bench fp8 TILED decode 1 x 32k 4.9-5.0 / 2.7-2.9 -> 5.5-5.6 /
+ * 2.9-3.3 ms).
  *
  * Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
