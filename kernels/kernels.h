@@ -30,7 +30,7 @@ typedef struct uattn_panel_job {
   float scale;                /* the layer's score scale, for the sets that take unscaled queries
                                * (uattn_kernels.unscaled_q) */
   bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
-  const void *next_k;         /* decode_tiled: the next call's k_src (NULL: none, or not known), whose first
+  const void *next_k;         /* decode, decode_tiled: the next call's k_src (NULL: none, or not known), whose first
                                * keys a kernel may ask for as it ends */
 } uattn_panel_job;
 

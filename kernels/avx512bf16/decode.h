@@ -1,60 +1,49 @@
-/* The avx512bf16 set's decode kernel: avx2/decode.h's jobs, phases and rules (decode_shape, the rows of every
- * head in the cache's order, decode_softmax's rules), with both products by vdpbf16ps where the cache is bf16 and the
- * head dim a multiple of 32 (the bf16 path below); other dtypes and dims, and probs_fp32, take the scores by
- * vdpbf16ps on rows rounded to bf16 and avx512/decode.h's fp32 P V.
+/* The avx512bf16 set's decode kernel: avx2/decode.h's jobs and rules (decode_shape, the rows of every head in
+ * the cache's order, decode_softmax's rules), with both products by vdpbf16ps where the cache is bf16 and the
+ * head dim a multiple of 32 (the bf16 path below) or fp8 and a multiple of 64 (widened exactly to bf16 by
+ * lookups, in avx2/decode.h's phases); other dtypes and dims, and probs_fp32, take the scores by vdpbf16ps
+ * on rows rounded to bf16 and avx512/decode.h's fp32 P V.
  *
  * A GQA-4 decode does about 4 flops per cache byte: at this Zen 4's read bandwidth (35 GB/s a core) that is
  * 140 GFLOP/s, past the fp32 FMA peak (117), so both products must be bf16 dot products to keep up with the
  * memory, and what is around them (folding sums, moving scores, reordering outputs) must cost less than the
  * products themselves.
  *
- * The bf16 path:
+ * The bf16 path (bf16_fused): a walk of shares, a share being one head's 16 rows (keys [16 c, 16 c + 16)),
+ * every head's share of 16 rows in turn; each share is scored, goes through the online softmax and is added
+ * into P V before the next, so a call's keys and values are two streams read side by side, and each line of
+ * a share asks for its place in its stream's next share into L1 (decode_tiled.h's walk, on rows):
  *   scores  4 keys x up to 4 query vectors a step (16 accumulators of 16 lanes, 4 vdpbf16ps per pair of
  *           key and vector at head dim 128), summed by a tree of lane moves and adds into one vector holding
  *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
  *           16 scores (12 of the moves blends), where folding each accumulator to 8 lanes and an hadd tree took
- *           80. Keys in the cache's
- *           order (4 rows, every head in turn), the rows bf16_rows_ahead keys ahead asked for a head's share at
- *           a time (past the last key, the first values): 16 rows for an all-heads NHD call, 64 for a call
- *           of one HND head, whose 16 rows were only 4 KB ahead (HND decode 1 x 32k on one Zen 4 core
- *           10.1 -> 9.0 ms, 32 x 4k 39.2 -> 36.8, uattn-bench alternated; NHD unchanged).
- *   softmax bf16_decode_softmax, per head and block: decode_softmax's rules and online rescale 16 lanes at a
- *           time (the same exp to the bit as exp8), P written straight as the bf16 pairs P V reads (the other
- *           paths: as floats), each output rescaled and put in P V's order in the same pass. Against
- *           decode_softmax and a pass of its own rounding P: 1.1x the whole kernel on a block in L2
- *           (uattn-kernel-bench --decode, hot, GQA 4, 1 row: 20.2 -> 18.0 ns a key and KV head, alternated).
+ *           80.
+ *   softmax bf16_softmax_cols on the share's 16 columns: decode_softmax's rules and online rescale 16 lanes
+ *           at a time (the same exp to the bit as exp8), P written straight as the bf16 pairs P V reads; a
+ *           share every vector sees whole, without cap or slopes, takes a path without the rules' branches.
  *   P V     two value rows interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as
- *           two vectors of pairs, so each 32 dims of an output are kept in that lane order (unpack32_to) during
- *           P V, moved in and out by one permute per 16 floats. Tiles of BF16_PV_TILE keys, every head in turn
- *           (the next tile asked for as a head starts it): each head's 64-dim register tiles (4 vectors x 64
- *           dims, 16 accumulators) loaded and stored once a tile, not once every 8 keys, and no select of a row
- *           of zeros inside the loop.
- * Against the kernel before (folded scores, 8-key P V tiles): 1.4-2x faster on a block in L2 (uattn-kernel-bench
- * --decode, hot: 21 against 29-40 ns a key and KV head at GQA 4). What the memory gives it is
- * avx2/decode.h's prefetch_share, to L2 (every line of a row: one prefetch per 128 bytes made a walk over a
- * 256 MiB cache 1.5x slower).
- * Where it stands (uattn-kernel-bench --decode --cpu-time, GQA 4, ns a key and KV head, 1 / 2 / 4 rows): hot
- * 18.1 / 33.0 / 62.0 (from 19.6 / 37.2 / 68.9 before the fused softmax and the blends); on a cold cache of
- * 2 MiB pages 29-31 / 40-42 / 75, where a plain read of the same blocks takes 16.5-18. What caps it is how
- * fast software prefetches bring lines in: about 18 GB/s on one core of this Zen 4 VM, at any distance (4 to
- * 64 rows ahead), into L2 or L3 alike, in the rows' order or the heads', while the hardware prefetchers
- * reach 29 GB/s only on a plain ascending read. Without prefetches (the hardware alone on this walk of a row
- * a head at a time) the cold 1-row case takes 53; prefetcht0 or prefetchnta 62-66; bursts of a whole row
- * group at once 44. Scores taken row by row (4 heads x 4 vectors a step, so the keys are read in address
- * order) did not bring the hardware prefetchers in either: 45 without prefetches, 31 with, at 2.7 more hot.
- * (A separate program reading the kernel's order: 42 ns per 512 bytes, 27.5 with these prefetches, 17.6 in
- * address order.) Nor does a layout of the cache (uattn-kernel-bench --decode-layouts, the same kernel on the
- * same blocks, 1 row cold: NHD 28.4-28.8, HND a head a call 34.5-36.9, each head's keys then its values, the
- * block one ascending stream, 33.6-35.7; without prefetches the stream is read at 39-41 and NHD at 52; with
- * every second line or 2-4x the distance, no better either): on NHD and HND the walk in the cache's order with
- * every line asked for is the best this core does (a P V reading each HND head's rows whole, two vectors a
- * pass, with or without the scores' prefetches, was no faster either: 34-39 against 33-37). Only TILED's
- * kernel, whose values are then read as one ascending stream too, gets past that cap (23-26 cold, where the
- * hardware prefetchers do the work: decode_tiled.h). What a layout buys besides is compute: keys transposed within a block
- * (each lane a key) give the scores without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at
- * GQA 4 (9.0 against 14.1 at 8 vectors; a standalone test of the scores alone), while transposing NHD rows in
- * the kernel costs what the tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so
- * (decode_tiled.h, measured there and in the README). */
+ *           two vectors of pairs, so each 32 dims of an output are kept in that lane order (unpack32_to) for
+ *           the whole call, put in and back once a call; 64-dim register tiles (4 vectors x 64 dims, 16
+ *           accumulators) loaded and stored once a share.
+ * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases, as the fp8 path
+ * still does (bf16_scores, bf16_decode_softmax, bf16_pv_fp8): all of a call's keys, a softmax per head and block,
+ * then its values in tiles of BF16_PV_TILE rows of every head, each row asked for into L2 bf16_rows_ahead
+ * rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
+ * in: about 18 GB/s on one core of this Zen 4 VM, at any distance (4 to 64 rows ahead), into L2 or L3 alike,
+ * in the rows' order or the heads', while the hardware prefetchers reach 29 GB/s on an ascending read (a
+ * separate program reading the phases' order: 42 ns per 512 bytes, 27.5 with the prefetches, 17.6 in address
+ * order). Fused, the values are read while the keys are, and an HND call's two streams ascend (a head's rows
+ * are contiguous), which the hardware prefetchers follow; NHD's shares are 256-byte pieces of 2 KB rows and
+ * gain less. Phases against the fused walk (uattn-kernel-bench 5 --decode-layouts, GQA 4, 1 row, ns a key and
+ * KV head, three alternations): hot 18.0-18.2 -> 18.9-19.4 (a softmax and the outputs' loads a share), NHD
+ * cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a plain read 18.4-19.8; through the forward
+ * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated; the README) Llama-3-8B
+ * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69.
+ * What a layout buys besides is compute: keys transposed within a block (each lane a key) give the scores
+ * without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
+ * vectors; a standalone test of the scores alone), while transposing NHD rows in the kernel costs what the
+ * tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so (decode_tiled.h, measured
+ * there and in the README). */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 
@@ -65,11 +54,12 @@ enum {
   /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it (64 keys: 2% faster on
    * a block in L2, 1.3x slower on a walk over a 256 MiB cache) */
   BF16_PV_TILE = 32,
-  BF16_AHEAD = 16, /* rows ahead of the four being scored that are asked for, with 4 or more heads a call */
+  BF16_AHEAD = 16,      /* rows ahead of the four being scored that are asked for, with 4 or more heads a call */
+  BF16_SHARE_KEYS = 16, /* keys of a head's share in the fused walks (bf16_fused; a TILED tile's, decode_tiled.h) */
 };
 
 /* Rows ahead of those being scored that are asked for: avx2/decode.h's decode_rows_ahead from BF16_AHEAD
- * (64 for a call of one head, 16 for 4 heads or more), at most 2 P V tiles (bf16_pv's first tile asks from
+ * (64 for a call of one head, 16 for 4 heads or more), at most 2 P V tiles (bf16_pv_fp8's first tile asks from
  * there on). */
 BF16_INLINE int32_t bf16_rows_ahead(const decode_shape *s) {
   const int32_t rows = decode_rows_ahead(s, BF16_AHEAD);
@@ -134,7 +124,7 @@ BF16_INLINE v16 bf16_sum16(v16 a[16]) {
  * Dh a multiple of 32) the rows are widened 64 dims at a time by v16i_fp8_widen, whose lane order the query
  * pairs are in (fp8_query_order). */
 BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
-                             const char *const *r, float *S, size_t ld, int32_t keys) {
+                             const char *const *r, intptr_t pf, float *S, size_t ld, int32_t keys) {
   static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* bf16_sum16's */
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
@@ -150,6 +140,8 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
   for (int32_t p = 0; !tab && p < Dh; p += 16) {
     v16i k[4];
     for (int j = 0; j < 4; j++) k[j] = v16i_load(r[j] + 4 * (size_t)p);
+    for (int j = 0; pf && j < keys; j++)
+      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + 4 * p, _MM_HINT_T0);
     for (int i = 0; i < NB; i++) {
       const v16i qv = v16i_load(q + (size_t)i * Dh + p);
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j]);
@@ -184,8 +176,8 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uin
         r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, Sb, (size_t)s->W,
-                     keys);
+        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, 0, Sb,
+                     (size_t)s->W, keys);
       }
     }
   }
@@ -214,7 +206,7 @@ BF16_INLINE float bf16_row_max(float *s, int32_t j0, int32_t j1, const vec_rule 
 
 /* One vector's S row (W floats from column j0; the keys [j0, j0 + W) a multiple of 8) to P, softmax_row's job
  * 16 lanes at a time (v16_exp: exp8's bits; l summed in another order): the rule, the max, then P = e^(s -
- * m_new) in one pass, written as bf16 pairs into the row's first W / 2 words (PAIRS: what bf16_pv reads, no
+ * m_new) in one pass, written as bf16 pairs into the row's first W / 2 words (PAIRS: what bf16_pv_run reads, no
  * pass of its own) or as floats; m and l updated, the factor o must be rescaled by returned. A last 8 keys
  * go through the same 16 lanes, padded with -inf (P 0, which adds nothing to l). */
 BF16_INLINE float bf16_decode_row(const bool PAIRS, float *s, int32_t j0, int32_t W, const vec_rule *v, float cap,
@@ -247,9 +239,9 @@ BF16_INLINE float bf16_decode_row(const bool PAIRS, float *s, int32_t j0, int32_
   return alpha;
 }
 
-/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs for bf16_pv), each output rescaled by its
+/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs for bf16_pv_run), each output rescaled by its
  * alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
- * (unpack32_apply's: the order bf16_pv keeps them in). */
+ * (unpack32_apply's: the order bf16_pv_run keeps them in). */
 BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *job, const decode_shape *s, float *S,
                                      const int32_t *perm, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
@@ -280,6 +272,60 @@ BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *jo
   }
 }
 
+/* o *= alpha, D floats (an output whose maximum grew). */
+BF16_INLINE void bf16_rescale(float *o, float alpha, const int32_t D) {
+  for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha), v16_load(o + d)));
+}
+
+/* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
+ * share's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a step of the online
+ * softmax: bf16_decode_row's rules, P as bf16 pairs at the columns' start, each output rescaled by its
+ * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share that every vector sees
+ * whole, without cap or slopes (all but a call's first and last), takes bf16_decode_row's operations on its
+ * 16 columns without the rules' branches: the same bits. */
+BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
+                                   const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
+                                   const int32_t D) {
+  const int nb = s->nb[b];
+  const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
+  float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+  bool whole = c1 - c0 == BF16_SHARE_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
+  for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
+  if (whole) {
+    *plo = c0, *phi = c1;
+    for (int i = 0; i < nb; i++) {
+      float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
+      const v16 x = v16_load(row);
+      float alpha;
+      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
+      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
+      _mm256_storeu_si256((__m256i *)row, v16_pairs_bf16(p));
+      *l = *l * alpha + v16_hsum(p);
+      *m = m_new;
+      if (alpha != 1.0f) bf16_rescale(o0 + (size_t)i * D, alpha, D);
+    }
+    return;
+  }
+  *plo = INT32_MAX, *phi = INT32_MIN;
+  for (int i = 0; i < nb; i++) {
+    uint32_t *pp = (uint32_t *)(Sb + (size_t)i * s->W + (c0 - s->j0));
+    vec_rule r = rule[i];
+    if (r.lo < c0) r.lo = c0;
+    if (r.hi > c1) r.hi = c1;
+    if (r.lo >= r.hi) { /* this vector sees none of the tile: P 0, its state as it is */
+      memset(pp, 0, sizeof(uint32_t) * (size_t)(c1 - c0) / 2);
+      continue;
+    }
+    const size_t x = (size_t)s->x0[b] + (size_t)i;
+    if (job->alibi) r.slope = job->alibi[(size_t)g * job->group + x % (size_t)job->group];
+    const float alpha =
+        bf16_decode_row(true, (float *)pp, c0, c1 - c0, &r, job->soft_cap, &job->m[st0 + i], &job->l[st0 + i]);
+    if (alpha != 1.0f) bf16_rescale(o0 + (size_t)i * D, alpha, D);
+    if (r.lo < *plo) *plo = r.lo;
+    if (r.hi > *phi) *phi = r.hi;
+  }
+}
+
 /* P V's order of dims: two value rows interleaved element by element (unpacklo/hi within each 128-bit lane)
  * are 32 dims as two vectors of pairs; lane i of the first is dim 8 (i / 4) + i % 4, of the second that + 4.
  * The permutes of each 32 floats into that order (lane i takes dim unpack32_to[i]) and back (its inverse). */
@@ -301,7 +347,7 @@ BF16_INLINE void unpack32_apply(float *a, int32_t n, const int32_t *perm) {
  * fp8 rows, U = 2, their 64 dims' codes interleaved into 16-bit pairs first, then widened (v16i_fp8_widen)
  * straight into bf16 pairs, in fp8_pv_order's lane order: two unpacks fewer than widening each row. */
 BF16_INLINE void bf16_pv_pair(const int NB, const int U, const uint8_t *tab, v16 (*a)[4], const char *r0, size_t inc0,
-                              const char *r1, size_t inc1, const uint32_t *pp, size_t ld, size_t c) {
+                              const char *r1, size_t inc1, const uint32_t *pp, size_t ld, size_t c, intptr_t pf) {
   v16i w[4];
   if (tab) {
     const v16i x0 = v16i_load(r0), x1 = v16i_load(r1);
@@ -311,6 +357,8 @@ BF16_INLINE void bf16_pv_pair(const int NB, const int U, const uint8_t *tab, v16
   for (int u = 0; !tab && u < U; u++) {
     const v16i x0 = v16i_load(r0 + inc0 * (size_t)u), x1 = v16i_load(r1 + inc1 * (size_t)u);
     w[2 * u] = v16i_unpacklo16(x0, x1), w[2 * u + 1] = v16i_unpackhi16(x0, x1);
+    if (pf && inc0) _mm_prefetch((const char *)((uintptr_t)r0 + (uintptr_t)pf) + inc0 * (size_t)u, _MM_HINT_T0);
+    if (pf && inc1) _mm_prefetch((const char *)((uintptr_t)r1 + (uintptr_t)pf) + inc1 * (size_t)u, _MM_HINT_T0);
   }
   for (int i = 0; i < NB; i++) {
     const v16i p = v16i_set1(pp[(size_t)i * ld + c]);
@@ -323,7 +371,8 @@ BF16_INLINE void bf16_pv_pair(const int NB, const int U, const uint8_t *tab, v16
  * tile's, and its row may lie past the block). pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
  * pp[i * ld + (j - j0) / 2] (j0 even); o_i at o + i * D in the unpack order. */
 BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld, int32_t j0,
-                             int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+                             int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D,
+                             intptr_t pf) {
   static const uint16_t zeros[32] __attribute__((aligned(64))); /* 32 bf16 or 64 fp8 zeros */
   const char *z = (const char *)zeros;
   v16 a[4][4];
@@ -331,22 +380,23 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, cons
     for (int u = 0; u < 2 * U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   int32_t j = lo & ~1;
   if (j < lo) { /* an odd first key: its partner before it read as zeros */
-    if (j + 1 < hi) bf16_pv_pair(NB, U, tab, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
+    if (j + 1 < hi) bf16_pv_pair(NB, U, tab, a, z, 0, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2, pf);
     j += 2;
   }
   for (; j + 2 <= hi; j += 2) /* whole pairs */
-    bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2);
-  if (j < hi) bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, z, 0, pp, ld, (size_t)(j - j0) / 2); /* odd last */
+    bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, v + (size_t)(j + 1) * step, 64, pp, ld, (size_t)(j - j0) / 2,
+                 pf);
+  if (j < hi) /* an odd last key */
+    bf16_pv_pair(NB, U, tab, a, v + (size_t)j * step, 64, z, 0, pp, ld, (size_t)(j - j0) / 2, pf);
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-/* P V of every head and block, BF16_PV_TILE rows at a time, every head in turn (the next tile asked for a
- * head's share at a time); P as bf16 pairs, each S row's first W / 2 words (bf16_decode_softmax's). tab: fp8
- * rows (D a multiple of 64). */
-BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const char *v, float *S,
-                         const int32_t D) {
-  const size_t esz = tab ? 1 : 2;
+/* fp8 P V of every head and block (D a multiple of 64), BF16_PV_TILE rows at a time, every head in turn (the
+ * next tile asked for a head's share at a time); P as bf16 pairs, each S row's first W / 2 words
+ * (bf16_decode_softmax's). */
+BF16_INLINE void bf16_pv_fp8(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const char *v,
+                             float *S, const int32_t D) {
   const size_t ld = (size_t)s->W;
   const int32_t ahead = bf16_rows_ahead(s);
   for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
@@ -361,12 +411,85 @@ BF16_INLINE void bf16_pv(const uattn_panel_job *job, const decode_shape *s, cons
         const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
         const char *vg = v + (size_t)g * s->head_step;
         float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        int32_t d = 0;
-        for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, ld, s->j0, lo, hi, vg + esz * d, s->step, o + d, D);
-        if (d < D) DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, ld, s->j0, lo, hi, vg + esz * d, s->step, o + d, D);
+        for (int32_t d = 0; d < D; d += 64)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, ld, s->j0, lo, hi, vg + d, s->step, o + d, D, 0);
       }
     }
+}
+
+/* ---- the fused walk (bf16 rows) -------------------------------------------------------------------------- */
+
+/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
+ * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
+ * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (NHD
+ * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
+BF16_INLINE intptr_t bf16_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
+                                     const char *next) {
+  if (g + 1 < s->heads) return (intptr_t)s->head_step;
+  if (c + 1 < C1) return (intptr_t)(BF16_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
+  return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
+}
+
+/* bf16 decode on NHD and HND rows, fused as decode_tiled.h's tiled_fused: each head's share of 16 rows (keys
+ * [16 c, 16 c + 16) within [LO, HI)) scored (bf16_score4, every block of vectors), through the online
+ * softmax (bf16_softmax_cols), and into P V (bf16_pv_run) before the next share, so the keys and the values
+ * are two streams read side by side; each line asks for its place in its stream's next share into L1. The
+ * outputs are in P V's order (unpack32_to) from the start to the end of the call. */
+BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint32_t *q, const char *k,
+                            const char *v, float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
+  for (int32_t b = 0; b < s->blocks; b++) {
+    int32_t klo, khi;
+    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
+  }
+  for (int32_t g = 0; g < s->heads; g++)
+    for (int32_t x = 0; x < s->n; x++) unpack32_apply(job->o + g * s->hq + (size_t)x * D, D, unpack32_to);
+  const int32_t C0 = s->LO / BF16_SHARE_KEYS, C1 = (s->HI + BF16_SHARE_KEYS - 1) / BF16_SHARE_KEYS;
+  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
+  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * BF16_SHARE_KEYS; j++)
+    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
+  for (int32_t c = C0; c < C1; c++) {
+    const int32_t k0 = c * BF16_SHARE_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + BF16_SHARE_KEYS ? s->HI : k0 + BF16_SHARE_KEYS;
+    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
+    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
+    const int32_t c1 = k0 + BF16_SHARE_KEYS < s->j0 + s->W ? k0 + BF16_SHARE_KEYS : s->j0 + s->W;
+    for (int32_t g = 0; g < s->heads; g++) {
+      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
+      const intptr_t pk = bf16_next_share(s, k + at, c, C1, g, job->next_k),
+                     pv = bf16_next_share(s, v + at, c, C1, g, NULL);
+      float *Sg = S + (size_t)g * s->n * s->W;
+      for (int32_t j = lo; j < hi; j += 4) {
+        const int32_t keys = hi - j < 4 ? hi - j : 4;
+        const char *r[4];
+        for (int x = 0; x < 4; x++)
+          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+        for (int32_t b = 0; b < s->blocks; b++)
+          DECODE_BY_NB(s->nb[b], bf16_score4, Dh, NULL, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r,
+                       b == 0 ? pk : 0, Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+      }
+      int32_t plo[4], phi[4];
+      for (int32_t b = 0; b < s->blocks; b++)
+        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        if (plo[b] >= phi[b]) continue;
+        const uint32_t *pp = (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0));
+        const char *vg = v + (size_t)g * s->head_step;
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        const intptr_t pf = b == 0 ? pv : 0;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, NULL, pp, (size_t)s->W, c0, plo[b], phi[b], vg + 2 * d, s->step, o + d,
+                       D, pf);
+        if (d < D)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, NULL, pp, (size_t)s->W, c0, plo[b], phi[b], vg + 2 * d, s->step, o + d,
+                       D, pf);
+      }
+    }
+  }
+  for (int32_t g = 0; g < s->heads; g++)
+    for (int32_t x = 0; x < s->n; x++) unpack32_apply(job->o + g * s->hq + (size_t)x * D, D, unpack32_from);
 }
 
 /* ---- fp8 rows: v16i_fp8_widen's lane order ------------------------------------------------------------- */
@@ -428,6 +551,10 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     fp8_bf16_tables(t, tab);
     fp8_query_order(q, heads * n * (D / 2));
   }
+  if (bf16 && !fp8 && !job->probs_fp32) {
+    bf16_fused(job, &s, q, k_src, v_src, S, D);
+    return;
+  }
   if (fp8)
     bf16_scores(&s, q, tab, job->scale, k_src, v_src, S, D);
   else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
@@ -438,16 +565,9 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     bf16_decode_softmax(true, job, &s, S, NULL, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
-    bf16_pv(job, &s, tab, v_src, S, D);
+    bf16_pv_fp8(job, &s, tab, v_src, S, D);
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
-    return;
-  }
-  if (bf16 && !job->probs_fp32) {
-    bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
-    bf16_pv(job, &s, NULL, v_src, S, D);
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
     return;
   }
   bf16_decode_softmax(false, job, &s, S, NULL, D); /* the outputs rescaled, in natural order (s.eo is false) */

@@ -16,7 +16,7 @@
  * slot never written may hold NaN, and 0 x NaN would reach the output.
  *
  * bf16 caches: the walk fused (tiled_fused). Each head's share of a tile (4 KB of keys and 4 KB of values
- * at head dim 128) is scored, its columns go through the online softmax (tiled_softmax), and its values are
+ * at head dim 128) is scored, its columns go through the online softmax (bf16_softmax_cols), and its values are
  * added, before the next share: the keys and the values are two streams read side by side, each line asking
  * for its place in the stream's next share, into L1; past the call's last keys the keys' stream goes on into
  * the next call's block where the forward names it (uattn_panel_job.next_k). Until then the kernel went in
@@ -301,67 +301,13 @@ BF16_INLINE void tiled_pv_fp8(const uattn_panel_job *job, const decode_shape *s,
     }
 }
 
-/* o *= alpha, D floats (an output whose maximum grew). */
-BF16_INLINE void tiled_rescale(float *o, float alpha, const int32_t D) {
-  for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha), v16_load(o + d)));
-}
-
-/* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
- * tile's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a tile of the online
- * softmax: bf16_decode_row's rules, P as bf16 pairs at the columns' start, each output rescaled by its
- * alpha. [*plo, *phi): the keys of the tile any vector sees (empty: none). A tile that every vector sees
- * whole, without cap or slopes (all but a call's first and last), takes bf16_decode_row's operations on its
- * 16 columns without the rules' branches: the same bits. */
-BF16_INLINE void tiled_softmax(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
-                               const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
-                               const int32_t D) {
-  const int nb = s->nb[b];
-  const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
-  float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  bool whole = c1 - c0 == TILED_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
-  for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
-  if (whole) {
-    *plo = c0, *phi = c1;
-    for (int i = 0; i < nb; i++) {
-      float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
-      const v16 x = v16_load(row);
-      float alpha;
-      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
-      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
-      _mm256_storeu_si256((__m256i *)row, v16_pairs_bf16(p));
-      *l = *l * alpha + v16_hsum(p);
-      *m = m_new;
-      if (alpha != 1.0f) tiled_rescale(o0 + (size_t)i * D, alpha, D);
-    }
-    return;
-  }
-  *plo = INT32_MAX, *phi = INT32_MIN;
-  for (int i = 0; i < nb; i++) {
-    uint32_t *pp = (uint32_t *)(Sb + (size_t)i * s->W + (c0 - s->j0));
-    vec_rule r = rule[i];
-    if (r.lo < c0) r.lo = c0;
-    if (r.hi > c1) r.hi = c1;
-    if (r.lo >= r.hi) { /* this vector sees none of the tile: P 0, its state as it is */
-      memset(pp, 0, sizeof(uint32_t) * (size_t)(c1 - c0) / 2);
-      continue;
-    }
-    const size_t x = (size_t)s->x0[b] + (size_t)i;
-    if (job->alibi) r.slope = job->alibi[(size_t)g * job->group + x % (size_t)job->group];
-    const float alpha =
-        bf16_decode_row(true, (float *)pp, c0, c1 - c0, &r, job->soft_cap, &job->m[st0 + i], &job->l[st0 + i]);
-    if (alpha != 1.0f) tiled_rescale(o0 + (size_t)i * D, alpha, D);
-    if (r.lo < *plo) *plo = r.lo;
-    if (r.hi > *phi) *phi = r.hi;
-  }
-}
-
 /* bf16 decode, fused (the header): each head's share of a tile scored (every block of vectors), its softmax
  * taken, its values added, before the next share; each stream's lines ask for their place in its next share. */
 BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint32_t *q,
                              float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   const size_t share = (size_t)TILED_KEYS * D * 2;
-  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (tiled_softmax) */
+  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
     block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
@@ -387,7 +333,7 @@ BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, 
                     b == 0 ? kn : NULL, Sg + (size_t)s->x0[b] * s->W, (size_t)s->W, k0 - s->j0, lanes);
       int32_t plo[4], phi[4];
       for (int32_t b = 0; b < s->blocks; b++)
-        tiled_softmax(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
+        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
       for (int32_t b = 0; b < s->blocks; b++)
         if (plo[b] < phi[b])
           tiled_pv_vectors(s->nb[b], (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0)), (size_t)s->W, c0,

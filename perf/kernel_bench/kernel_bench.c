@@ -443,9 +443,12 @@ static void run_layout(void *arg, long call) {
   const char *k = c->kv + 2 * walk_offset(c->blocks, call), *v = k + half;
   const size_t head_keys = (size_t)block_keys * head_dim * esz, hv = (size_t)c->job.rows * GROUP;
   switch (c->layout) {
-  case LAYOUT_NHD:
-    c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
+  case LAYOUT_NHD: { /* told the next call's block, as the forward tells it */
+    uattn_panel_job job = c->job;
+    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1);
+    c->set->decode(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
     return;
+  }
   case LAYOUT_TILED: { /* told the next call's block, as the forward tells it */
     uattn_panel_job job = c->job;
     job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1);
@@ -461,6 +464,8 @@ static void run_layout(void *arg, long call) {
       h.q += g * hv * head_dim, h.o += g * hv * head_dim, h.m += g * hv, h.l += g * hv;
       const char *kg = c->layout == LAYOUT_HND ? k + g * head_keys : k + 2 * g * head_keys;
       const char *vg = c->layout == LAYOUT_HND ? v + g * head_keys : kg + head_keys;
+      if (c->layout == LAYOUT_HND) /* the next call's keys: the next head's, past the last the next block's */
+        h.next_k = g + 1 < KV_HEADS ? kg + head_keys : c->kv + 2 * walk_offset(c->blocks, call + 1);
       c->set->decode(&h, 1, hv, cache_dtype, kg, vg, (size_t)head_dim, 0, c->scratch);
     }
     return;
