@@ -34,9 +34,10 @@
  * separate program reading the phases' order: 42 ns per 512 bytes, 27.5 with the prefetches, 17.6 in address
  * order). Fused, the values are read while the keys are, and an HND call's two streams ascend (a head's rows
  * are contiguous), which the hardware prefetchers follow; NHD's shares are 256-byte pieces of 2 KB rows and
- * gain less. Phases against the fused walk (uattn-kernel-bench 5 --decode-layouts, GQA 4, 1 row, ns a key and
- * KV head, three alternations): hot 18.0-18.2 -> 18.9-19.4 (a softmax and the outputs' loads a share), NHD
- * cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a plain read 18.4-19.8; through the forward
+ * gain less. Phases against the fused walk on a 2-vCPU AMD Zen 5 VM (EPYC family 26; uattn-kernel-bench 5
+ * --decode-layouts, GQA 4, 1 row, ns a key and KV head, three alternations): hot 18.0-18.2 -> 18.9-19.4 (a
+ * softmax and the outputs' loads a share), NHD cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a
+ * plain read 18.4-19.8; through the forward
  * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated; the README) Llama-3-8B
  * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69.
  * What a layout buys besides is compute: keys transposed within a block (each lane a key) give the scores

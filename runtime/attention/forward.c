@@ -511,8 +511,9 @@ typedef struct step_ctx {
   int32_t slot;                     /* the workspace slot of row0 (see tile_slot) */
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys (the rank's, local) */
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
-  const uattn_plan_config *cp;      /* context parallelism: the plan's config (cp_size > 1), else NULL */
-  bool pieces;                      /* ALiBi under context parallelism: kernel calls on runs of keys */
+  int32_t heads;               /* an all-heads unit's KV heads from kv_head, which its decode calls take together */
+  const uattn_plan_config *cp; /* context parallelism: the plan's config (cp_size > 1), else NULL */
+  bool pieces;                 /* ALiBi under context parallelism: kernel calls on runs of keys */
 } step_ctx;
 
 /* Where a row of the tile keeps its query, states and visible count in the workspace: the tile's rows in
@@ -859,8 +860,8 @@ PART_FN void unique_part(const step_ctx *c) {
     }
 }
 
-/* Rows [row_lo, row_hi) of an all-heads unit (c: KV head 0's tile) against a cache block, into `acc`: one
- * decode call for every head, which reads the block's rows in the cache's order. */
+/* Rows [row_lo, row_hi) of an all-heads unit (c: its first KV head's tile) against a cache block, into `acc`:
+ * one decode call for the unit's heads, which reads the block's rows in the cache's order. */
 static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
                             int32_t block_start, int32_t next_block) {
   if (row_lo < c->row0) row_lo = c->row0;
@@ -871,10 +872,10 @@ static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t 
     c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
-  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->cache.kv_heads, next_block);
+  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->heads, next_block);
 }
 
-/* The shared and unique parts of an all-heads unit (c: KV head 0's tile). */
+/* The shared and unique parts of an all-heads unit (c: its first KV head's tile). */
 PART_FN void shared_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t *order = c->sched->spans_by_req, end = c->sched->span_req_begin[c->req + 1];
@@ -996,6 +997,7 @@ typedef struct forward_job {
   atomic_int out_of_memory;
   atomic_llong part_calls[UATTN_NUM_PARTS], decode_calls[UATTN_NUM_PARTS];
   int32_t max_workers; /* workers that take units (a tuning file may ask for fewer than the runtime has) */
+  int32_t head_group;  /* KV heads an all-heads unit takes (all_heads_group) */
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
@@ -1127,6 +1129,7 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
                 .num_computed = uattn_cp_local_len(sched->config, in->token_positions[in->query_start_loc[first]]),
                 .key_lo = 0,
                 .key_hi = INT32_MAX,
+                .heads = 1,
                 .cp = sched->config->cp_size > 1 ? sched->config : NULL};
   c.pieces = c.cp && job->L->alibi_slopes;
   if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
@@ -1163,21 +1166,23 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   }
 }
 
-/* A decode or a short verification (request r, its rows all reading the cache) on an NHD or TILED cache, every KV
- * head in one unit, head g's rows from slot g * rows. Each block goes through one decode call for every
- * head, which reads the block's rows in order (a row holds every head), where a unit of one head would
- * read 256 bytes of every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
-static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r) {
+/* A decode or a short verification (request r, its rows all reading the cache) on an NHD or TILED cache, the
+ * KV heads [g0, g0 + head_group) in one unit (every head, unless the step has few units: all_heads_group),
+ * head g's rows from slot g * rows. Each block goes through one decode call for the unit's heads, which reads
+ * the block's rows in order (a row holds every head), where a unit of one head would read 256 bytes of
+ * every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
+static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r, int32_t g0) {
   const uattn_plan_info *in = job->sched.info;
-  const int32_t Hkv = job->L->num_kv_heads, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
-  for (int32_t g = 0; g < Hkv; g++) {
+  const int32_t g1 = g0 + job->head_group, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
+  for (int32_t g = g0; g < g1; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
     begin_tile(job, &c, cache_score_scale(job->L), true); /* cache-only rows (fp8 caches never come here yet) */
   }
-  const step_ctx c0 = tile_ctx(job, w, pos, 0, split, r, r + 1, row0, rows, 0);
+  step_ctx c0 = tile_ctx(job, w, pos, g0, split, r, r + 1, row0, rows, g0 * rows);
+  c0.heads = job->head_group;
   shared_part_all_heads(&c0);
   unique_part_all_heads(&c0);
-  for (int32_t g = 0; g < Hkv; g++) {
+  for (int32_t g = g0; g < g1; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
     end_tile(job, &c, pos, split);
   }
@@ -1193,6 +1198,28 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
   return L->attn_type == UATTN_ATTENTION_DECODER && !pieces && all_heads_layout(L, job->shape.kern, in->block_size) &&
          job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= all_heads_max_rows(L) &&
          rows * L->num_kv_heads <= job->shape.slots;
+}
+
+/* The KV heads an all-heads unit takes: all of them, or where the step's units would be fewer than the
+ * workers (one long decode's splits on a many-core machine, a lone decode on two), the largest divisor of
+ * the heads that makes enough of them (a lone 4k decode on two workers of a Zen 5 VM, uattn-bench
+ * decode-short, NHD: 0.87 ms with one unit, 0.63 with a unit of two heads for each two workers, 0.56 with
+ * one of four for each). Each head's arithmetic is the same whichever heads a decode call takes with it,
+ * so the answer does not depend on the workers here either. */
+static int32_t all_heads_group(const forward_job *job) {
+  const int32_t Hkv = job->L->num_kv_heads, want = job->max_workers;
+  int32_t all = 0, other = 0; /* all-heads (item, split) pairs; the other units */
+  for (int32_t pos = 0; pos < job->sched.num_items; pos++) {
+    const int32_t splits = job->sched.split_begin[pos + 1] - job->sched.split_begin[pos];
+    if (all_heads_item(job, pos))
+      all += splits;
+    else
+      other += splits * Hkv;
+  }
+  if (job->max_workers <= 1 || all == 0) return Hkv;
+  for (int32_t h = Hkv; h > 1; h--)
+    if (Hkv % h == 0 && other + all * (Hkv / h) >= want) return h;
+  return 1;
 }
 
 /* Unit u: the item's position (by cost), the KV head and the split it stands for. */
@@ -1217,7 +1244,7 @@ static void run_unit(forward_job *job, workspace *w, int32_t unit) {
   unit_of(job, unit, &pos, &g, &split);
   const int32_t first = sched->item_first[pos], end = first + sched->item_reqs[pos];
   if (all_heads_item(job, pos)) {
-    if (g == 0) run_all_heads(job, w, pos, split, first); /* the item's other heads' units: done here */
+    if (g % job->head_group == 0) run_all_heads(job, w, pos, split, first, g); /* the group's other units: here */
     return;
   }
   if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
@@ -1331,6 +1358,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
   job.max_workers = uattn_runtime_workers(rt);
   if (tuning && tuning->num_threads > 0 && tuning->num_threads < job.max_workers) job.max_workers = tuning->num_threads;
+  job.head_group = all_heads_group(&job);
   atomic_init(&job.next_unit, 0);
   uattn_worker_node(rt, 0, &job.num_nodes);
   if (job.num_nodes > UATTN_MAX_NODES) job.num_nodes = UATTN_MAX_NODES;

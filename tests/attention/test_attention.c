@@ -120,12 +120,16 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
       {"threads: TILED mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 64},
       {"threads: TILED decodes, split-K", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 65,
        64, 48},
+      /* few decodes: on 2-4 threads their all-heads units take fewer KV heads each (forward.c's all_heads_group) */
+      {"threads: NHD decodes, bf16", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 67},
+      {"threads: NHD decodes, f16, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
+       68},
       /* clang-format off */
       {"threads: TILED shared prefix, fp8", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, UATTN_FP8_E4M3, TILED, DEC, 0, 0, 0, 1,
        2, 0, 66, 0, 0, 0.5f, 3.0f},
       /* clang-format on */
   };
-  const int32_t threads[] = {1, 2, 3, 4};
+  const int32_t threads[] = {1, 2, 3, 4, 8}; /* 8 on fewer cores too: small head groups (all_heads_group) */
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     attention_run run;
     attention_run_build(&run, &cases[i]);
