@@ -1,8 +1,8 @@
 /* The avx512bf16 set's decode kernel: avx2/decode.h's jobs and rules (decode_shape, the rows of every head in
  * the cache's order, decode_softmax's rules), with both products by vdpbf16ps where the cache is bf16 and the
- * head dim a multiple of 32 (the bf16 path below) or fp8 and a multiple of 64 (widened exactly to bf16 by
- * lookups, in avx2/decode.h's phases); other dtypes and dims, and probs_fp32, take the scores by vdpbf16ps
- * on rows rounded to bf16 and avx512/decode.h's fp32 P V.
+ * head dim a multiple of 32 (the bf16 path below) or fp8 and a multiple of 64 (the same path, each row widened
+ * exactly to bf16 by lookups, v16i_fp8_widen); other dtypes and dims, and probs_fp32, take the scores by
+ * vdpbf16ps on rows rounded to bf16 (bf16_scores, in avx2/decode.h's phases) and avx512/decode.h's fp32 P V.
  *
  * A GQA-4 decode does about 4 flops per cache byte: at this Zen 4's read bandwidth (35 GB/s a core) that is
  * 140 GFLOP/s, past the fp32 FMA peak (117), so both products must be bf16 dot products to keep up with the
@@ -25,10 +25,12 @@
  *           two vectors of pairs, so each 32 dims of an output are kept in that lane order (unpack32_to) for
  *           the whole call, put in and back once a call; 64-dim register tiles (4 vectors x 64 dims, 16
  *           accumulators) loaded and stored once a share.
- * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases, as the fp8 path
- * still does (bf16_scores, bf16_decode_softmax, bf16_pv_fp8): all of a call's keys, a softmax per head and block,
- * then its values in tiles of BF16_PV_TILE rows of every head, each row asked for into L2 bf16_rows_ahead
- * rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
+ * fp8 rows take the same walk: each 64 dims of a key row widened into two vectors of pairs in the order the
+ * query pairs are put in (fp8_query_order), two value rows' codes interleaved and widened (bf16_pv_pair), the
+ * outputs in fp8_pv_order for the call.
+ * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases (bf16_scores, a
+ * softmax per head and block, then the values in tiles of 32 rows of every head), each row asked for into L2
+ * 16-64 rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
  * in: about 18 GB/s on one core of this Zen 4 VM, at any distance (4 to 64 rows ahead), into L2 or L3 alike,
  * in the rows' order or the heads', while the hardware prefetchers reach 29 GB/s on an ascending read (a
  * separate program reading the phases' order: 42 ns per 512 bytes, 27.5 with the prefetches, 17.6 in address
@@ -39,7 +41,9 @@
  * softmax and the outputs' loads a share), NHD cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a
  * plain read 18.4-19.8; through the forward
  * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated; the README) Llama-3-8B
- * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69.
+ * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69;
+ * fp8 E4M3 on NHD (decode-long, three rounds alternated) 1 x 32k 4.61 / 2.56 -> 3.83 / 2.09, 32 x 4k 18.2 /
+ * 9.6 -> 15.6 / 8.2.
  * What a layout buys besides is compute: keys transposed within a block (each lane a key) give the scores
  * without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
  * vectors; a standalone test of the scores alone), while transposing NHD rows in the kernel costs what the
@@ -52,20 +56,9 @@
 #include "avx512bf16/vec.h"
 
 enum {
-  /* keys of a P V tile: 64 KB of a 2 KB-row NHD block, in L2 while every head reads it (64 keys: 2% faster on
-   * a block in L2, 1.3x slower on a walk over a 256 MiB cache) */
-  BF16_PV_TILE = 32,
-  BF16_AHEAD = 16,      /* rows ahead of the four being scored that are asked for, with 4 or more heads a call */
+  BF16_AHEAD = 16,      /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
   BF16_SHARE_KEYS = 16, /* keys of a head's share in the fused walks (bf16_fused; a TILED tile's, decode_tiled.h) */
 };
-
-/* Rows ahead of those being scored that are asked for: avx2/decode.h's decode_rows_ahead from BF16_AHEAD
- * (64 for a call of one head, 16 for 4 heads or more), at most 2 P V tiles (bf16_pv_fp8's first tile asks from
- * there on). */
-BF16_INLINE int32_t bf16_rows_ahead(const decode_shape *s) {
-  const int32_t rows = decode_rows_ahead(s, BF16_AHEAD);
-  return rows < 2 * BF16_PV_TILE ? rows : 2 * BF16_PV_TILE;
-}
 
 /* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
 BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32_t npairs) {
@@ -132,6 +125,8 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
   for (int32_t p = 0; tab && p < Dh; p += 32) {
     v16i k[4][2];
     for (int j = 0; j < 4; j++) v16i_fp8_widen(v16i_load(r[j] + 2 * (size_t)p), tab, &k[j][0], &k[j][1]);
+    for (int j = 0; pf && j < keys; j++)
+      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + 2 * p, _MM_HINT_T0);
     for (int i = 0; i < NB; i++)
       for (int h = 0; h < 2; h++) {
         const v16i qv = v16i_load(q + (size_t)i * Dh + p + 16 * h);
@@ -166,7 +161,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
  * q + g * n * Dh; tab: fp8 rows (bf16_score4). */
 BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, const char *k,
                              const char *v, float *S, const int32_t D) {
-  const int32_t Dh = D / 2, ahead = bf16_rows_ahead(s);
+  const int32_t Dh = D / 2, ahead = decode_rows_ahead(s, BF16_AHEAD); /* 64 for one head, 16 for 4 or more */
   begin_scores(s, k, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 4) {
     const int32_t keys = s->HI - j < 4 ? s->HI - j : 4;
@@ -352,6 +347,8 @@ BF16_INLINE void bf16_pv_pair(const int NB, const int U, const uint8_t *tab, v16
   v16i w[4];
   if (tab) {
     const v16i x0 = v16i_load(r0), x1 = v16i_load(r1);
+    if (pf && inc0) _mm_prefetch((const char *)((uintptr_t)r0 + (uintptr_t)pf), _MM_HINT_T0);
+    if (pf && inc1) _mm_prefetch((const char *)((uintptr_t)r1 + (uintptr_t)pf), _MM_HINT_T0);
     v16i_fp8_widen(v16i_unpacklo8(x0, x1), tab, &w[0], &w[1]);
     v16i_fp8_widen(v16i_unpackhi8(x0, x1), tab, &w[2], &w[3]);
   }
@@ -393,106 +390,6 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, cons
     for (int u = 0; u < 2 * U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-/* fp8 P V of every head and block (D a multiple of 64), BF16_PV_TILE rows at a time, every head in turn (the
- * next tile asked for a head's share at a time); P as bf16 pairs, each S row's first W / 2 words
- * (bf16_decode_softmax's). */
-BF16_INLINE void bf16_pv_fp8(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const char *v,
-                             float *S, const int32_t D) {
-  const size_t ld = (size_t)s->W;
-  const int32_t ahead = bf16_rows_ahead(s);
-  for (int32_t jt = s->LO; jt < s->HI; jt += BF16_PV_TILE)
-    for (int32_t g = 0; g < s->heads; g++) {
-      /* the next tile; in the first, also the rest of this one (the scores asked for `ahead` rows) */
-      for (int32_t x = jt == s->LO ? jt + ahead : jt + BF16_PV_TILE; x < jt + 2 * BF16_PV_TILE && x < s->HI; x++)
-        prefetch_share(s, v + (size_t)x * s->step, g);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b];
-        const int32_t hi = jt + BF16_PV_TILE < s->hi[b] ? jt + BF16_PV_TILE : s->hi[b];
-        if (lo >= hi) continue;
-        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
-        const char *vg = v + (size_t)g * s->head_step;
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        for (int32_t d = 0; d < D; d += 64)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, ld, s->j0, lo, hi, vg + d, s->step, o + d, D, 0);
-      }
-    }
-}
-
-/* ---- the fused walk (bf16 rows) -------------------------------------------------------------------------- */
-
-/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
- * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
- * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (NHD
- * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
-BF16_INLINE intptr_t bf16_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
-                                     const char *next) {
-  if (g + 1 < s->heads) return (intptr_t)s->head_step;
-  if (c + 1 < C1) return (intptr_t)(BF16_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
-  return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
-}
-
-/* bf16 decode on NHD and HND rows, fused as decode_tiled.h's tiled_fused: each head's share of 16 rows (keys
- * [16 c, 16 c + 16) within [LO, HI)) scored (bf16_score4, every block of vectors), through the online
- * softmax (bf16_softmax_cols), and into P V (bf16_pv_run) before the next share, so the keys and the values
- * are two streams read side by side; each line asks for its place in its stream's next share into L1. The
- * outputs are in P V's order (unpack32_to) from the start to the end of the call. */
-BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint32_t *q, const char *k,
-                            const char *v, float *S, const int32_t D) {
-  const int32_t Dh = D / 2;
-  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
-  for (int32_t b = 0; b < s->blocks; b++) {
-    int32_t klo, khi;
-    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
-  }
-  for (int32_t g = 0; g < s->heads; g++)
-    for (int32_t x = 0; x < s->n; x++) unpack32_apply(job->o + g * s->hq + (size_t)x * D, D, unpack32_to);
-  const int32_t C0 = s->LO / BF16_SHARE_KEYS, C1 = (s->HI + BF16_SHARE_KEYS - 1) / BF16_SHARE_KEYS;
-  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
-  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * BF16_SHARE_KEYS; j++)
-    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
-  for (int32_t c = C0; c < C1; c++) {
-    const int32_t k0 = c * BF16_SHARE_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + BF16_SHARE_KEYS ? s->HI : k0 + BF16_SHARE_KEYS;
-    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
-    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
-    const int32_t c1 = k0 + BF16_SHARE_KEYS < s->j0 + s->W ? k0 + BF16_SHARE_KEYS : s->j0 + s->W;
-    for (int32_t g = 0; g < s->heads; g++) {
-      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
-      const intptr_t pk = bf16_next_share(s, k + at, c, C1, g, job->next_k),
-                     pv = bf16_next_share(s, v + at, c, C1, g, NULL);
-      float *Sg = S + (size_t)g * s->n * s->W;
-      for (int32_t j = lo; j < hi; j += 4) {
-        const int32_t keys = hi - j < 4 ? hi - j : 4;
-        const char *r[4];
-        for (int x = 0; x < 4; x++)
-          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
-        for (int32_t b = 0; b < s->blocks; b++)
-          DECODE_BY_NB(s->nb[b], bf16_score4, Dh, NULL, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r,
-                       b == 0 ? pk : 0, Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
-      }
-      int32_t plo[4], phi[4];
-      for (int32_t b = 0; b < s->blocks; b++)
-        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        if (plo[b] >= phi[b]) continue;
-        const uint32_t *pp = (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0));
-        const char *vg = v + (size_t)g * s->head_step;
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        const intptr_t pf = b == 0 ? pv : 0;
-        int32_t d = 0;
-        for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, NULL, pp, (size_t)s->W, c0, plo[b], phi[b], vg + 2 * d, s->step, o + d,
-                       D, pf);
-        if (d < D)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, NULL, pp, (size_t)s->W, c0, plo[b], phi[b], vg + 2 * d, s->step, o + d,
-                       D, pf);
-      }
-    }
-  }
-  for (int32_t g = 0; g < s->heads; g++)
-    for (int32_t x = 0; x < s->n; x++) unpack32_apply(job->o + g * s->hq + (size_t)x * D, D, unpack32_from);
-}
-
 /* ---- fp8 rows: v16i_fp8_widen's lane order ------------------------------------------------------------- */
 
 /* The query pairs of each 64 dims (n pairs, a multiple of 32) put in the order of a widened key row: lane
@@ -516,6 +413,95 @@ static inline void fp8_pv_order(float *a, int32_t n) {
     for (int u = 0; u < 4; u++)
       for (int j = 0; j < 4; j++) memcpy(a + d + 16 * u + 4 * j, t + 16 * j + 4 * u, 4 * sizeof(float));
   }
+}
+
+/* ---- the fused walk (bf16 rows) -------------------------------------------------------------------------- */
+
+/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
+ * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
+ * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (NHD
+ * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
+BF16_INLINE intptr_t bf16_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
+                                     const char *next) {
+  if (g + 1 < s->heads) return (intptr_t)s->head_step;
+  if (c + 1 < C1) return (intptr_t)(BF16_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
+  return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
+}
+
+/* Every output of the call put into P V's order or back: fp8_pv_order (its own inverse) for fp8 rows (tab),
+ * else each 32 floats permuted by perm (unpack32_to, or unpack32_from back). */
+BF16_INLINE void bf16_fused_order(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab,
+                                  const int32_t *perm, const int32_t D) {
+  for (int32_t g = 0; g < s->heads; g++)
+    for (int32_t x = 0; x < s->n; x++) {
+      float *o = job->o + g * s->hq + (size_t)x * D;
+      if (tab)
+        fp8_pv_order(o, D);
+      else
+        unpack32_apply(o, D, perm);
+    }
+}
+
+/* Decode on NHD and HND rows of bf16, or of fp8 (tab: the widening tables, the query pairs in fp8_query_order),
+ * fused as decode_tiled.h's tiled_fused: each head's share of 16 rows (keys [16 c, 16 c + 16) within [LO,
+ * HI)) scored (bf16_score4, every block of vectors), through the online softmax (bf16_softmax_cols), and into
+ * P V (bf16_pv_run) before the next share, so the keys and the values are two streams read side by side; each
+ * line asks for its place in its stream's next share into L1. The outputs are in P V's order (unpack32_to,
+ * fp8: fp8_pv_order) from the start to the end of the call. */
+BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
+                            const char *k, const char *v, float *S, const int32_t D) {
+  const int32_t Dh = D / 2;
+  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
+  for (int32_t b = 0; b < s->blocks; b++) {
+    int32_t klo, khi;
+    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
+  }
+  bf16_fused_order(job, s, tab, unpack32_to, D);
+  const int32_t C0 = s->LO / BF16_SHARE_KEYS, C1 = (s->HI + BF16_SHARE_KEYS - 1) / BF16_SHARE_KEYS;
+  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
+  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * BF16_SHARE_KEYS; j++)
+    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
+  for (int32_t c = C0; c < C1; c++) {
+    const int32_t k0 = c * BF16_SHARE_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + BF16_SHARE_KEYS ? s->HI : k0 + BF16_SHARE_KEYS;
+    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
+    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
+    const int32_t c1 = k0 + BF16_SHARE_KEYS < s->j0 + s->W ? k0 + BF16_SHARE_KEYS : s->j0 + s->W;
+    for (int32_t g = 0; g < s->heads; g++) {
+      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
+      const intptr_t pk = bf16_next_share(s, k + at, c, C1, g, job->next_k),
+                     pv = bf16_next_share(s, v + at, c, C1, g, NULL);
+      float *Sg = S + (size_t)g * s->n * s->W;
+      for (int32_t j = lo; j < hi; j += 4) {
+        const int32_t keys = hi - j < 4 ? hi - j : 4;
+        const char *r[4];
+        for (int x = 0; x < 4; x++)
+          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+        for (int32_t b = 0; b < s->blocks; b++)
+          DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r,
+                       b == 0 ? pk : 0, Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+      }
+      int32_t plo[4], phi[4];
+      for (int32_t b = 0; b < s->blocks; b++)
+        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        if (plo[b] >= phi[b]) continue;
+        const uint32_t *pp = (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0));
+        const char *vg = v + (size_t)g * s->head_step;
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        const intptr_t pf = b == 0 ? pv : 0;
+        const size_t esz = tab ? 1 : 2;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, c0, plo[b], phi[b], vg + esz * d, s->step,
+                       o + d, D, pf);
+        if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, c0, plo[b], phi[b], vg + esz * d, s->step,
+                       o + d, D, pf);
+      }
+    }
+  }
+  bf16_fused_order(job, s, tab, unpack32_from, D);
 }
 
 /* ---- the kernel ----------------------------------------------------------------------------------------- */
@@ -552,8 +538,12 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     fp8_bf16_tables(t, tab);
     fp8_query_order(q, heads * n * (D / 2));
   }
-  if (bf16 && !fp8 && !job->probs_fp32) {
-    bf16_fused(job, &s, q, k_src, v_src, S, D);
+  if (fp8 && !job->probs_fp32) {
+    bf16_fused(job, &s, tab, q, k_src, v_src, S, D);
+    return;
+  }
+  if (bf16 && !job->probs_fp32) { /* a constant NULL: the bf16 instance has no fp8 branch */
+    bf16_fused(job, &s, NULL, q, k_src, v_src, S, D);
     return;
   }
   if (fp8)
@@ -562,15 +552,6 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
   else
     WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
-  if (fp8 && !job->probs_fp32) {
-    bf16_decode_softmax(true, job, &s, S, NULL, D);
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
-    bf16_pv_fp8(job, &s, tab, v_src, S, D);
-    for (int32_t g = 0; g < heads; g++)
-      for (int32_t x = 0; x < n; x++) fp8_pv_order(job->o + g * s.hq + (size_t)x * D, D);
-    return;
-  }
   bf16_decode_softmax(false, job, &s, S, NULL, D); /* the outputs rescaled, in natural order (s.eo is false) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
   if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */

@@ -64,7 +64,7 @@
 
 enum {
   TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
-  TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head, as decode.h's BF16_PV_TILE */
+  TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head */
   TILED_AHEAD = 2,               /* fp8: tiles ahead of the one being scored that are asked for (past the last,
                                   * the values) */
 };
