@@ -1203,9 +1203,9 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
 /* The KV heads an all-heads unit takes: all of them, or where the step's units would be fewer than the
  * workers (one long decode's splits on a many-core machine, a lone decode on two), the largest divisor of
  * the heads that makes enough of them (a lone 4k decode on two workers of a Zen 5 VM, uattn-bench
- * decode-short, NHD: 0.87 ms with one unit, 0.63 with a unit of two heads for each two workers, 0.56 with
- * one of four for each). Each head's arithmetic is the same whichever heads a decode call takes with it,
- * so the answer does not depend on the workers here either. */
+ * decode-short, NHD, 8 KV heads: 0.87 ms as one unit, 0.63 as four units of two heads, 0.56 as two of
+ * four). Each head's arithmetic is the same whichever heads a decode call takes with it, so the answer does
+ * not depend on the workers here either. */
 static int32_t all_heads_group(const forward_job *job) {
   const int32_t Hkv = job->L->num_kv_heads, want = job->max_workers;
   int32_t all = 0, other = 0; /* all-heads (item, split) pairs; the other units */
