@@ -235,9 +235,10 @@ BF16_INLINE float bf16_decode_row(const bool PAIRS, float *s, int32_t j0, int32_
   return alpha;
 }
 
-/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs for bf16_pv_run), each output rescaled by its
- * alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
- * (unpack32_apply's: the order bf16_pv_run keeps them in). */
+/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs, for decode_tiled.h's fp8 P V), each output
+ * rescaled by its alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
+ * (unpack32_apply's: the order that P V keeps them in). The fused walks take the softmax a share at a time
+ * (bf16_softmax_cols). */
 BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *job, const decode_shape *s, float *S,
                                      const int32_t *perm, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
@@ -415,7 +416,7 @@ static inline void fp8_pv_order(float *a, int32_t n) {
   }
 }
 
-/* ---- the fused walk (bf16 rows) -------------------------------------------------------------------------- */
+/* ---- the fused walk (bf16 and fp8 rows) ------------------------------------------------------------------ */
 
 /* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
  * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
