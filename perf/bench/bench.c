@@ -374,9 +374,11 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
       uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, uattn_dtype_name(o->dtype),
       uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? ", fp32 P" : "",
       o->runs);
-  printf("machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA %.1f GFLOP/s on 1, %.1f on %d\n",
-         o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_gflops_1, lim->fma_gflops_all,
-         lim->threads);
+  printf(
+      "machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA (%d lanes) %.1f GFLOP/s on 1, %.1f "
+      "on %d\n",
+      o->runs, lim->read_gbs_1, lim->read_gbs_all, lim->threads, lim->fma_lanes, lim->fma_gflops_1, lim->fma_gflops_all,
+      lim->threads);
   if (lim->bf16_dot)
     printf("bf16 dot peak (vdpbf16ps, best of %d): %.1f GFLOP/s on 1 thread, %.1f on %d (%.2fx the fp32 FMA peak)\n",
            o->runs, lim->bf16_gflops_1, lim->bf16_gflops_all, lim->threads, lim->bf16_gflops_all / lim->fma_gflops_all);
@@ -445,12 +447,12 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
       "\"load_average\": [\"%s\", \"%s\"],\n "
       "\"limits\": {\"read_gbs_1\": "
       "%.2f, "
-      "\"read_gbs_all\": %.2f, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
+      "\"read_gbs_all\": %.2f, \"fma_lanes\": %d, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
       "\"bf16_dot_gflops_1\": %s, "
       "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype),
       uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? "true" : "false", load0,
-      load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_gflops_1, lim->fma_gflops_all,
+      load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_lanes, lim->fma_gflops_1, lim->fma_gflops_all,
       lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
       json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {

@@ -32,7 +32,7 @@ __attribute__((target("avx2"))) static double read_sum(const float *x, size_t n)
 }
 
 /* 12 independent FMA chains: enough to cover the FMA latency on two ports. */
-__attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
+__attribute__((target("avx2,fma"))) static double fma_loop_ymm(long iters) {
   __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
   for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
   for (long i = 0; i < iters; i++)
@@ -44,19 +44,47 @@ __attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
   return t[0];
 }
 
-#ifdef UATTN_BENCH_BF16
-/* The feature bits alone are not enough: the OS must also save the opmask and zmm registers (XCR0 bits 5-7,
- * with SSE and AVX state, bits 1-2), or the first zmm instruction faults. */
-int bench_has_bf16_dot(void) {
+/* The same on zmm: a Zen 5 or an Intel server core issues two zmm FMAs a cycle, twice its ymm peak (a Zen 4
+ * splits each zmm FMA over its two 256-bit pipes: the same flops either way). Unrolled as bf16_dot_loop. */
+__attribute__((target("avx512f"))) static double fma_loop_zmm(long iters) {
+  __m512 a[12], b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
+  for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 12
+    for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(a[k], b, c);
+  }
+  __m512 s = a[0];
+  for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, a[k]);
+  return _mm512_reduce_add_ps(s);
+}
+
+/* CPUID leaf 7's EBX has every bit of `need` (AVX-512 features), and the OS saves the opmask and zmm
+ * registers (XCR0 bits 5-7, with SSE and AVX state, bits 1-2), without which the first zmm instruction
+ * faults. *subleaves: leaf 7's last subleaf. */
+static int has_zmm(unsigned need, unsigned *subleaves) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
   unsigned xcr0_lo, xcr0_hi;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
   if ((xcr0_lo & 0xe6) != 0xe6) return 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  *subleaves = a;
+  return (b & need) == need;
+}
+
+/* The widest FMA this CPU runs: 16 lanes with AVX-512F, else 8. */
+static int fma_lanes(void) {
+  unsigned sub;
+  return has_zmm(1u << 16, &sub) ? 16 : 8;
+}
+
+static double fma_loop(long iters, int lanes) { return lanes == 16 ? fma_loop_zmm(iters) : fma_loop_ymm(iters); }
+
+#ifdef UATTN_BENCH_BF16
+int bench_has_bf16_dot(void) {
   const unsigned avx512f = 1u << 16, avx512bw = 1u << 30; /* the loop's broadcasts of 16-bit words need BW */
-  if ((b & (avx512f | avx512bw)) != (avx512f | avx512bw) || a < 1) return 0; /* a: the last subleaf of leaf 7 */
-  __get_cpuid_count(7, 1, &a, &b, &c, &d);
+  unsigned sub, a, b, c, d;
+  if (!has_zmm(avx512f | avx512bw, &sub) || sub < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
   return (int)(a >> 5 & 1); /* AVX512_BF16 */
 }
 
@@ -84,7 +112,9 @@ static double read_sum(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) s += x[i];
   return s;
 }
-static double fma_loop(long iters) {
+static int fma_lanes(void) { return 1; }
+static double fma_loop(long iters, int lanes) {
+  (void)lanes;
   float a[12] = {0};
   for (long i = 0; i < iters; i++)
     for (int k = 0; k < 12; k++) a[k] = a[k] * 0.999999f + 1e-7f;
@@ -102,13 +132,13 @@ static double bf16_dot_loop(long iters) {
 #endif
 
 enum { FMA_ITERS = 20000000, BF16_ITERS = 10000000 };
-#define FMA_FLOPS_PER_ITER (12.0 * 8 * 2)            /* 12 chains of 8 lanes, 2 flops per FMA */
 #define BF16_FLOPS_PER_ITER (BF16_CHAINS * 16.0 * 4) /* chains of 16 lanes, 2 products and 2 adds per lane */
 
 typedef struct limit_job {
   const float *data;
   size_t n;
   int threads;
+  int fma_lanes;                           /* fma_loop's width */
   double result[BENCH_LIMITS_MAX_THREADS]; /* keeps the work from being optimized away */
 } limit_job;
 
@@ -126,7 +156,7 @@ static void *read_thread(void *p) {
 
 static void *fma_thread(void *p) {
   limit_arg *a = p;
-  a->job->result[a->id] = fma_loop(FMA_ITERS);
+  a->job->result[a->id] = fma_loop(FMA_ITERS, a->job->fma_lanes);
   return NULL;
 }
 
@@ -189,6 +219,7 @@ int bench_measure_limits(bench_reader *r, int threads, int runs, bench_limits *o
   if (!t) return -1;
   out->threads = threads;
   out->bf16_dot = bench_has_bf16_dot();
+  out->fma_lanes = r->job->fma_lanes = fma_lanes();
   out->bf16_gflops_1 = out->bf16_gflops_all = 0;
   for (int k = 0; k < 2; k++) {
     const int th = k == 0 ? 1 : threads;
@@ -198,7 +229,8 @@ int bench_measure_limits(bench_reader *r, int threads, int runs, bench_limits *o
       gbs = g > gbs ? g : gbs;
     }
     for (int i = 0; i < runs; i++) t[i] = run_threads(fma_thread, r->job, th);
-    const double gflops = FMA_ITERS * FMA_FLOPS_PER_ITER * th / fastest(t, runs) * 1e-9;
+    const double gflops =
+        FMA_ITERS * 12.0 * 2 * out->fma_lanes * th / fastest(t, runs) * 1e-9; /* 12 chains, 2 flops a lane */
     *(k == 0 ? &out->read_gbs_1 : &out->read_gbs_all) = gbs;
     *(k == 0 ? &out->fma_gflops_1 : &out->fma_gflops_all) = gflops;
     if (out->bf16_dot) {

@@ -10,9 +10,12 @@
 #define BENCH_LIMITS_MAX_THREADS 256
 
 typedef struct bench_limits {
-  int threads;                         /* what "all" means */
-  double read_gbs_1, read_gbs_all;     /* GB/s of a streaming read of 256 MiB */
-  double fma_gflops_1, fma_gflops_all; /* fp32 FMA, 2 flops per lane */
+  int threads;                     /* what "all" means */
+  double read_gbs_1, read_gbs_all; /* GB/s of a streaming read of 256 MiB */
+  /* fp32 FMA, 2 flops a lane, on the widest vectors the CPU runs (fma_lanes: 16 with AVX-512F, 8 with
+   * AVX2, 1 elsewhere): the machine's peak, whether or not a kernel uses that width */
+  double fma_gflops_1, fma_gflops_all;
+  int fma_lanes;
   /* bf16 pair products into fp32 (vdpbf16ps zmm: 32 products and 32 adds, 64 flops): what bounds bf16
    * work on such a CPU. Both 0 where bf16_dot is 0. */
   int bf16_dot; /* bench_has_bf16_dot() */

@@ -720,7 +720,9 @@ int main(int argc, char **argv) {
   const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
   printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key %s panels; medians of %d runs%s\n",
          head_dim, GROUP, block_keys, uattn_dtype_name(cache_dtype), runs, cpu_time ? " (thread CPU time)" : "");
-  printf("  this core's fp32 FMA peak: %.1f GFLOP/s\n\n", peak);
+  /* ymm: the width of the avx2 bodies and of libxsmm pinned to AVX2; a core with two zmm FMA pipes (Zen 5,
+   * Intel servers) peaks at twice this, which uattn-bench's machine line reports */
+  printf("  this core's fp32 FMA peak on ymm: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
