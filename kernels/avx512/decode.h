@@ -9,6 +9,14 @@
  * bf16 rows with a head dim a multiple of 32 are widened 32 elements at a time into even/odd halves (a
  * shift and a mask), so the query vectors and outputs are kept in that order, [evens | odds] for each 32
  * dims, through the call; every dot product and sum has the same terms as in natural order.
+ * Rows in natural order (f16, f32, fp8, bf16 at head dims that are not multiples of 32) take a fused walk
+ * instead (wide_fused): avx512bf16/decode.h's bf16_fused with fp32 FMAs, each head's share of 16 rows scored
+ * (wide_score4: 4 rows x up to 4 vectors, summed by v16_sum16's lane tree), through the online softmax
+ * (wide_softmax_cols) and into P V (wide_pv_step) before the next share, each line asking for its place in
+ * its stream's next share into L1; the tree, the softmax and the next share's distance are the bf16 walks'
+ * too. f16 Llama-3-8B decodes on a Zen 5 core, phases against the walk (uattn-bench, three rounds
+ * alternated): NHD 1 x 32k 10.1 -> 5.4 ms, HND 9.0 -> 6.5 (uattn-kernel-bench --decode-layouts, 1 row, ns a
+ * key and KV head: hot 21.4 -> 16.7, NHD cold 32.1 -> 22.0, a plain read 17.7).
  * Needs a head dim that is a multiple of 16; other multiples of 8 take the avx2 kernel. Include after
  * avx512/vec.h, which decides whether this is the AVX-512 kernel or its twin. */
 #ifndef UATTN_AVX512_DECODE_H
@@ -106,16 +114,20 @@ V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t,
 }
 
 /* U (<= 4; even with EO) 16-float parts of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at
- * S + i * ld + j - j0, o_i at o + i * D, in the kernel's order), value j's row at v + j * step bytes. */
+ * S + i * ld + j - j0, o_i at o + i * D, in the kernel's order), value j's row at v + j * step bytes; pf (0:
+ * none) the bytes from each row's parts to where the walk reads next (wide_fused), each line asked for into
+ * L1. */
 V16_INLINE void wide_pv_step(const int NB, const int U, const bool EO, uattn_dtype t, const float *S, int32_t ld,
-                             int32_t j0, int32_t lo, int32_t hi, const char *v, size_t step, float *o,
-                             const int32_t D) {
+                             int32_t j0, int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D,
+                             intptr_t pf) {
   const size_t esz = uattn_dtype_size(t);
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   for (int32_t j = lo; j < hi; j++) {
     const char *r = v + (size_t)j * step;
+    for (size_t x = 0; pf && x < (size_t)(16 * U) * esz; x += 64)
+      _mm_prefetch((const char *)((uintptr_t)r + (uintptr_t)pf) + x, _MM_HINT_T0);
     v16 w[4];
     for (int u = 0; u < U; u++) {
       if (!EO)
@@ -138,12 +150,12 @@ V16_INLINE void wide_pv_block(const int NB, const bool EO, const decode_shape *s
   const size_t esz = uattn_dtype_size(t);
   int32_t d = 0;
   for (; d + 64 <= D; d += 64)
-    wide_pv_step(NB, 4, EO, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+    wide_pv_step(NB, 4, EO, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D, 0);
   const char *vd = p->v + (size_t)d * esz;
   switch ((D - d) / 16) { /* EO: D is a multiple of 32, so 0 or 2 */
-  case 1: wide_pv_step(NB, 1, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
-  case 2: wide_pv_step(NB, 2, EO, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
-  case 3: wide_pv_step(NB, 3, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D); break;
+  case 1: wide_pv_step(NB, 1, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
+  case 2: wide_pv_step(NB, 2, EO, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
+  case 3: wide_pv_step(NB, 3, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
   default: break;
   }
 }
@@ -180,6 +192,239 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
       for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s->hq + (size_t)x * D, D, false);
 }
 
+/* ---- the fused walk's parts (this set's and avx512bf16/decode.h's) ---------------------------------------- */
+
+enum { DECODE_SHARE_KEYS = 16 }; /* keys of a head's share in the fused walks (a TILED tile's, decode_tiled.h) */
+
+/* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
+ * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
+ * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. At the first and third
+ * levels one operand of each add is x's first half and y's second (halves of the vector, of each quarter): a
+ * blend, where a shuffle took the shuffle units the rest of the tree is bound by. 12 of its 30 shuffles are
+ * blends: the hot decode at GQA 4, 1 and 4 rows, 1.5-3.5% faster (alternated). */
+V16_INLINE v16 v16_sum16(v16 a[16]) {
+  v16 b[8], c[4], e[2];
+  for (int k = 0; k < 8; k++) b[k] = v16_add(V16_BLEND(a[k], a[k + 8], 0xff00), V16_SHUF128(a[k], a[k + 8], 0x4e));
+  for (int k = 0; k < 4; k++) c[k] = v16_add(V16_SHUF128(b[k], b[k + 4], 0x88), V16_SHUF128(b[k], b[k + 4], 0xdd));
+  for (int k = 0; k < 2; k++) e[k] = v16_add(V16_BLEND(c[k], c[k + 2], 0xcccc), V16_SHUFPS(c[k], c[k + 2], 0x4e));
+  return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
+}
+
+/* The maximum of row s (columns [j0, j1), j0 and j1 multiples of 8 apart) after the rule v and the soft cap
+ * (row_rules_max's, which masks the blocks of 8 that [lo, hi) cuts and writes back what a rule changed).
+ * Without cap and slope only the cut blocks at the ends go through it; the whole blocks between take a
+ * 16-lane max (a max is the same in any order), so a decode row takes half the max instructions. */
+V16_INLINE float wide_row_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap) {
+  const int32_t a = v->lo > j0 ? j0 + ((v->lo - j0 + 7) & ~7) : j0; /* the whole blocks: [a, b) */
+  const int32_t b = v->hi < j1 ? j0 + ((v->hi - j0) & ~7) : j1;
+  if (cap > 0.0f || v->slope != 0.0f || a >= b) return row_rules_max(s, j0, j1, v, cap);
+  float mx = -INFINITY, x;
+  if (a > j0 && (x = row_rules_max(s, j0, a, v, cap)) > mx) mx = x;
+  if (b < j1 && (x = row_rules_max(s + (b - j0), b, j1, v, cap)) > mx) mx = x;
+  v16 vmax = v16_set1(-INFINITY);
+  int32_t j = a;
+  for (; j + 16 <= b; j += 16) vmax = v16_max(vmax, v16_load(s + (j - j0)));
+  if ((x = v16_hmax(vmax)) > mx) mx = x;
+  if (j < b && (x = hmax8(_mm256_load_ps(s + (j - j0)))) > mx) mx = x;
+  return mx;
+}
+
+/* One vector's S row (W floats from column j0; the keys [j0, j0 + W) a multiple of 8) to P, softmax_row's job
+ * 16 lanes at a time (v16_exp: exp8's bits; l summed in another order): the rule, the max, then P = e^(s -
+ * m_new) in one pass, in place; m and l updated, the factor o must be rescaled by returned. A last 8 keys go
+ * through the same 16 lanes, padded with -inf (P 0, which adds nothing to l). */
+V16_INLINE float wide_decode_row(float *s, int32_t j0, int32_t W, const vec_rule *v, float cap, float *m, float *l) {
+  float alpha;
+  const float m_new = row_new_max(wide_row_max(s, j0, j0 + W, v, cap), *m, &alpha);
+  const v16 mv = v16_set1(m_new);
+  v16 sum = v16_zero();
+  int32_t j = 0;
+  for (; j + 16 <= W; j += 16) {
+    const v16 p = v16_exp(v16_sub(v16_load(s + j), mv));
+    sum = v16_add(sum, p);
+    v16_store(s + j, p);
+  }
+  if (j < W) {
+    _Alignas(64) float t[16];
+    _mm256_store_ps(t, _mm256_load_ps(s + j)), _mm256_store_ps(t + 8, _mm256_set1_ps(-INFINITY));
+    const v16 p = v16_exp(v16_sub(v16_load(t), mv));
+    sum = v16_add(sum, p);
+    v16_store(t, p), _mm256_store_ps(s + j, _mm256_load_ps(t));
+  }
+  *l = *l * alpha + v16_hsum(sum);
+  *m = m_new;
+  return alpha;
+}
+
+/* o *= alpha, D floats (an output whose maximum grew). */
+V16_INLINE void wide_rescale(float *o, float alpha, const int32_t D) {
+  for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha), v16_load(o + d)));
+}
+
+/* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
+ * share's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a step of the online
+ * softmax: wide_decode_row's rules, P in place of the scores, each output rescaled by its
+ * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share that every vector sees
+ * whole, without cap or slopes (all but a call's first and last), takes wide_decode_row's operations on its
+ * 16 columns without the rules' branches: the same bits. */
+V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
+                                  const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
+                                  const int32_t D) {
+  const int nb = s->nb[b];
+  const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
+  float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+  bool whole = c1 - c0 == DECODE_SHARE_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
+  for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
+  if (whole) {
+    *plo = c0, *phi = c1;
+    for (int i = 0; i < nb; i++) {
+      float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
+      const v16 x = v16_load(row);
+      float alpha;
+      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
+      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
+      v16_store(row, p);
+      *l = *l * alpha + v16_hsum(p);
+      *m = m_new;
+      if (alpha != 1.0f) wide_rescale(o0 + (size_t)i * D, alpha, D);
+    }
+    return;
+  }
+  *plo = INT32_MAX, *phi = INT32_MIN;
+  for (int i = 0; i < nb; i++) {
+    float *pp = Sb + (size_t)i * s->W + (c0 - s->j0);
+    vec_rule r = rule[i];
+    if (r.lo < c0) r.lo = c0;
+    if (r.hi > c1) r.hi = c1;
+    if (r.lo >= r.hi) { /* this vector sees none of the tile: P 0, its state as it is */
+      memset(pp, 0, sizeof(float) * (size_t)(c1 - c0));
+      continue;
+    }
+    const size_t x = (size_t)s->x0[b] + (size_t)i;
+    if (job->alibi) r.slope = job->alibi[(size_t)g * job->group + x % (size_t)job->group];
+    const float alpha = wide_decode_row(pp, c0, c1 - c0, &r, job->soft_cap, &job->m[st0 + i], &job->l[st0 + i]);
+    if (alpha != 1.0f) wide_rescale(o0 + (size_t)i * D, alpha, D);
+    if (r.lo < *plo) *plo = r.lo;
+    if (r.hi > *phi) *phi = r.hi;
+  }
+}
+
+/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
+ * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
+ * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16
+ * NHD 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
+V16_INLINE intptr_t decode_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
+                                      const char *next) {
+  if (g + 1 < s->heads) return (intptr_t)s->head_step;
+  if (c + 1 < C1) return (intptr_t)(DECODE_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
+  return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
+}
+
+/* <q_i, k_j> for NB <= 4 vectors (q_i at q + i * D, in order) and the 4 rows r[j] of dtype t: vector i's 4
+ * scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. 16 accumulators summed by v16_sum16;
+ * each line of the rows asks for its place pf bytes on (0: none) into L1. */
+V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const float *q, const char *const *r,
+                            intptr_t pf, float *S, size_t ld, int32_t keys) {
+  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* v16_sum16's */
+  const size_t esz = uattn_dtype_size(t);
+  v16 a[16];
+  for (int x = 0; x < 16; x++) a[x] = v16_zero();
+  for (int32_t d = 0; d < D; d += 16) {
+    v16 k[4];
+    for (int j = 0; j < 4; j++) k[j] = v16_widen(t, r[j] + (size_t)d * esz);
+    if (pf && ((size_t)d * esz) % 64 == 0)
+      for (int j = 0; j < keys; j++)
+        _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + d * esz, _MM_HINT_T0);
+    for (int i = 0; i < NB; i++) {
+      const v16 qv = v16_load(q + (size_t)i * D + d);
+      for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_fmadd(qv, k[j], a[slot[i][j]]);
+    }
+  }
+  const v16 sums = v16_sum16(a);
+  if (keys == 4) { /* each vector's quarter straight to its row */
+    V16_STORE_QUARTER(S, sums, 0);
+    if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
+    if (NB > 2) V16_STORE_QUARTER(S + 2 * ld, sums, 2);
+    if (NB > 3) V16_STORE_QUARTER(S + 3 * ld, sums, 3);
+    return;
+  }
+  _Alignas(64) float p[16];
+  v16_store(p, sums);
+  for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
+}
+
+/* Decode on NHD and HND rows of any dtype in natural order (f16, f32, fp8; bf16 where the head dim is not a
+ * multiple of 32), fused as avx512bf16/decode.h's bf16_fused: each head's share of 16 rows (keys [16 c,
+ * 16 c + 16) within [LO, HI)) scored (wide_score4, every block of vectors), through the online softmax
+ * (wide_softmax_cols) and into P V (wide_pv_step, 64 dims at a time) before the next share, so the keys and
+ * the values are two streams read side by side; each line asks for its place in its stream's next share into
+ * L1. */
+V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *k,
+                           const char *v, float *S, const int32_t D) {
+  const size_t esz = uattn_dtype_size(t);
+  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (wide_softmax_cols) */
+  for (int32_t b = 0; b < s->blocks; b++) {
+    int32_t klo, khi;
+    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
+  }
+  const int32_t C0 = s->LO / DECODE_SHARE_KEYS, C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
+  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
+  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * DECODE_SHARE_KEYS; j++)
+    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
+  for (int32_t c = C0; c < C1; c++) {
+    const int32_t k0 = c * DECODE_SHARE_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + DECODE_SHARE_KEYS ? s->HI : k0 + DECODE_SHARE_KEYS;
+    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
+    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
+    const int32_t c1 = k0 + DECODE_SHARE_KEYS < s->j0 + s->W ? k0 + DECODE_SHARE_KEYS : s->j0 + s->W;
+    for (int32_t g = 0; g < s->heads; g++) {
+      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
+      const intptr_t pk = decode_next_share(s, k + at, c, C1, g, job->next_k),
+                     pv = decode_next_share(s, v + at, c, C1, g, NULL);
+      float *Sg = S + (size_t)g * s->n * s->W;
+      const float *qg = job->q + (size_t)g * s->hq;
+      for (int32_t j = lo; j < hi; j += 4) {
+        const int32_t keys = hi - j < 4 ? hi - j : 4;
+        const char *r[4];
+        for (int x = 0; x < 4; x++)
+          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+        for (int32_t b = 0; b < s->blocks; b++)
+          DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? pk : 0,
+                       Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+      }
+      int32_t plo[4], phi[4];
+      for (int32_t b = 0; b < s->blocks; b++)
+        wide_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
+      for (int32_t b = 0; b < s->blocks; b++) {
+        if (plo[b] >= phi[b]) continue;
+        const float *P = Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0);
+        const char *vg = v + (size_t)g * s->head_step;
+        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
+        const intptr_t pf = b == 0 ? pv : 0;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                       D, pf);
+        switch ((D - d) / 16) {
+        case 1:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                       D, pf);
+          break;
+        case 2:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                       D, pf);
+          break;
+        case 3:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                       D, pf);
+          break;
+        default: break;
+        }
+      }
+    }
+  }
+}
+
 /* decode in kernels.h (the arguments of avx2_decode_body). */
 V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                    const void *k_src, const void *v_src, size_t stride, size_t head_stride,
@@ -194,7 +439,7 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
   if (t == UATTN_BF16 && D % 32 == 0)
     wide_decode_phases(true, job, &s, t, k_src, v_src, scratch, D);
   else
-    wide_decode_phases(false, job, &s, t, k_src, v_src, scratch, D);
+    wide_fused(job, &s, t, k_src, v_src, scratch + (size_t)heads * s.n * D, D);
 }
 
 #endif

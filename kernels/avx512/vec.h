@@ -1,9 +1,11 @@
-/* 16-float vectors for the avx512 set's decode kernel (avx512/decode.h), in one of two forms:
+/* 16-float vectors for the avx512 set's decode kernel (avx512/decode.h) and the avx512bf16 set's kernels, in
+ * one of two forms:
  *   AVX512_VEC_ZMM defined: a zmm register (__m512), every operation an AVX-512F instruction;
  *   otherwise, the twin: a pair of ymm registers (lanes 0-7, 8-15), every operation the same IEEE operation
  *   on each half with AVX2 + FMA + F16C.
- * Every operation here is lane-wise and exact to the bit in both forms (loads, FMA, multiply, the bf16 and
- * f16 widenings), and the one horizontal step, v16_fold, adds lane i + 8 to lane i in both. So the twin
+ * Every operation here is exact to the bit in both forms: lane-wise IEEE operations (loads, FMA, add,
+ * multiply, max, the bf16 and f16 widenings, exp8's steps), pure moves of lanes (shuffles, blends, permutes),
+ * and horizontal steps that add or compare in one stated order (v16_fold adds lane i + 8 to lane i). So the twin
  * computes bit for bit what an AVX-512 CPU computes: the tests run the kernel's arithmetic through it on
  * machines without AVX-512 (this project's), and where AVX-512 is present compare the two
  * (tests/kernels/test_kernels.c). What the twin cannot check is this file's zmm half: one intrinsic per line.
@@ -56,6 +58,49 @@ V16_INLINE __m256 v16_fold(v16 a) {
   return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
 }
 
+/* Moves for the decode kernels' reduction tree (avx512/decode.h's v16_sum16) and avx512bf16/decode.h's order
+ * of dims, each a pure move of lanes (the add an IEEE add), so the twin's copies below are exact. */
+V16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+/* 128-bit quarters: a's (IMM & 3), a's (IMM >> 2 & 3), b's (IMM >> 4 & 3), b's (IMM >> 6 & 3) (vshuff32x4) */
+#define V16_SHUF128(a, b, IMM) _mm512_shuffle_f32x4(a, b, IMM)
+/* within each 128-bit quarter: a's elements (IMM & 3), (IMM >> 2 & 3), b's (IMM >> 4 & 3), (IMM >> 6 & 3) */
+#define V16_SHUFPS(a, b, IMM) _mm512_shuffle_ps(a, b, IMM)
+/* lane i: b's where bit i of MASK is set, else a's (vblendmps, cheaper than a shuffle: avx512bf16/decode.h's
+ * bf16_sum16) */
+#define V16_BLEND(a, b, MASK) _mm512_mask_blend_ps((__mmask16)(MASK), a, b)
+/* quarter K (lanes 4 K to 4 K + 3) of a to p */
+#define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, _mm512_extractf32x4_ps(a, K))
+/* lane i: element idx[i] of the 32 lanes lo, hi (vpermt2ps) */
+V16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
+  return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(idx), hi);
+}
+/* For the softmax on 16 lanes (avx512/decode.h's, avx512bf16/body.h's tiles'): lane-wise IEEE operations. */
+V16_INLINE v16 v16_sub(v16 a, v16 b) { return _mm512_sub_ps(a, b); }
+V16_INLINE v16 v16_max(v16 a, v16 b) { return _mm512_max_ps(a, b); }
+/* e^x: avx2/body.h's exp8 on 16 lanes, to the bit. Its 2^n as two multiplies (y 2^n1, exact, then 2^n2)
+ * rounds once, which is what vscalefps does in one: the same result down to the subnormals. */
+V16_INLINE v16 v16_exp(v16 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-110.0f)), _mm512_set1_ps(88.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, fx);
+}
+/* the 16 lanes' maximum and sum (lane i + 8 with lane i first, then hmax8 / hsum8's order) */
+V16_INLINE float v16_hmax(v16 a) {
+  return hmax8(
+      _mm256_max_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+}
+V16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
+
 #else /* the twin */
 
 #define AVX512_TARGET AVX2_TARGET
@@ -83,6 +128,33 @@ V16_INLINE v16 v16_widen(uattn_dtype t, const void *src) {
   return (v16){widen8(t, src), widen8(t, (const char *)src + 8 * uattn_dtype_size(t))};
 }
 V16_INLINE __m256 v16_fold(v16 a) { return _mm256_add_ps(a.lo, a.hi); }
+V16_INLINE v16 v16_add(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+/* vshuff32x4's quarters: lo = quarters 0, 1, hi = 2, 3 */
+V16_INLINE __m128 v16_quarter(v16 a, int k) {
+  const __m256 h = k < 2 ? a.lo : a.hi;
+  return k % 2 ? _mm256_extractf128_ps(h, 1) : _mm256_castps256_ps128(h);
+}
+V16_INLINE v16 v16_shuf128(v16 a, v16 b, int imm) {
+  return (v16){_mm256_set_m128(v16_quarter(a, imm >> 2 & 3), v16_quarter(a, imm & 3)),
+               _mm256_set_m128(v16_quarter(b, imm >> 6 & 3), v16_quarter(b, imm >> 4 & 3))};
+}
+#define V16_SHUF128(a, b, IMM) v16_shuf128(a, b, IMM)
+#define V16_STORE_QUARTER(p, a, K) _mm_storeu_ps(p, v16_quarter(a, K))
+/* vshufps works within 128-bit lanes, the same on ymm halves */
+#define V16_SHUFPS(a, b, IMM) ((v16){_mm256_shuffle_ps((a).lo, (b).lo, IMM), _mm256_shuffle_ps((a).hi, (b).hi, IMM)})
+#define V16_BLEND(a, b, MASK)                                                                                          \
+  ((v16){_mm256_blend_ps((a).lo, (b).lo, 0xff & (MASK)), _mm256_blend_ps((a).hi, (b).hi, 0xff & (MASK) >> 8)})
+V16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
+  _Alignas(32) float t[32], r[16];
+  v16_store(t, lo), v16_store(t + 16, hi);
+  for (int i = 0; i < 16; i++) r[i] = t[idx[i] & 31];
+  return v16_load(r);
+}
+V16_INLINE v16 v16_sub(v16 a, v16 b) { return (v16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+V16_INLINE v16 v16_max(v16 a, v16 b) { return (v16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+V16_INLINE v16 v16_exp(v16 x) { return (v16){exp8(x.lo), exp8(x.hi)}; }
+V16_INLINE float v16_hmax(v16 a) { return hmax8(_mm256_max_ps(a.lo, a.hi)); }
+V16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
 
 #endif
 

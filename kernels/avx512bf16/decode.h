@@ -19,8 +19,9 @@
  *           16 scores (12 of the moves blends), where folding each accumulator to 8 lanes and an hadd tree took
  *           80.
  *   softmax bf16_softmax_cols on the share's 16 columns: decode_softmax's rules and online rescale 16 lanes
- *           at a time (the same exp to the bit as exp8), P written straight as the bf16 pairs P V reads; a
- *           share every vector sees whole, without cap or slopes, takes a path without the rules' branches.
+ *           at a time (the same exp to the bit as exp8; avx512/decode.h's wide_softmax_cols, which the avx512
+ *           set's walk shares), P then rounded to the bf16 pairs P V reads (bf16_pairs_in_place); a share
+ *           every vector sees whole, without cap or slopes, takes a path without the rules' branches.
  *   P V     two value rows interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as
  *           two vectors of pairs, so each 32 dims of an output are kept in that lane order (unpack32_to) for
  *           the whole call, put in and back once a call; 64-dim register tiles (4 vectors x 64 dims, 16
@@ -45,7 +46,7 @@
  * fp8 E4M3 on NHD (decode-long, three rounds alternated) 1 x 32k 4.61 / 2.56 -> 3.83 / 2.09, 32 x 4k 18.2 /
  * 9.6 -> 15.6 / 8.2.
  * What a layout buys besides is compute: keys transposed within a block (each lane a key) give the scores
- * without bf16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
+ * without v16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
  * vectors; a standalone test of the scores alone), while transposing NHD rows in the kernel costs what the
  * tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so (decode_tiled.h, measured
  * there and in the README). */
@@ -56,8 +57,7 @@
 #include "avx512bf16/vec.h"
 
 enum {
-  BF16_AHEAD = 16,      /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
-  BF16_SHARE_KEYS = 16, /* keys of a head's share in the fused walks (bf16_fused; a TILED tile's, decode_tiled.h) */
+  BF16_AHEAD = 16, /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
 };
 
 /* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
@@ -99,27 +99,13 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
 
 /* ---- the bf16 path ---------------------------------------------------------------------------------------- */
 
-/* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
- * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
- * halves the vectors: quarters, then halves of quarters, then pairs of lanes, added. At the first and third
- * levels one operand of each add is x's first half and y's second (halves of the vector, of each quarter): a
- * blend, where a shuffle took the shuffle units the rest of the tree is bound by. 12 of its 30 shuffles are
- * blends: the hot decode at GQA 4, 1 and 4 rows, 1.5-3.5% faster (alternated). */
-BF16_INLINE v16 bf16_sum16(v16 a[16]) {
-  v16 b[8], c[4], e[2];
-  for (int k = 0; k < 8; k++) b[k] = v16_add(V16_BLEND(a[k], a[k + 8], 0xff00), V16_SHUF128(a[k], a[k + 8], 0x4e));
-  for (int k = 0; k < 4; k++) c[k] = v16_add(V16_SHUF128(b[k], b[k + 4], 0x88), V16_SHUF128(b[k], b[k + 4], 0xdd));
-  for (int k = 0; k < 2; k++) e[k] = v16_add(V16_BLEND(c[k], c[k + 2], 0xcccc), V16_SHUFPS(c[k], c[k + 2], 0x4e));
-  return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
-}
-
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh, Dh a multiple of 16) and the 4 bf16 rows
  * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. With tab (fp8 rows,
  * Dh a multiple of 32) the rows are widened 64 dims at a time by v16i_fp8_widen, whose lane order the query
  * pairs are in (fp8_query_order). */
 BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
                              const char *const *r, intptr_t pf, float *S, size_t ld, int32_t keys) {
-  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* bf16_sum16's */
+  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* v16_sum16's */
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
   for (int32_t p = 0; tab && p < Dh; p += 32) {
@@ -143,7 +129,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j]);
     }
   }
-  const v16 sums = v16_mul(bf16_sum16(a), v16_set1(scale));
+  const v16 sums = v16_mul(v16_sum16(a), v16_set1(scale));
   if (keys == 4) { /* each vector's quarter straight to its row */
     V16_STORE_QUARTER(S, sums, 0);
     if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
@@ -181,61 +167,27 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uin
 
 /* ---- the softmax: 16 lanes, P written as P V reads it --------------------------------------------------- */
 
-/* The maximum of row s (columns [j0, j1), j0 and j1 multiples of 8 apart) after the rule v and the soft cap
- * (row_rules_max's, which masks the blocks of 8 that [lo, hi) cuts and writes back what a rule changed).
- * Without cap and slope only the cut blocks at the ends go through it; the whole blocks between take a
- * 16-lane max (a max is the same in any order), so a decode row takes half the max instructions. */
-BF16_INLINE float bf16_row_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap) {
-  const int32_t a = v->lo > j0 ? j0 + ((v->lo - j0 + 7) & ~7) : j0; /* the whole blocks: [a, b) */
-  const int32_t b = v->hi < j1 ? j0 + ((v->hi - j0) & ~7) : j1;
-  if (cap > 0.0f || v->slope != 0.0f || a >= b) return row_rules_max(s, j0, j1, v, cap);
-  float mx = -INFINITY, x;
-  if (a > j0 && (x = row_rules_max(s, j0, a, v, cap)) > mx) mx = x;
-  if (b < j1 && (x = row_rules_max(s + (b - j0), b, j1, v, cap)) > mx) mx = x;
-  v16 vmax = v16_set1(-INFINITY);
-  int32_t j = a;
-  for (; j + 16 <= b; j += 16) vmax = v16_max(vmax, v16_load(s + (j - j0)));
-  if ((x = v16_hmax(vmax)) > mx) mx = x;
-  if (j < b && (x = hmax8(_mm256_load_ps(s + (j - j0)))) > mx) mx = x;
-  return mx;
-}
-
-/* One vector's S row (W floats from column j0; the keys [j0, j0 + W) a multiple of 8) to P, softmax_row's job
- * 16 lanes at a time (v16_exp: exp8's bits; l summed in another order): the rule, the max, then P = e^(s -
- * m_new) in one pass, written as bf16 pairs into the row's first W / 2 words (PAIRS: what bf16_pv_run reads, no
- * pass of its own) or as floats; m and l updated, the factor o must be rescaled by returned. A last 8 keys
- * go through the same 16 lanes, padded with -inf (P 0, which adds nothing to l). */
-BF16_INLINE float bf16_decode_row(const bool PAIRS, float *s, int32_t j0, int32_t W, const vec_rule *v, float cap,
-                                  float *m, float *l) {
-  float alpha;
-  const float m_new = row_new_max(bf16_row_max(s, j0, j0 + W, v, cap), *m, &alpha);
-  const v16 mv = v16_set1(m_new);
-  v16 sum = v16_zero();
+/* A P row's n floats (n a multiple of 8) as n / 2 bf16 pairs in place, at its start (what bf16_pv_run and
+ * decode_tiled.h's P V read; each pair written after the floats it is made of were read). */
+BF16_INLINE void bf16_pairs_in_place(float *p, int32_t n) {
   int32_t j = 0;
-  for (; j + 16 <= W; j += 16) {
-    const v16 p = v16_exp(v16_sub(v16_load(s + j), mv));
-    sum = v16_add(sum, p);
-    if (PAIRS)
-      _mm256_storeu_si256((__m256i *)((uint32_t *)s + j / 2), v16_pairs_bf16(p));
-    else
-      v16_store(s + j, p);
+  for (; j + 16 <= n; j += 16) _mm256_storeu_si256((__m256i *)((uint32_t *)p + j / 2), v16_pairs_bf16(v16_load(p + j)));
+  if (j < n) {
+    _Alignas(64) float t[16] = {0};
+    _mm256_store_ps(t, _mm256_loadu_ps(p + j));
+    _mm_storeu_si128((__m128i *)((uint32_t *)p + j / 2), _mm256_castsi256_si128(v16_pairs_bf16(v16_load(t))));
   }
-  if (j < W) {
-    _Alignas(64) float t[16];
-    _mm256_store_ps(t, _mm256_load_ps(s + j)), _mm256_store_ps(t + 8, _mm256_set1_ps(-INFINITY));
-    const v16 p = v16_exp(v16_sub(v16_load(t), mv));
-    sum = v16_add(sum, p);
-    if (PAIRS)
-      _mm_storeu_si128((__m128i *)((uint32_t *)s + j / 2), _mm256_castsi256_si128(v16_pairs_bf16(p)));
-    else
-      v16_store(t, p), _mm256_store_ps(s + j, _mm256_load_ps(t));
-  }
-  *l = *l * alpha + v16_hsum(sum);
-  *m = m_new;
-  return alpha;
 }
 
-/* decode_softmax with bf16_decode_row (PAIRS: P as bf16 pairs, for decode_tiled.h's fp8 P V), each output
+/* wide_softmax_cols (avx512/decode.h), P then as bf16 pairs at the share's columns' start. */
+BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
+                                   const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
+                                   const int32_t D) {
+  wide_softmax_cols(job, s, g, b, rule, Sb, c0, c1, plo, phi, D);
+  for (int i = 0; i < s->nb[b]; i++) bf16_pairs_in_place(Sb + (size_t)i * s->W + (c0 - s->j0), c1 - c0);
+}
+
+/* decode_softmax with wide_decode_row (PAIRS: P as bf16 pairs, for decode_tiled.h's fp8 P V), each output
  * rescaled by its alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
  * (unpack32_apply's: the order that P V keeps them in). The fused walks take the softmax a share at a time
  * (bf16_softmax_cols). */
@@ -252,9 +204,10 @@ BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *jo
         float *row = S + ((size_t)g * s->n + x) * s->W;
         float alpha = 1.0f;
         if (rule[i].lo < rule[i].hi) /* else this vector sees none of the keys: o stays exactly as it is */
-          alpha = bf16_decode_row(PAIRS, row, s->j0, s->W, &rule[i], h.soft_cap, &h.m[x], &h.l[x]);
+          alpha = wide_decode_row(row, s->j0, s->W, &rule[i], h.soft_cap, &h.m[x], &h.l[x]);
         else
           memset(row, 0, sizeof(float) * (size_t)s->W);
+        if (PAIRS) bf16_pairs_in_place(row, s->W);
         float *o = h.o + x * D;
         const v16 a = v16_set1(alpha);
         for (int32_t d = 0; perm && d < D; d += 32) {
@@ -266,60 +219,6 @@ BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *jo
           _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(o + d)));
       }
     }
-  }
-}
-
-/* o *= alpha, D floats (an output whose maximum grew). */
-BF16_INLINE void bf16_rescale(float *o, float alpha, const int32_t D) {
-  for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(v16_set1(alpha), v16_load(o + d)));
-}
-
-/* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
- * share's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a step of the online
- * softmax: bf16_decode_row's rules, P as bf16 pairs at the columns' start, each output rescaled by its
- * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share that every vector sees
- * whole, without cap or slopes (all but a call's first and last), takes bf16_decode_row's operations on its
- * 16 columns without the rules' branches: the same bits. */
-BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
-                                   const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
-                                   const int32_t D) {
-  const int nb = s->nb[b];
-  const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
-  float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  bool whole = c1 - c0 == BF16_SHARE_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
-  for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
-  if (whole) {
-    *plo = c0, *phi = c1;
-    for (int i = 0; i < nb; i++) {
-      float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
-      const v16 x = v16_load(row);
-      float alpha;
-      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
-      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
-      _mm256_storeu_si256((__m256i *)row, v16_pairs_bf16(p));
-      *l = *l * alpha + v16_hsum(p);
-      *m = m_new;
-      if (alpha != 1.0f) bf16_rescale(o0 + (size_t)i * D, alpha, D);
-    }
-    return;
-  }
-  *plo = INT32_MAX, *phi = INT32_MIN;
-  for (int i = 0; i < nb; i++) {
-    uint32_t *pp = (uint32_t *)(Sb + (size_t)i * s->W + (c0 - s->j0));
-    vec_rule r = rule[i];
-    if (r.lo < c0) r.lo = c0;
-    if (r.hi > c1) r.hi = c1;
-    if (r.lo >= r.hi) { /* this vector sees none of the tile: P 0, its state as it is */
-      memset(pp, 0, sizeof(uint32_t) * (size_t)(c1 - c0) / 2);
-      continue;
-    }
-    const size_t x = (size_t)s->x0[b] + (size_t)i;
-    if (job->alibi) r.slope = job->alibi[(size_t)g * job->group + x % (size_t)job->group];
-    const float alpha =
-        bf16_decode_row(true, (float *)pp, c0, c1 - c0, &r, job->soft_cap, &job->m[st0 + i], &job->l[st0 + i]);
-    if (alpha != 1.0f) bf16_rescale(o0 + (size_t)i * D, alpha, D);
-    if (r.lo < *plo) *plo = r.lo;
-    if (r.hi > *phi) *phi = r.hi;
   }
 }
 
@@ -418,17 +317,6 @@ static inline void fp8_pv_order(float *a, int32_t n) {
 
 /* ---- the fused walk (bf16 and fp8 rows) ------------------------------------------------------------------ */
 
-/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
- * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
- * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (NHD
- * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
-BF16_INLINE intptr_t bf16_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
-                                     const char *next) {
-  if (g + 1 < s->heads) return (intptr_t)s->head_step;
-  if (c + 1 < C1) return (intptr_t)(BF16_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
-  return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
-}
-
 /* Every output of the call put into P V's order or back: fp8_pv_order (its own inverse) for fp8 rows (tab),
  * else each 32 floats permuted by perm (unpack32_to, or unpack32_from back). */
 BF16_INLINE void bf16_fused_order(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab,
@@ -458,20 +346,20 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
     block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
   }
   bf16_fused_order(job, s, tab, unpack32_to, D);
-  const int32_t C0 = s->LO / BF16_SHARE_KEYS, C1 = (s->HI + BF16_SHARE_KEYS - 1) / BF16_SHARE_KEYS;
+  const int32_t C0 = s->LO / DECODE_SHARE_KEYS, C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
-  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * BF16_SHARE_KEYS; j++)
+  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * DECODE_SHARE_KEYS; j++)
     prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
   for (int32_t c = C0; c < C1; c++) {
-    const int32_t k0 = c * BF16_SHARE_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + BF16_SHARE_KEYS ? s->HI : k0 + BF16_SHARE_KEYS;
+    const int32_t k0 = c * DECODE_SHARE_KEYS;
+    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + DECODE_SHARE_KEYS ? s->HI : k0 + DECODE_SHARE_KEYS;
     /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
     const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
-    const int32_t c1 = k0 + BF16_SHARE_KEYS < s->j0 + s->W ? k0 + BF16_SHARE_KEYS : s->j0 + s->W;
+    const int32_t c1 = k0 + DECODE_SHARE_KEYS < s->j0 + s->W ? k0 + DECODE_SHARE_KEYS : s->j0 + s->W;
     for (int32_t g = 0; g < s->heads; g++) {
       const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
-      const intptr_t pk = bf16_next_share(s, k + at, c, C1, g, job->next_k),
-                     pv = bf16_next_share(s, v + at, c, C1, g, NULL);
+      const intptr_t pk = decode_next_share(s, k + at, c, C1, g, job->next_k),
+                     pv = decode_next_share(s, v + at, c, C1, g, NULL);
       float *Sg = S + (size_t)g * s->n * s->W;
       for (int32_t j = lo; j < hi; j += 4) {
         const int32_t keys = hi - j < 4 ? hi - j : 4;

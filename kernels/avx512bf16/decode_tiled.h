@@ -5,7 +5,7 @@
  * address order, as on NHD. Within a tile and head:
  *   keys    one 64-byte line a dim pair of the 16 keys (bf16): vdpbf16ps of the line with the query's pair
  *           broadcast adds that pair's products to 16 scores at once, a lane a key. No reduction tree (NHD's
- *           bf16_sum16: 45 moves and adds for 16 scores) and no store of quarters: 16 scores are one vector.
+ *           v16_sum16: 45 moves and adds for 16 scores) and no store of quarters: 16 scores are one vector.
  *           TILED_SCORE's partial sums over the pairs keep vdpbf16ps in flight; the query pair's broadcast
  *           is inside the bf16 vdpbf16ps ({1to16}: one instruction a product).
  *   values  one line 16 dims of a key pair: vdpbf16ps with the pair's two P broadcast adds both keys to 16
