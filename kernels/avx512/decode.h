@@ -353,73 +353,103 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
   for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
 }
 
-/* Decode on NHD and HND rows of any dtype in natural order (f16, f32, fp8; bf16 where the head dim is not a
- * multiple of 32), fused as avx512bf16/decode.h's bf16_fused: each head's share of 16 rows (keys [16 c,
- * 16 c + 16) within [LO, HI)) scored (wide_score4, every block of vectors), through the online softmax
- * (wide_softmax_cols) and into P V (wide_pv_step, 64 dims at a time) before the next share, so the keys and
- * the values are two streams read side by side; each line asks for its place in its stream's next share into
- * L1. */
-V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *k,
-                           const char *v, float *S, const int32_t D) {
-  const size_t esz = uattn_dtype_size(t);
-  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (wide_softmax_cols) */
+/* A fused walk over a call's shares (this set's wide_fused, avx512bf16/decode.h's bf16_fused): chunk by chunk
+ * (keys [16 c, 16 c + 16) within [LO, HI)), every head's share of the chunk in turn. decode_walk_begin takes
+ * the blocks' rules and asks for the first shares; each decode_walk_next moves to the next share and says
+ * where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s within the call's [j0, j0 + W)), its
+ * head's S rows, and each stream's distance to its next share (decode_next_share; the keys' on into the next
+ * call's first share). */
+typedef struct decode_walk {
+  vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
+  int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
+  int32_t lo, hi, c0, c1;
+  intptr_t pk, pv;
+  float *Sg; /* head g's S rows */
+} decode_walk;
+
+V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
+                                  const char *v) {
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
-    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
+    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, w->rule[b], &klo, &khi);
   }
-  const int32_t C0 = s->LO / DECODE_SHARE_KEYS, C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
+  const int32_t C0 = s->LO / DECODE_SHARE_KEYS;
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
   for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * DECODE_SHARE_KEYS; j++)
     prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
-  for (int32_t c = C0; c < C1; c++) {
-    const int32_t k0 = c * DECODE_SHARE_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + DECODE_SHARE_KEYS ? s->HI : k0 + DECODE_SHARE_KEYS;
-    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
-    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
-    const int32_t c1 = k0 + DECODE_SHARE_KEYS < s->j0 + s->W ? k0 + DECODE_SHARE_KEYS : s->j0 + s->W;
-    for (int32_t g = 0; g < s->heads; g++) {
-      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
-      const intptr_t pk = decode_next_share(s, k + at, c, C1, g, job->next_k),
-                     pv = decode_next_share(s, v + at, c, C1, g, NULL);
-      float *Sg = S + (size_t)g * s->n * s->W;
-      const float *qg = job->q + (size_t)g * s->hq;
-      for (int32_t j = lo; j < hi; j += 4) {
-        const int32_t keys = hi - j < 4 ? hi - j : 4;
-        const char *r[4];
-        for (int x = 0; x < 4; x++)
-          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
-        for (int32_t b = 0; b < s->blocks; b++)
-          DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? pk : 0,
-                       Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
-      }
-      int32_t plo[4], phi[4];
+  w->c = C0 - 1, w->g = s->heads - 1; /* decode_walk_next's first step: chunk C0, head 0 */
+  w->C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
+}
+
+V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
+                                 const char *v, float *S) {
+  if (++w->g >= s->heads) w->g = 0, w->c++;
+  if (w->c >= w->C1) return false;
+  const int32_t k0 = w->c * DECODE_SHARE_KEYS, k1 = k0 + DECODE_SHARE_KEYS;
+  w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
+  w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
+  const size_t at = (size_t)k0 * s->step + (size_t)w->g * s->head_step; /* the share's first row */
+  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, job->next_k);
+  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, NULL);
+  w->Sg = S + (size_t)w->g * s->n * s->W;
+  return true;
+}
+
+/* The 4 rows from key j of head g's share (past hi, the last again) into r; returns the keys among them. */
+V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, const char *k, int32_t j,
+                                    const char **r) {
+  const int32_t keys = w->hi - j < 4 ? w->hi - j : 4;
+  for (int x = 0; x < 4; x++)
+    r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)w->g * s->head_step;
+  return keys;
+}
+
+/* Decode on NHD and HND rows of any dtype in natural order (f16, f32, fp8; bf16 where the head dim is not a
+ * multiple of 32), fused as avx512bf16/decode.h's bf16_fused (decode_walk): each head's share of 16 rows
+ * scored (wide_score4, every block of vectors), through the online softmax (wide_softmax_cols) and into P V
+ * (wide_pv_step, 64 dims at a time) before the next share, so the keys and the values are two streams read
+ * side by side; each line asks for its place in its stream's next share into L1. */
+V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *k,
+                           const char *v, float *S, const int32_t D) {
+  const size_t esz = uattn_dtype_size(t);
+  decode_walk w;
+  decode_walk_begin(&w, job, s, k, v);
+  while (decode_walk_next(&w, job, s, k, v, S)) {
+    const float *qg = job->q + (size_t)w.g * s->hq;
+    for (int32_t j = w.lo; j < w.hi; j += 4) {
+      const char *r[4];
+      const int32_t keys = decode_walk_rows(&w, s, k, j, r);
       for (int32_t b = 0; b < s->blocks; b++)
-        wide_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        if (plo[b] >= phi[b]) continue;
-        const float *P = Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0);
-        const char *vg = v + (size_t)g * s->head_step;
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        const intptr_t pf = b == 0 ? pv : 0;
-        int32_t d = 0;
-        for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                       D, pf);
-        switch ((D - d) / 16) {
-        case 1:
-          DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                       D, pf);
-          break;
-        case 2:
-          DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                       D, pf);
-          break;
-        case 3:
-          DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                       D, pf);
-          break;
-        default: break;
-        }
+        DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? w.pk : 0,
+                     w.Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+    }
+    int32_t plo[4], phi[4];
+    for (int32_t b = 0; b < s->blocks; b++)
+      wide_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b], D);
+    for (int32_t b = 0; b < s->blocks; b++) {
+      if (plo[b] >= phi[b]) continue;
+      const float *P = w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0);
+      const char *vg = v + (size_t)w.g * s->head_step;
+      float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
+      const intptr_t pf = b == 0 ? w.pv : 0;
+      int32_t d = 0;
+      for (; d + 64 <= D; d += 64)
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                     D, pf);
+      switch ((D - d) / 16) {
+      case 1:
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                     D, pf);
+        break;
+      case 2:
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                     D, pf);
+        break;
+      case 3:
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
+                     D, pf);
+        break;
+      default: break;
       }
     }
   }

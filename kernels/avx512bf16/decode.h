@@ -340,54 +340,34 @@ BF16_INLINE void bf16_fused_order(const uattn_panel_job *job, const decode_shape
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
-  vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
-  for (int32_t b = 0; b < s->blocks; b++) {
-    int32_t klo, khi;
-    block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
-  }
+  const size_t esz = tab ? 1 : 2;
   bf16_fused_order(job, s, tab, unpack32_to, D);
-  const int32_t C0 = s->LO / DECODE_SHARE_KEYS, C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
-  /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
-  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * DECODE_SHARE_KEYS; j++)
-    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
-  for (int32_t c = C0; c < C1; c++) {
-    const int32_t k0 = c * DECODE_SHARE_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + DECODE_SHARE_KEYS ? s->HI : k0 + DECODE_SHARE_KEYS;
-    /* the share's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
-    const int32_t c0 = k0 > s->j0 ? k0 : s->j0;
-    const int32_t c1 = k0 + DECODE_SHARE_KEYS < s->j0 + s->W ? k0 + DECODE_SHARE_KEYS : s->j0 + s->W;
-    for (int32_t g = 0; g < s->heads; g++) {
-      const size_t at = (size_t)k0 * s->step + (size_t)g * s->head_step; /* the share's first row */
-      const intptr_t pk = decode_next_share(s, k + at, c, C1, g, job->next_k),
-                     pv = decode_next_share(s, v + at, c, C1, g, NULL);
-      float *Sg = S + (size_t)g * s->n * s->W;
-      for (int32_t j = lo; j < hi; j += 4) {
-        const int32_t keys = hi - j < 4 ? hi - j : 4;
-        const char *r[4];
-        for (int x = 0; x < 4; x++)
-          r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
-        for (int32_t b = 0; b < s->blocks; b++)
-          DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r,
-                       b == 0 ? pk : 0, Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
-      }
-      int32_t plo[4], phi[4];
+  decode_walk w;
+  decode_walk_begin(&w, job, s, k, v);
+  while (decode_walk_next(&w, job, s, k, v, S)) {
+    for (int32_t j = w.lo; j < w.hi; j += 4) {
+      const char *r[4];
+      const int32_t keys = decode_walk_rows(&w, s, k, j, r);
       for (int32_t b = 0; b < s->blocks; b++)
-        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        if (plo[b] >= phi[b]) continue;
-        const uint32_t *pp = (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0));
-        const char *vg = v + (size_t)g * s->head_step;
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        const intptr_t pf = b == 0 ? pv : 0;
-        const size_t esz = tab ? 1 : 2;
-        int32_t d = 0;
-        for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, c0, plo[b], phi[b], vg + esz * d, s->step,
-                       o + d, D, pf);
-        if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
-          DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, c0, plo[b], phi[b], vg + esz * d, s->step,
-                       o + d, D, pf);
-      }
+        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)w.g * s->n + s->x0[b]) * Dh, r,
+                     b == 0 ? w.pk : 0, w.Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+    }
+    int32_t plo[4], phi[4];
+    for (int32_t b = 0; b < s->blocks; b++)
+      bf16_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b], D);
+    for (int32_t b = 0; b < s->blocks; b++) {
+      if (plo[b] >= phi[b]) continue;
+      const uint32_t *pp = (const uint32_t *)(w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0));
+      const char *vg = v + (size_t)w.g * s->head_step;
+      float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
+      const intptr_t pf = b == 0 ? w.pv : 0;
+      int32_t d = 0;
+      for (; d + 64 <= D; d += 64)
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step,
+                     o + d, D, pf);
+      if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step,
+                     o + d, D, pf);
     }
   }
   bf16_fused_order(job, s, tab, unpack32_from, D);
