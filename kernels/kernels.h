@@ -32,6 +32,7 @@ typedef struct uattn_panel_job {
   bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
   const void *next_k;         /* decode, decode_tiled: the next call's k_src (NULL: none, or not known), whose first
                                * keys a kernel may ask for as it ends */
+  const void *next_v;         /* decode, decode_tiled: the next call's v_src, the same for its first values */
 } uattn_panel_job;
 
 typedef struct uattn_kernels {

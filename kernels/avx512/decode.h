@@ -390,7 +390,7 @@ V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, con
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
   const size_t at = (size_t)k0 * s->step + (size_t)w->g * s->head_step; /* the share's first row */
   w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, job->next_k);
-  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, NULL);
+  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, job->next_v);
   w->Sg = S + (size_t)w->g * s->n * s->W;
   return true;
 }

@@ -74,7 +74,7 @@ typedef struct tiled_src {
   const char *k, *v;           /* the block's first tile, the call's first head */
   size_t tile_step, head_step; /* from a tile to the next, from a head's share of a tile to the next head's */
   int32_t T0, T1;              /* tiles [T0, T1) hold the keys [LO, HI) */
-  const char *next_k;          /* the next call's keys (its block's first tile, the same heads), or NULL */
+  const char *next_k, *next_v; /* the next call's keys and values (its block's first tile, the same heads), or NULL */
 } tiled_src;
 
 /* Head g's share of tile x of the keys, or past the keys' last tile the values' (x - T1 + T0), to ask for
@@ -92,7 +92,7 @@ BF16_INLINE const char *tiled_ahead(const tiled_src *t, int32_t x, int32_t g) {
 BF16_INLINE const char *tiled_stream_share(const tiled_src *t, int32_t heads, int32_t y, bool vals) {
   const int32_t x = t->T0 + y / heads, g = y % heads;
   if (x < t->T1) return (vals ? t->v : t->k) + (size_t)x * t->tile_step + (size_t)g * t->head_step;
-  return !vals && x == t->T1 && g == 0 ? t->next_k : NULL;
+  return x == t->T1 && g == 0 ? (vals ? t->next_v : t->next_k) : NULL;
 }
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh) and the 16 keys of one head's share of a
@@ -354,7 +354,8 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
   float *S;
   if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
   const tiled_src src = {
-      k_src, v_src, s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS, job->next_k};
+      k_src,       v_src,      s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS,
+      job->next_k, job->next_v};
   if (!uattn_dtype_is_fp8(t)) {
     tiled_fused(job, &s, &src, q, S, D);
     return;

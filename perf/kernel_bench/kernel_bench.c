@@ -445,13 +445,13 @@ static void run_layout(void *arg, long call) {
   switch (c->layout) {
   case LAYOUT_NHD: { /* told the next call's block, as the forward tells it */
     uattn_panel_job job = c->job;
-    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1);
+    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + half;
     c->set->decode(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
     return;
   }
   case LAYOUT_TILED: { /* told the next call's block, as the forward tells it */
     uattn_panel_job job = c->job;
-    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1);
+    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + half;
     c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
                          (size_t)UATTN_TILED_KEYS * head_dim, c->scratch);
     return;
@@ -464,8 +464,10 @@ static void run_layout(void *arg, long call) {
       h.q += g * hv * head_dim, h.o += g * hv * head_dim, h.m += g * hv, h.l += g * hv;
       const char *kg = c->layout == LAYOUT_HND ? k + g * head_keys : k + 2 * g * head_keys;
       const char *vg = c->layout == LAYOUT_HND ? v + g * head_keys : kg + head_keys;
-      if (c->layout == LAYOUT_HND) /* the next call's keys: the next head's, past the last the next block's */
+      if (c->layout == LAYOUT_HND) { /* the next call's rows: the next head's, past the last the next block's */
         h.next_k = g + 1 < KV_HEADS ? kg + head_keys : c->kv + 2 * walk_offset(c->blocks, call + 1);
+        h.next_v = (const char *)h.next_k + half;
+      }
       c->set->decode(&h, 1, hv, cache_dtype, kg, vg, (size_t)head_dim, 0, c->scratch);
     }
     return;

@@ -813,13 +813,19 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   if (c->cache.layout != UATTN_LAYOUT_TILED) {
     size_t stride;
     const size_t off = block_source(c, block, &stride);
-    if (next_block >= 0) job.next_k = c->cache.k + block_source(c, next_block, &stride);
+    if (next_block >= 0) {
+      const size_t next = block_source(c, next_block, &stride);
+      job.next_k = c->cache.k + next, job.next_v = c->cache.v + next;
+    }
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, D,
                        c->w->decode_scratch);
   } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
     size_t stride;
     const size_t off = tiled_source(c, block, &stride);
-    if (next_block >= 0) job.next_k = c->cache.k + tiled_source(c, next_block, &stride);
+    if (next_block >= 0) {
+      const size_t next = tiled_source(c, next_block, &stride);
+      job.next_k = c->cache.k + next, job.next_v = c->cache.v + next;
+    }
     c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride,
                              UATTN_TILED_KEYS * D, c->w->decode_scratch);
   } else { /* the block's rows gathered as an NHD cache of these heads holds them */
