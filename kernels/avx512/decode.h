@@ -210,6 +210,25 @@ V16_INLINE v16 v16_sum16(v16 a[16]) {
   return v16_add(V16_SHUFPS(e[0], e[1], 0x88), V16_SHUFPS(e[0], e[1], 0xdd));
 }
 
+/* Where the score steps (wide_score4, avx512bf16/decode.h's bf16_score4) put the accumulator of vector i
+ * and row j, so that v16_sum16 gives vector i's 4 sums in quarter i, in the rows' order. */
+static const int sum16_slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}};
+
+/* The 4-row score steps' sums (v16_sum16 of accumulators in sum16_slot) to NB vectors' S rows (vector i's at
+ * S + i * ld): each quarter straight to its row, or (keys < 4: a ragged end) its first `keys`. */
+V16_INLINE void sum16_store(const int NB, v16 sums, float *S, size_t ld, int32_t keys) {
+  if (keys == 4) { /* each vector's quarter straight to its row */
+    V16_STORE_QUARTER(S, sums, 0);
+    if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
+    if (NB > 2) V16_STORE_QUARTER(S + 2 * ld, sums, 2);
+    if (NB > 3) V16_STORE_QUARTER(S + 3 * ld, sums, 3);
+    return;
+  }
+  _Alignas(64) float p[16];
+  v16_store(p, sums);
+  for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
+}
+
 /* The maximum of row s (columns [j0, j1), j0 and j1 multiples of 8 apart) after the rule v and the soft cap
  * (row_rules_max's, which masks the blocks of 8 that [lo, hi) cuts and writes back what a rule changed).
  * Without cap and slope only the cut blocks at the ends go through it; the whole blocks between take a
@@ -325,8 +344,8 @@ V16_INLINE intptr_t decode_next_share(const decode_shape *s, const char *x, int3
  * each line of the rows asks for its place pf bytes on (0: none) into L1. */
 V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const float *q, const char *const *r,
                             intptr_t pf, float *S, size_t ld, int32_t keys) {
-  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* v16_sum16's */
   const size_t esz = uattn_dtype_size(t);
+  const int(*slot)[4] = sum16_slot;
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
   for (int32_t d = 0; d < D; d += 16) {
@@ -340,17 +359,7 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_fmadd(qv, k[j], a[slot[i][j]]);
     }
   }
-  const v16 sums = v16_sum16(a);
-  if (keys == 4) { /* each vector's quarter straight to its row */
-    V16_STORE_QUARTER(S, sums, 0);
-    if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
-    if (NB > 2) V16_STORE_QUARTER(S + 2 * ld, sums, 2);
-    if (NB > 3) V16_STORE_QUARTER(S + 3 * ld, sums, 3);
-    return;
-  }
-  _Alignas(64) float p[16];
-  v16_store(p, sums);
-  for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
+  sum16_store(NB, v16_sum16(a), S, ld, keys);
 }
 
 /* A fused walk over a call's shares (this set's wide_fused, avx512bf16/decode.h's bf16_fused): chunk by chunk

@@ -105,7 +105,7 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
  * pairs are in (fp8_query_order). */
 BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
                              const char *const *r, intptr_t pf, float *S, size_t ld, int32_t keys) {
-  static const int slot[4][4] = {{0, 2, 1, 3}, {8, 10, 9, 11}, {4, 6, 5, 7}, {12, 14, 13, 15}}; /* v16_sum16's */
+  const int(*slot)[4] = sum16_slot;
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
   for (int32_t p = 0; tab && p < Dh; p += 32) {
@@ -129,17 +129,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j]);
     }
   }
-  const v16 sums = v16_mul(v16_sum16(a), v16_set1(scale));
-  if (keys == 4) { /* each vector's quarter straight to its row */
-    V16_STORE_QUARTER(S, sums, 0);
-    if (NB > 1) V16_STORE_QUARTER(S + ld, sums, 1);
-    if (NB > 2) V16_STORE_QUARTER(S + 2 * ld, sums, 2);
-    if (NB > 3) V16_STORE_QUARTER(S + 3 * ld, sums, 3);
-    return;
-  }
-  _Alignas(64) float p[16];
-  v16_store(p, sums);
-  for (int i = 0; i < NB; i++) memcpy(S + (size_t)i * ld, p + 4 * i, sizeof(float) * (size_t)keys);
+  sum16_store(NB, v16_mul(v16_sum16(a), v16_set1(scale)), S, ld, keys);
 }
 
 /* The scores of every head and block, 4 rows at a time in the cache's order (avx512/decode.h's WIDE_SCORES
