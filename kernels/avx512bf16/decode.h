@@ -321,44 +321,67 @@ BF16_INLINE void bf16_fused_order(const uattn_panel_job *job, const decode_shape
     }
 }
 
+/* The scores of the walk's share w (bf16_score4, every block of vectors) into its S rows. */
+BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shape *s, const decode_walk *w,
+                                   const uint8_t *tab, const uint32_t *q, const char *k, const int32_t Dh) {
+  for (int32_t j = w->lo; j < w->hi; j += 4) {
+    const char *r[4];
+    const int32_t keys = decode_walk_rows(w, s, k, j, r);
+    for (int32_t b = 0; b < s->blocks; b++)
+      DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)w->g * s->n + s->x0[b]) * Dh, r,
+                   b == 0 ? w->pk : 0, w->Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+  }
+}
+
 /* Decode on NHD and HND rows of bf16, or of fp8 (tab: the widening tables, the query pairs in fp8_query_order),
  * fused as decode_tiled.h's tiled_fused: each head's share of 16 rows (keys [16 c, 16 c + 16) within [LO,
  * HI)) scored (bf16_score4, every block of vectors), through the online softmax (bf16_softmax_cols), and into
  * P V (bf16_pv_run) before the next share, so the keys and the values are two streams read side by side; each
  * line asks for its place in its stream's next share into L1. The outputs are in P V's order (unpack32_to,
- * fp8: fp8_pv_order) from the start to the end of the call. */
+ * fp8: fp8_pv_order) from the start to the end of the call.
+ * In an all-heads call (NHD, more than one head) the next share's scores come before a share's softmax and P
+ * V: they depend on nothing before them, so the core has products to run while the softmax's chain (a
+ * maximum, an exponential and a sum a vector, then the P the P V waits on) resolves; in a share's own order
+ * the P V's products, waiting on that chain, fill the scheduler and nothing behind them starts. The same
+ * arithmetic in another order: the same bits. On a 2-vCPU Zen 5 (one row at GQA 4, the body compiled twice
+ * into one program, the two alternated, 11 runs, ns a key and KV head): hot 15.6-16.1 -> 13.8-14.2, NHD cold
+ * 22.2-22.8 -> 19.5-20.1; two rows 1.02-1.06x, fp8 1.03x. The softmax before the next scores gave 1.05-1.15x
+ * on one row but 0.96-0.98x on two and on fp8. A call of one head (HND, where consecutive shares are one
+ * head's and the next softmax waits on this P V's outputs) keeps each share's order: ahead it measured
+ * 0.94-0.96x in uattn-bench. The avx512 set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on
+ * one row and 0.96-0.99x on two. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   const size_t esz = tab ? 1 : 2;
   bf16_fused_order(job, s, tab, unpack32_to, D);
-  decode_walk w;
+  decode_walk w, p;
   decode_walk_begin(&w, job, s, k, v);
-  while (decode_walk_next(&w, job, s, k, v, S)) {
-    for (int32_t j = w.lo; j < w.hi; j += 4) {
-      const char *r[4];
-      const int32_t keys = decode_walk_rows(&w, s, k, j, r);
-      for (int32_t b = 0; b < s->blocks; b++)
-        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)w.g * s->n + s->x0[b]) * Dh, r,
-                     b == 0 ? w.pk : 0, w.Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
-    }
+  const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V */
+  bool more = decode_walk_next(&w, job, s, k, v, S);
+  if (more) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
+  while (more) {
+    p = w;
     int32_t plo[4], phi[4];
+    more = decode_walk_next(&w, job, s, k, v, S);
+    if (more && ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
     for (int32_t b = 0; b < s->blocks; b++)
-      bf16_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b], D);
+      bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], D);
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
-      const uint32_t *pp = (const uint32_t *)(w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0));
-      const char *vg = v + (size_t)w.g * s->head_step;
-      float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
-      const intptr_t pf = b == 0 ? w.pv : 0;
+      const uint32_t *pp = (const uint32_t *)(p.Sg + (size_t)s->x0[b] * s->W + (p.c0 - s->j0));
+      const char *vg = v + (size_t)p.g * s->head_step;
+      float *o = job->o + (size_t)p.g * s->hq + (size_t)s->x0[b] * D;
+      const intptr_t pf = b == 0 ? p.pv : 0;
       int32_t d = 0;
       for (; d + 64 <= D; d += 64)
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step,
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, p.c0, plo[b], phi[b], vg + esz * d, s->step,
                      o + d, D, pf);
       if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step,
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, p.c0, plo[b], phi[b], vg + esz * d, s->step,
                      o + d, D, pf);
     }
+    if (more && !ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
   }
   bf16_fused_order(job, s, tab, unpack32_from, D);
 }

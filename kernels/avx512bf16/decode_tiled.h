@@ -301,8 +301,39 @@ BF16_INLINE void tiled_pv_fp8(const uattn_panel_job *job, const decode_shape *s,
     }
 }
 
-/* bf16 decode, fused (the header): each head's share of a tile scored (every block of vectors), its softmax
- * taken, its values added, before the next share; each stream's lines ask for their place in its next share. */
+/* One share of tiled_fused's walk (y: its place, tile T0 + y / heads, head y % heads): its keys' lanes, its
+ * softmax columns (whole 8s within the call's [j0, j0 + W)), its head's S rows and its keys' and values' place. */
+typedef struct tiled_share {
+  int32_t y, g, k0, c0, c1;
+  uint32_t lanes;
+  size_t at;
+  float *Sg;
+} tiled_share;
+
+BF16_INLINE void tiled_share_at(const decode_shape *s, const tiled_src *t, float *S, int32_t y, tiled_share *h) {
+  const int32_t T = t->T0 + y / s->heads;
+  h->y = y, h->g = y % s->heads, h->k0 = T * TILED_KEYS;
+  const int32_t lo = s->LO > h->k0 ? s->LO : h->k0, hi = s->HI < h->k0 + TILED_KEYS ? s->HI : h->k0 + TILED_KEYS;
+  h->lanes = ((1u << (hi - h->k0)) - 1) & ~((1u << (lo - h->k0)) - 1);
+  h->c0 = h->k0 > s->j0 ? h->k0 : s->j0;
+  h->c1 = h->k0 + TILED_KEYS < s->j0 + s->W ? h->k0 + TILED_KEYS : s->j0 + s->W;
+  h->at = (size_t)T * t->tile_step + (size_t)h->g * t->head_step;
+  h->Sg = S + (size_t)h->g * s->n * s->W;
+}
+
+/* Every block's scores of share h, each line asking for its place in the keys' next share. */
+BF16_INLINE void tiled_share_scores(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
+                                    const uint32_t *q, const tiled_share *h, const int32_t Dh) {
+  const char *kn = tiled_stream_share(t, s->heads, h->y + 1, false);
+  for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
+    TILED_SCORE(s->nb[b], Dh, NULL, job->scale, q + ((size_t)h->g * s->n + s->x0[b]) * Dh, t->k + h->at,
+                b == 0 ? kn : NULL, h->Sg + (size_t)s->x0[b] * s->W, (size_t)s->W, h->k0 - s->j0, h->lanes);
+}
+
+/* Decode on a TILED cache of bf16, fused (the header): each head's share of a tile scored (every block of
+ * vectors), through the online softmax and into P V, each stream's lines asking for their place in its next
+ * share; in a call of more than one head the next share's scores are taken before a share's softmax and P V
+ * (decode.h's bf16_fused says why, and what that order measured). */
 BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint32_t *q,
                              float *S, const int32_t D) {
   const int32_t Dh = D / 2;
@@ -315,31 +346,26 @@ BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, 
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
   const char *k = tiled_stream_share(t, s->heads, 0, false), *v = tiled_stream_share(t, s->heads, 0, true);
   for (size_t o = 0; o < share; o += 64) _mm_prefetch(k + o, _MM_HINT_T1), _mm_prefetch(v + o, _MM_HINT_T1);
-  for (int32_t T = t->T0; T < t->T1; T++) {
-    const int32_t k0 = T * TILED_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
-    const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
-    /* the tile's columns for the softmax: whole 8s within the call's [j0, j0 + W) */
-    const int32_t c0 = k0 > s->j0 ? k0 : s->j0, c1 = k0 + TILED_KEYS < s->j0 + s->W ? k0 + TILED_KEYS : s->j0 + s->W;
-    for (int32_t g = 0; g < s->heads; g++) {
-      const int32_t y = (T - t->T0) * s->heads + g; /* this share's place in the walk */
-      const size_t at = (size_t)T * t->tile_step + (size_t)g * t->head_step;
-      const char *kn = tiled_stream_share(t, s->heads, y + 1, false),
-                 *vn = tiled_stream_share(t, s->heads, y + 1, true);
-      float *Sg = S + (size_t)g * s->n * s->W;
-      /* every block's scores, then their softmax, then their P V: each step's work independent of the last's */
-      for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
-        TILED_SCORE(s->nb[b], Dh, NULL, job->scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, t->k + at,
-                    b == 0 ? kn : NULL, Sg + (size_t)s->x0[b] * s->W, (size_t)s->W, k0 - s->j0, lanes);
-      int32_t plo[4], phi[4];
-      for (int32_t b = 0; b < s->blocks; b++)
-        bf16_softmax_cols(job, s, g, b, rule[b], Sg + (size_t)s->x0[b] * s->W, c0, c1, &plo[b], &phi[b], D);
-      for (int32_t b = 0; b < s->blocks; b++)
-        if (plo[b] < phi[b])
-          tiled_pv_vectors(s->nb[b], (const uint32_t *)(Sg + (size_t)s->x0[b] * s->W + (c0 - s->j0)), (size_t)s->W, c0,
-                           plo[b], phi[b], t->v + at, D, job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D,
-                           b == 0 ? vn : NULL);
-    }
+  const int32_t shares = (t->T1 - t->T0) * s->heads;
+  if (shares <= 0) return;
+  tiled_share h, n;
+  tiled_share_at(s, t, S, 0, &n);
+  tiled_share_scores(job, s, t, q, &n, Dh);
+  const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V (bf16_fused) */
+  for (int32_t y = 0; y < shares; y++) {
+    h = n;
+    if (y + 1 < shares) tiled_share_at(s, t, S, y + 1, &n);
+    if (y + 1 < shares && ahead) tiled_share_scores(job, s, t, q, &n, Dh);
+    int32_t plo[4], phi[4];
+    for (int32_t b = 0; b < s->blocks; b++)
+      bf16_softmax_cols(job, s, h.g, b, rule[b], h.Sg + (size_t)s->x0[b] * s->W, h.c0, h.c1, &plo[b], &phi[b], D);
+    const char *vn = tiled_stream_share(t, s->heads, y + 1, true);
+    for (int32_t b = 0; b < s->blocks; b++)
+      if (plo[b] < phi[b])
+        tiled_pv_vectors(s->nb[b], (const uint32_t *)(h.Sg + (size_t)s->x0[b] * s->W + (h.c0 - s->j0)), (size_t)s->W,
+                         h.c0, plo[b], phi[b], t->v + h.at, D, job->o + (size_t)h.g * s->hq + (size_t)s->x0[b] * D,
+                         b == 0 ? vn : NULL);
+    if (y + 1 < shares && !ahead) tiled_share_scores(job, s, t, q, &n, Dh);
   }
 }
 
