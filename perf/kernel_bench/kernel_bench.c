@@ -33,8 +33,8 @@
  * side before anyone builds one (DESIGN: allowed beside NHD and HND where it pays).
  *
  * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
- * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant.c, an avx2 bucket of its shape only; by default
- * kernels/ itself, which shows the noise floor when A is the avx2 bucket too: --bucket bf16:128:128:0:avx2):
+ * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant*.c: the bf16 b128 d128 bucket of avx2 and of
+ * avx512bf16, the one of A's ISA; by default kernels/ itself, which shows the noise floor):
  * attend and load as --bucket does, or with --decode the two decode kernels, hot and cold, with B's speedup. On
  * a shared host whose speed drifts by tens of % within minutes, this is how a change of a few % is seen at all:
  * one process, pinned (taskset -c 1), 31 runs or more.
@@ -64,7 +64,21 @@ static int32_t head_dim, block_keys;
 static uattn_dtype cache_dtype;
 static long cold_blocks;
 
-extern const uattn_bucket_kernels uattn_variant_bucket; /* perf/kernel_bench/kernel_variant.c */
+/* The buckets --variant builds from UATTN_KERNEL_VARIANT's sources (perf/kernel_bench/kernel_variant*.c): the
+ * bf16 b128 d128 bucket of avx2 (the shape timed by default) and of avx512bf16. */
+extern const uattn_bucket_kernels uattn_variant_bucket, uattn_variant_bucket_avx512bf16;
+static const uattn_bucket_kernels *const variant_buckets[] = {&uattn_variant_bucket, &uattn_variant_bucket_avx512bf16};
+
+/* The variant bucket of e's shape and ISA, or NULL. */
+static const uattn_bucket_kernels *variant_of(const uattn_bucket_kernels *e) {
+  for (size_t i = 0; i < sizeof variant_buckets / sizeof *variant_buckets; i++) {
+    const uattn_bucket_kernels *b = variant_buckets[i];
+    if (b->dtype == e->dtype && b->block_size == e->block_size && b->head_dim == e->head_dim &&
+        b->chunk_size == e->chunk_size && !strcmp(b->isa, e->isa))
+      return b;
+  }
+  return NULL;
+}
 
 static int runs = 7;
 static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
@@ -703,15 +717,17 @@ int main(int argc, char **argv) {
   head_dim = shape->head_dim, block_keys = shape->block_size, cache_dtype = shape->dtype;
   cold_blocks = (256l << 20) / ((long)block_keys * KV_HEADS * head_dim * (long)uattn_dtype_size(cache_dtype));
   if (cold_blocks < 1) cold_blocks = 1;
-  if (variant && (e->dtype != uattn_variant_bucket.dtype || e->block_size != uattn_variant_bucket.block_size ||
-                  e->head_dim != uattn_variant_bucket.head_dim || e->chunk_size != uattn_variant_bucket.chunk_size)) {
-    fprintf(stderr, "uattn-kernel-bench: --variant: kernel_variant.c builds the bucket %s only\n", variant_spec);
+  const uattn_bucket_kernels *b = variant ? variant_of(e) : NULL;
+  if (variant && !b) {
+    fprintf(stderr,
+            "uattn-kernel-bench: --variant: kernel_variant*.c build the buckets %s:avx2 and %s:avx512bf16 only\n",
+            variant_spec, variant_spec);
     return 1;
   }
   if (e) bucket_spec(e, true, which, sizeof which), strcat(which, " bucket's");
   const uattn_kernels *sets[2] = {&uattn_kernels_portable, &uattn_kernels_avx2};
   if (variant) /* the bucket against the variant */
-    sets[0] = &e->set, sets[1] = &uattn_variant_bucket.set;
+    sets[0] = &e->set, sets[1] = &b->set;
   else if (bucket) /* the generic set of the bucket's ISA against the bucket */
     sets[0] = generic_set(e->isa), sets[1] = &e->set;
   float sink[8];
