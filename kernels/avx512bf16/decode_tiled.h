@@ -332,8 +332,11 @@ BF16_INLINE void tiled_share_scores(const uattn_panel_job *job, const decode_sha
 
 /* Decode on a TILED cache of bf16, fused (the header): each head's share of a tile scored (every block of
  * vectors), through the online softmax and into P V, each stream's lines asking for their place in its next
- * share; in a call of more than one head the next share's scores are taken before a share's softmax and P V
- * (decode.h's bf16_fused says why, and what that order measured). */
+ * share. In a call of more than one head and one block of vectors (at most 4: a GQA-4 decode row) the next
+ * share's scores are taken before a share's softmax and P V (decode.h's bf16_fused says why): uattn-bench
+ * TILED Llama-3-8B decode-long 1.01-1.13x. With two blocks (Qwen2-7B's 7 vectors) that order measured
+ * 0.93-0.97x on 32 x 4k on one thread (16.5-17.6 -> 17.8-18.1 ms, three rounds alternated), so they keep each
+ * share's order. */
 BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint32_t *q,
                              float *S, const int32_t D) {
   const int32_t Dh = D / 2;
@@ -351,7 +354,7 @@ BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, 
   tiled_share h, n;
   tiled_share_at(s, t, S, 0, &n);
   tiled_share_scores(job, s, t, q, &n, Dh);
-  const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V (bf16_fused) */
+  const bool ahead = s->heads > 1 && s->blocks == 1; /* the next share's scores first (above) */
   for (int32_t y = 0; y < shares; y++) {
     h = n;
     if (y + 1 < shares) tiled_share_at(s, t, S, y + 1, &n);
