@@ -348,8 +348,8 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * 22.2-22.8 -> 19.5-20.1; two rows 1.02-1.06x, fp8 1.03x. The softmax before the next scores gave 1.05-1.15x
  * on one row but 0.96-0.98x on two and on fp8. A call of one head (HND, where consecutive shares are one
  * head's and the next softmax waits on this P V's outputs) keeps each share's order: ahead it measured
- * 0.94-0.96x in uattn-bench, and in the two-build program hot 1.04-1.05x but cold 0.96-0.97x. The avx512 set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on
- * one row and 0.96-0.99x on two. */
+ * 0.94-0.96x in uattn-bench, and in the two-build program hot 1.04-1.05x but cold 0.96-0.97x. The avx512
+ * set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on one row and 0.96-0.99x on two. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
