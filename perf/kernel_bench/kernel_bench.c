@@ -69,17 +69,6 @@ static long cold_blocks;
 extern const uattn_bucket_kernels uattn_variant_bucket, uattn_variant_bucket_avx512bf16;
 static const uattn_bucket_kernels *const variant_buckets[] = {&uattn_variant_bucket, &uattn_variant_bucket_avx512bf16};
 
-/* The variant bucket of e's shape and ISA, or NULL. */
-static const uattn_bucket_kernels *variant_of(const uattn_bucket_kernels *e) {
-  for (size_t i = 0; i < sizeof variant_buckets / sizeof *variant_buckets; i++) {
-    const uattn_bucket_kernels *b = variant_buckets[i];
-    if (b->dtype == e->dtype && b->block_size == e->block_size && b->head_dim == e->head_dim &&
-        b->chunk_size == e->chunk_size && !strcmp(b->isa, e->isa))
-      return b;
-  }
-  return NULL;
-}
-
 static int runs = 7;
 static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
 
@@ -613,6 +602,17 @@ static int bench_xsmm(double peak) {
 static void bucket_spec(const uattn_bucket_kernels *e, bool isa, char *out, size_t size) {
   snprintf(out, size, "%s:%d:%d:%d%s%s", uattn_dtype_name(e->dtype), e->block_size, e->head_dim, e->chunk_size,
            isa ? ":" : "", isa ? e->isa : "");
+}
+
+/* The variant bucket of e's shape and ISA (its spec with the ISA), or NULL. */
+static const uattn_bucket_kernels *variant_of(const uattn_bucket_kernels *e) {
+  char want[64], spec[64];
+  bucket_spec(e, true, want, sizeof want);
+  for (size_t i = 0; i < sizeof variant_buckets / sizeof *variant_buckets; i++) {
+    bucket_spec(variant_buckets[i], true, spec, sizeof spec);
+    if (!strcmp(spec, want)) return variant_buckets[i];
+  }
+  return NULL;
 }
 
 /* The registry's bucket of spec DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA] that this CPU runs, of the best ISA
