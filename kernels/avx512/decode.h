@@ -194,7 +194,10 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
 
 /* ---- the fused walk's parts (this set's and avx512bf16/decode.h's) ---------------------------------------- */
 
-enum { DECODE_SHARE_KEYS = 16 }; /* keys of a head's share in the fused walks (a TILED tile's, decode_tiled.h) */
+enum {
+  DECODE_SHARE_KEYS = 16
+}; /* keys of a head's share in the fused walks (a TILED tile's, decode_tiled.h; fp8
+                                   * rows' walks take twice as many: avx512bf16/decode.h's bf16_fused) */
 
 /* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
  * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
@@ -284,26 +287,34 @@ V16_INLINE void wide_rescale(float *o, float alpha, const int32_t D) {
  * share's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a step of the online
  * softmax: wide_decode_row's rules, P in place of the scores, each output rescaled by its
  * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share that every vector sees
- * whole, without cap or slopes (all but a call's first and last), takes wide_decode_row's operations on its
- * 16 columns without the rules' branches: the same bits. */
+ * whole, in whole 16s of columns, without cap or slopes (all but a call's first and last), takes
+ * wide_decode_row's operations on its columns without the rules' branches: the same bits. */
 V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
                                   const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
                                   const int32_t D) {
   const int nb = s->nb[b];
   const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
   float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  bool whole = c1 - c0 == DECODE_SHARE_KEYS && !(job->soft_cap > 0.0f) && !job->alibi;
+  const int32_t cols = c1 - c0;
+  bool whole = cols > 0 && cols % 16 == 0 && !(job->soft_cap > 0.0f) && !job->alibi;
   for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
   if (whole) {
     *plo = c0, *phi = c1;
     for (int i = 0; i < nb; i++) {
       float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
-      const v16 x = v16_load(row);
+      v16 mx = v16_load(row);
+      for (int32_t j = 16; j < cols; j += 16) mx = v16_max(mx, v16_load(row + j));
       float alpha;
-      const float m_new = row_new_max(v16_hmax(x), *m, &alpha);
-      const v16 p = v16_exp(v16_sub(x, v16_set1(m_new)));
-      v16_store(row, p);
-      *l = *l * alpha + v16_hsum(p);
+      const float m_new = row_new_max(v16_hmax(mx), *m, &alpha);
+      const v16 mv = v16_set1(m_new);
+      v16 sum = v16_exp(v16_sub(v16_load(row), mv));
+      v16_store(row, sum);
+      for (int32_t j = 16; j < cols; j += 16) {
+        const v16 p = v16_exp(v16_sub(v16_load(row + j), mv));
+        sum = v16_add(sum, p);
+        v16_store(row + j, p);
+      }
+      *l = *l * alpha + v16_hsum(sum);
       *m = m_new;
       if (alpha != 1.0f) wide_rescale(o0 + (size_t)i * D, alpha, D);
     }
@@ -328,14 +339,14 @@ V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape
   }
 }
 
-/* Bytes from each row of head g's share of chunk c (keys [16 c, 16 c + 16); chunks to C1) to its place in
- * the walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose
- * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16
- * NHD 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
-V16_INLINE intptr_t decode_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g,
+/* Bytes from each row of head g's share of chunk c (keys [Z c, Z c + Z); chunks to C1) to its place in the
+ * walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose first
+ * keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
+ * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). */
+V16_INLINE intptr_t decode_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g, int32_t Z,
                                       const char *next) {
   if (g + 1 < s->heads) return (intptr_t)s->head_step;
-  if (c + 1 < C1) return (intptr_t)(DECODE_SHARE_KEYS * s->step) - (intptr_t)((size_t)g * s->head_step);
+  if (c + 1 < C1) return (intptr_t)((size_t)Z * s->step) - (intptr_t)((size_t)g * s->head_step);
   return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
 }
 
@@ -363,13 +374,15 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
 }
 
 /* A fused walk over a call's shares (this set's wide_fused, avx512bf16/decode.h's bf16_fused): chunk by chunk
- * (keys [16 c, 16 c + 16) within [LO, HI)), every head's share of the chunk in turn. decode_walk_begin takes
+ * (keys [Z c, Z c + Z) within [LO, HI), Z a multiple of 16: DECODE_SHARE_KEYS, or twice that on fp8 rows),
+ * every head's share of the chunk in turn. decode_walk_begin takes
  * the blocks' rules and asks for the first shares; each decode_walk_next moves to the next share and says
  * where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s within the call's [j0, j0 + W)), its
  * head's S rows, and each stream's distance to its next share (decode_next_share; the keys' on into the next
  * call's first share). */
 typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
+  int32_t Z;           /* keys a share */
   int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
   int32_t lo, hi, c0, c1;
   intptr_t pk, pv;
@@ -377,29 +390,30 @@ typedef struct decode_walk {
 } decode_walk;
 
 V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
-                                  const char *v) {
+                                  const char *v, int32_t Z) {
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
     block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, w->rule[b], &klo, &khi);
   }
-  const int32_t C0 = s->LO / DECODE_SHARE_KEYS;
+  const int32_t C0 = s->LO / Z;
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
-  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * DECODE_SHARE_KEYS; j++)
+  for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * Z; j++)
     prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
+  w->Z = Z;
   w->c = C0 - 1, w->g = s->heads - 1; /* decode_walk_next's first step: chunk C0, head 0 */
-  w->C1 = (s->HI + DECODE_SHARE_KEYS - 1) / DECODE_SHARE_KEYS;
+  w->C1 = (s->HI + Z - 1) / Z;
 }
 
 V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
                                  const char *v, float *S) {
   if (++w->g >= s->heads) w->g = 0, w->c++;
   if (w->c >= w->C1) return false;
-  const int32_t k0 = w->c * DECODE_SHARE_KEYS, k1 = k0 + DECODE_SHARE_KEYS;
+  const int32_t k0 = w->c * w->Z, k1 = k0 + w->Z;
   w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
   const size_t at = (size_t)k0 * s->step + (size_t)w->g * s->head_step; /* the share's first row */
-  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, job->next_k);
-  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, job->next_v);
+  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, w->Z, job->next_k);
+  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, w->Z, job->next_v);
   w->Sg = S + (size_t)w->g * s->n * s->W;
   return true;
 }
@@ -422,7 +436,7 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
                            const char *v, float *S, const int32_t D) {
   const size_t esz = uattn_dtype_size(t);
   decode_walk w;
-  decode_walk_begin(&w, job, s, k, v);
+  decode_walk_begin(&w, job, s, k, v, DECODE_SHARE_KEYS);
   while (decode_walk_next(&w, job, s, k, v, S)) {
     const float *qg = job->q + (size_t)w.g * s->hq;
     for (int32_t j = w.lo; j < w.hi; j += 4) {

@@ -28,7 +28,7 @@
  *           accumulators) loaded and stored once a share.
  * fp8 rows take the same walk: each 64 dims of a key row widened into two vectors of pairs in the order the
  * query pairs are put in (fp8_query_order), two value rows' codes interleaved and widened (bf16_pv_pair), the
- * outputs in fp8_pv_order for the call.
+ * outputs in fp8_pv_order for the call; a share is 32 rows (FP8_SHARE_KEYS, bf16_fused).
  * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases (bf16_scores, a
  * softmax per head and block, then the values in tiles of 32 rows of every head), each row asked for into L2
  * 16-64 rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
@@ -57,7 +57,8 @@
 #include "avx512bf16/vec.h"
 
 enum {
-  BF16_AHEAD = 16, /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
+  BF16_AHEAD = 16,     /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
+  FP8_SHARE_KEYS = 32, /* keys a share of bf16_fused's walk on fp8 rows (DECODE_SHARE_KEYS on bf16 rows) */
 };
 
 /* Pairs [p, p + 16) of a key row (dims 2p on; pairs past the row's npairs zero), from any dtype. */
@@ -283,25 +284,26 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, cons
 /* ---- fp8 rows: v16i_fp8_widen's lane order ------------------------------------------------------------- */
 
 /* The query pairs of each 64 dims (n pairs, a multiple of 32) put in the order of a widened key row: lane
- * 4 j + m of the first 16 is pair 8 j + m, of the second pair 8 j + 4 + m. */
-static inline void fp8_query_order(uint32_t *q, int32_t n) {
+ * 4 j + m of the first 16 is pair 8 j + m, of the second pair 8 j + 4 + m (the even quarters of the 32
+ * pairs, then the odd ones). */
+BF16_INLINE void fp8_query_order(uint32_t *q, int32_t n) {
   for (int32_t p = 0; p < n; p += 32) {
-    uint32_t t[32];
-    memcpy(t, q + p, sizeof t);
-    for (int j = 0; j < 4; j++)
-      for (int m = 0; m < 4; m++) q[p + 4 * j + m] = t[8 * j + m], q[p + 16 + 4 * j + m] = t[8 * j + 4 + m];
+    const v16 a = v16_load((const float *)(q + p)), b = v16_load((const float *)(q + p + 16));
+    v16_store((float *)(q + p), V16_SHUF128(a, b, 0x88)), v16_store((float *)(q + p + 16), V16_SHUF128(a, b, 0xdd));
   }
 }
 
 /* P V's order of each 64 dims of an output (n floats, a multiple of 64) for fp8 rows: bf16_pv_pair's
  * accumulator u holds dims 16 j + 4 u + [0, 4) in lanes 4 j + [0, 4), so float 16 u + 4 j + i is dim
- * 16 j + 4 u + i: a swap of u and j, its own inverse, applied before P V and after. */
-static inline void fp8_pv_order(float *a, int32_t n) {
+ * 16 j + 4 u + i: a swap of u and j (a transpose of the four vectors' 128-bit quarters), its own inverse,
+ * applied before P V and after. */
+BF16_INLINE void fp8_pv_order(float *a, int32_t n) {
   for (int32_t d = 0; d < n; d += 64) {
-    float t[64];
-    memcpy(t, a + d, sizeof t);
-    for (int u = 0; u < 4; u++)
-      for (int j = 0; j < 4; j++) memcpy(a + d + 16 * u + 4 * j, t + 16 * j + 4 * u, 4 * sizeof(float));
+    const v16 r0 = v16_load(a + d), r1 = v16_load(a + d + 16), r2 = v16_load(a + d + 32), r3 = v16_load(a + d + 48);
+    const v16 t0 = V16_SHUF128(r0, r1, 0x88), t1 = V16_SHUF128(r0, r1, 0xdd); /* quarters 0 2 / 1 3 of r0, r1 */
+    const v16 t2 = V16_SHUF128(r2, r3, 0x88), t3 = V16_SHUF128(r2, r3, 0xdd);
+    v16_store(a + d, V16_SHUF128(t0, t2, 0x88)), v16_store(a + d + 16, V16_SHUF128(t1, t3, 0x88));
+    v16_store(a + d + 32, V16_SHUF128(t0, t2, 0xdd)), v16_store(a + d + 48, V16_SHUF128(t1, t3, 0xdd));
   }
 }
 
@@ -334,11 +336,19 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
 }
 
 /* Decode on NHD and HND rows of bf16, or of fp8 (tab: the widening tables, the query pairs in fp8_query_order),
- * fused as decode_tiled.h's tiled_fused: each head's share of 16 rows (keys [16 c, 16 c + 16) within [LO,
- * HI)) scored (bf16_score4, every block of vectors), through the online softmax (bf16_softmax_cols), and into
- * P V (bf16_pv_run) before the next share, so the keys and the values are two streams read side by side; each
+ * fused as decode_tiled.h's tiled_fused: each head's share of Z rows (keys [Z c, Z c + Z) within [LO, HI))
+ * scored (bf16_score4, every block of vectors), through the online softmax (bf16_softmax_cols), and into P V
+ * (bf16_pv_run) before the next share, so the keys and the values are two streams read side by side; each
  * line asks for its place in its stream's next share into L1. The outputs are in P V's order (unpack32_to,
  * fp8: fp8_pv_order) from the start to the end of the call.
+ * Z is 16 rows of bf16 and 32 of fp8 (FP8_SHARE_KEYS): at head dim 128 either share is 4 KB of each stream,
+ * and fp8's spreads what a share costs besides its products (the softmax's reductions and its chain to P, the
+ * outputs' loads and stores, the walk's step) over twice the keys. On a 2-vCPU Zen 5 (the two-build program,
+ * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows): NHD one row hot 1.08-1.11x, cold 1.07-1.08x; two rows hot 1.10x,
+ * cold 1.05-1.08x; HND (one head a call) hot 1.10-1.12x, cold 1.11-1.15x (the program's second build reads
+ * cold 2-3% slower than its first when the two are the same code, so the cold gains are if anything more).
+ * 64 rows ran hotter still (1.15x) but cold 0.95x (NHD) and 1.04-1.07x (HND); bf16 rows at 32 ran cold 0.81x
+ * on NHD (8 KB a stream a share: the lines asked for a share ahead outlive L1) and at 64 on HND 0.89x.
  * In an all-heads call (NHD, more than one head) the next share's scores come before a share's softmax and P
  * V: they depend on nothing before them, so the core has products to run while the softmax's chain (a
  * maximum, an exponential and a sum a vector, then the P the P V waits on) resolves; in a share's own order
@@ -356,7 +366,7 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
   const size_t esz = tab ? 1 : 2;
   bf16_fused_order(job, s, tab, unpack32_to, D);
   decode_walk w, p;
-  decode_walk_begin(&w, job, s, k, v);
+  decode_walk_begin(&w, job, s, k, v, tab ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS);
   const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V */
   bool more = decode_walk_next(&w, job, s, k, v, S);
   if (more) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
