@@ -286,30 +286,30 @@ V16_INLINE void wide_rescale(float *o, float alpha, const int32_t D) {
 /* The softmax of head g's block b of vectors (rules rule, head 0's: the slopes are head g's) over one
  * share's columns [c0, c1) (scores in the S rows from Sb, column c0 at c0 - j0), a step of the online
  * softmax: wide_decode_row's rules, P in place of the scores, each output rescaled by its
- * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share that every vector sees
- * whole, in whole 16s of columns, without cap or slopes (all but a call's first and last), takes
- * wide_decode_row's operations on its columns without the rules' branches: the same bits. */
+ * alpha. [*plo, *phi): the keys of the share any vector sees (empty: none). A share of Z columns (the walk's
+ * share size, a constant multiple of 16) that every vector sees whole, without cap or slopes (all but a
+ * call's first and last), takes wide_decode_row's operations on them without the rules' branches: the same
+ * bits. */
 V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
                                   const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
-                                  const int32_t D) {
+                                  const int32_t Z, const int32_t D) {
   const int nb = s->nb[b];
   const size_t st0 = (size_t)g * s->hv + (size_t)s->x0[b]; /* the block's first state */
   float *o0 = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  const int32_t cols = c1 - c0;
-  bool whole = cols > 0 && cols % 16 == 0 && !(job->soft_cap > 0.0f) && !job->alibi;
+  bool whole = c1 - c0 == Z && !(job->soft_cap > 0.0f) && !job->alibi;
   for (int i = 0; whole && i < nb; i++) whole = rule[i].lo <= c0 && rule[i].hi >= c1;
   if (whole) {
     *plo = c0, *phi = c1;
     for (int i = 0; i < nb; i++) {
       float *row = Sb + (size_t)i * s->W + (c0 - s->j0), *m = &job->m[st0 + i], *l = &job->l[st0 + i];
       v16 mx = v16_load(row);
-      for (int32_t j = 16; j < cols; j += 16) mx = v16_max(mx, v16_load(row + j));
+      for (int32_t j = 16; j < Z; j += 16) mx = v16_max(mx, v16_load(row + j));
       float alpha;
       const float m_new = row_new_max(v16_hmax(mx), *m, &alpha);
       const v16 mv = v16_set1(m_new);
       v16 sum = v16_exp(v16_sub(v16_load(row), mv));
       v16_store(row, sum);
-      for (int32_t j = 16; j < cols; j += 16) {
+      for (int32_t j = 16; j < Z; j += 16) {
         const v16 p = v16_exp(v16_sub(v16_load(row + j), mv));
         sum = v16_add(sum, p);
         v16_store(row + j, p);
@@ -448,7 +448,8 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
     }
     int32_t plo[4], phi[4];
     for (int32_t b = 0; b < s->blocks; b++)
-      wide_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b], D);
+      wide_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b],
+                        DECODE_SHARE_KEYS, D);
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const float *P = w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0);

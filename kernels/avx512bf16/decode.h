@@ -170,11 +170,11 @@ BF16_INLINE void bf16_pairs_in_place(float *p, int32_t n) {
   }
 }
 
-/* wide_softmax_cols (avx512/decode.h), P then as bf16 pairs at the share's columns' start. */
+/* wide_softmax_cols (avx512/decode.h; shares of Z columns), P then as bf16 pairs at the share's columns' start. */
 BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
                                    const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
-                                   const int32_t D) {
-  wide_softmax_cols(job, s, g, b, rule, Sb, c0, c1, plo, phi, D);
+                                   const int32_t Z, const int32_t D) {
+  wide_softmax_cols(job, s, g, b, rule, Sb, c0, c1, plo, phi, Z, D);
   for (int i = 0; i < s->nb[b]; i++) bf16_pairs_in_place(Sb + (size_t)i * s->W + (c0 - s->j0), c1 - c0);
 }
 
@@ -366,7 +366,8 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
   const size_t esz = tab ? 1 : 2;
   bf16_fused_order(job, s, tab, unpack32_to, D);
   decode_walk w, p;
-  decode_walk_begin(&w, job, s, k, v, tab ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS);
+  const int32_t Z = tab ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS; /* a constant in each instance */
+  decode_walk_begin(&w, job, s, k, v, Z);
   const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V */
   bool more = decode_walk_next(&w, job, s, k, v, S);
   if (more) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
@@ -376,7 +377,7 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
     more = decode_walk_next(&w, job, s, k, v, S);
     if (more && ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
     for (int32_t b = 0; b < s->blocks; b++)
-      bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], D);
+      bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], Z, D);
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const uint32_t *pp = (const uint32_t *)(p.Sg + (size_t)s->x0[b] * s->W + (p.c0 - s->j0));

@@ -361,7 +361,8 @@ BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, 
     if (y + 1 < shares && ahead) tiled_share_scores(job, s, t, q, &n, Dh);
     int32_t plo[4], phi[4];
     for (int32_t b = 0; b < s->blocks; b++)
-      bf16_softmax_cols(job, s, h.g, b, rule[b], h.Sg + (size_t)s->x0[b] * s->W, h.c0, h.c1, &plo[b], &phi[b], D);
+      bf16_softmax_cols(job, s, h.g, b, rule[b], h.Sg + (size_t)s->x0[b] * s->W, h.c0, h.c1, &plo[b], &phi[b],
+                        TILED_KEYS, D);
     const char *vn = tiled_stream_share(t, s->heads, y + 1, true);
     for (int32_t b = 0; b < s->blocks; b++)
       if (plo[b] < phi[b])
