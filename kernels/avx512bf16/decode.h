@@ -178,12 +178,9 @@ BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shap
   for (int i = 0; i < s->nb[b]; i++) bf16_pairs_in_place(Sb + (size_t)i * s->W + (c0 - s->j0), c1 - c0);
 }
 
-/* decode_softmax with wide_decode_row (PAIRS: P as bf16 pairs, for decode_tiled.h's fp8 P V), each output
- * rescaled by its alpha and, with perm (32 indices), each 32 of its floats put in that order by the same pass
- * (unpack32_apply's: the order that P V keeps them in). The fused walks take the softmax a share at a time
- * (bf16_softmax_cols). */
-BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *job, const decode_shape *s, float *S,
-                                     const int32_t *perm, const int32_t D) {
+/* decode_softmax with wide_decode_row, each output rescaled by its alpha (the phases' softmax: the fused walks
+ * take it a share at a time, bf16_softmax_cols). */
+BF16_INLINE void bf16_decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
     const uattn_panel_job h = head_job(job, s, g);
     for (int32_t b = 0; b < s->blocks; b++) {
@@ -198,15 +195,8 @@ BF16_INLINE void bf16_decode_softmax(const bool PAIRS, const uattn_panel_job *jo
           alpha = wide_decode_row(row, s->j0, s->W, &rule[i], h.soft_cap, &h.m[x], &h.l[x]);
         else
           memset(row, 0, sizeof(float) * (size_t)s->W);
-        if (PAIRS) bf16_pairs_in_place(row, s->W);
         float *o = h.o + x * D;
-        const v16 a = v16_set1(alpha);
-        for (int32_t d = 0; perm && d < D; d += 32) {
-          v16 lo16 = v16_load(o + d), hi16 = v16_load(o + d + 16);
-          if (alpha != 1.0f) lo16 = v16_mul(a, lo16), hi16 = v16_mul(a, hi16);
-          v16_store(o + d, v16_perm2(lo16, hi16, perm)), v16_store(o + d + 16, v16_perm2(lo16, hi16, perm + 16));
-        }
-        for (int32_t d = 0; !perm && alpha != 1.0f && d < D; d += 8)
+        for (int32_t d = 0; alpha != 1.0f && d < D; d += 8)
           _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(o + d)));
       }
     }
@@ -344,11 +334,14 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * Z is 16 rows of bf16 and 32 of fp8 (FP8_SHARE_KEYS): at head dim 128 either share is 4 KB of each stream,
  * and fp8's spreads what a share costs besides its products (the softmax's reductions and its chain to P, the
  * outputs' loads and stores, the walk's step) over twice the keys. On a 2-vCPU Zen 5 (the two-build program,
- * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows): NHD one row hot 1.08-1.11x, cold 1.07-1.08x; two rows hot 1.10x,
- * cold 1.05-1.08x; HND (one head a call) hot 1.10-1.12x, cold 1.11-1.15x (the program's second build reads
- * cold 2-3% slower than its first when the two are the same code, so the cold gains are if anything more).
- * 64 rows ran hotter still (1.15x) but cold 0.95x (NHD) and 1.04-1.07x (HND); bf16 rows at 32 ran cold 0.81x
- * on NHD (8 KB a stream a share: the lines asked for a share ahead outlive L1) and at 64 on HND 0.89x.
+ * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows, with fp8_query_order and fp8_pv_order as shuffles): NHD one row
+ * hot 1.20-1.21x, cold 1.10-1.15x; two rows 1.14-1.17x hot and cold; four rows hot 1.21x, cold 1.12x; HND
+ * (one head a call) hot 1.22-1.23x, cold 1.14-1.18x (the program's second build reads cold 2-3% slower than
+ * its first when the two are the same code, so the cold gains are if anything more).
+ * fp8 at 64 rows ran hotter still (1.15x) but cold 0.95x (NHD) and 1.04-1.07x (HND). bf16 rows at 32 ran
+ * cold 0.81x on NHD (8 KB a stream a share; at 64, asking for each line 16 rows ahead instead of a share
+ * ahead made it worse, 0.71-0.73x, so it is not the distance) and level on HND (0.95-1.03x; hot 1.07-1.11x),
+ * at 64 on HND 0.89x; the avx512 set's f16 walk at 32 ran cold 0.91-0.92x on both.
  * In an all-heads call (NHD, more than one head) the next share's scores come before a share's softmax and P
  * V: they depend on nothing before them, so the core has products to run while the softmax's chain (a
  * maximum, an exponential and a sum a vector, then the P the P V waits on) resolves; in a share's own order
@@ -445,7 +438,7 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
   else
     WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
-  bf16_decode_softmax(false, job, &s, S, NULL, D); /* the outputs rescaled, in natural order (s.eo is false) */
+  bf16_decode_softmax(job, &s, S, D); /* the outputs rescaled, in natural order (s.eo is false) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
   if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
     decode_pv(job, &s, t, v_src, S, D);

@@ -40,19 +40,23 @@
  * tile at a time changes the bits against the phases (P against a maximum that grows tile by tile; the rules
  * and the rounding are the same); the tests' tolerances are unchanged.
  *
- * fp8 caches keep the phases (tiled_scores, bf16_decode_softmax, tiled_pv_fp8): one code an element, a
- * 64-byte line is two dim pairs of keys (or 32 dims of a key pair of values), widened exactly into the bf16
- * lines above by vpermi2b lookups: keys by v16i_fp8_widen_in_order (words in the codes' order, each vector one
- * pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than vpermt2b), whose order of the dims (decode.h's
- * unpack32_to) the outputs are put in for P V and back after. Taking the keys by unpacks too (each vector then
- * half one pair, half the next, the query's two pairs blended into one vector) measured no faster: the blends
- * cost what the permutes did. The scores ask for each head's share TILED_AHEAD tiles on: fp8's arithmetic
- * leaves the hardware behind (hot 14.9-15.7 against NHD's 17.7-17.9, cold 19.0-20.6 against 19.8-21.8, ns a
- * key and KV head, one row). P V takes two tiles of a head a step, in 64-dim pieces (tiled_pv_fp8): bf16's
- * order (each share whole, in passes of vectors) would widen each line once a pass, which cost more than the
- * order bought (hot 16.4 -> 18.0), and widening each share once into bf16 lines on the stack for the passes
- * did not pay either (hot 14.8 -> 17.9; uattn-bench fp8 TILED decode 1 x 32k 4.9-5.0 / 2.7-2.9 -> 5.5-5.6 /
- * 2.9-3.3 ms).
+ * fp8 caches take the same walk, a share being two tiles (4 KB of each stream at head dim 128, as bf16's one;
+ * decode.h's bf16_fused gives fp8 rows 32 keys a share for the same reason): one code an element, a 64-byte
+ * line is two dim pairs of keys (or 32 dims of a key pair of values), widened exactly into the bf16 lines
+ * above by vpermi2b lookups: keys by v16i_fp8_widen_in_order (words in the codes' order, each vector one
+ * pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than vpermt2b) a share at a time in 64-dim pieces
+ * (tiled_pv_fp8_run), whose order of the dims (decode.h's unpack32_to) the outputs are in from the start of
+ * the call to its end. Taking the keys by unpacks too (each vector then half one pair, half the next, the
+ * query's two pairs blended into one vector) measured no faster: the blends cost what the permutes did.
+ * Until the walk took them, fp8 caches went in phases (the scores of every tile, each head's share asked for
+ * two tiles ahead into L2; the softmax; P V two tiles of every head a step). The phases against the fused
+ * walk on the 2-vCPU Zen 5 VM, ns a key and KV head (uattn-kernel-bench 5 --decode-layouts, E4M3, two
+ * alternations): one row cold 18.9-20.0 -> 15.8 (hot 9.6-9.8 -> 10.2: a softmax a share, where there was one
+ * a call), two rows cold 26.8-28.0 -> 24.6-25.2; one tile a share (2 KB a stream) had run hot 14.6-15.4 ->
+ * 17.6-18.4 and cold level. uattn-bench --scenario decode-long --layout tiled (E4M3 and E5M2, three rounds
+ * alternated, a slow phase of the host: 24-30 GB/s on one thread): of the read on one / two threads 1 x 32k
+ * 44-47% / 41-43% -> 46-52% / 42-49%, 32 x 4k 42-44% / 44-47% -> 42-50% / 47-53%; 32 x 4k on two threads
+ * 11.2-12.2 -> 10.7-11.1 ms.
  *
  * Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
@@ -62,12 +66,7 @@
 #include "avx512bf16/decode.h"
 #include "avx512bf16/vec.h"
 
-enum {
-  TILED_KEYS = UATTN_TILED_KEYS, /* keys a tile (the layout's) */
-  TILED_PV_KEYS = 32,            /* keys of an fp8 P V step: two tiles of every head */
-  TILED_AHEAD = 2,               /* fp8: tiles ahead of the one being scored that are asked for (past the last,
-                                  * the values) */
-};
+enum { TILED_KEYS = UATTN_TILED_KEYS }; /* keys a tile (the layout's) */
 
 /* Where one call's tiles are (bytes) and which hold its keys. */
 typedef struct tiled_src {
@@ -77,28 +76,18 @@ typedef struct tiled_src {
   const char *next_k, *next_v; /* the next call's keys and values (its block's first tile, the same heads), or NULL */
 } tiled_src;
 
-/* Head g's share of tile x of the keys, or past the keys' last tile the values' (x - T1 + T0), to ask for
- * ahead; NULL past both. */
-BF16_INLINE const char *tiled_ahead(const tiled_src *t, int32_t x, int32_t g) {
-  if (x >= t->T1)
-    x += t->T0 - t->T1;
-  else
-    return t->k + (size_t)x * t->tile_step + (size_t)g * t->head_step;
-  return x < t->T1 ? t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step : NULL;
-}
-
-/* Share y of the fused walk's keys (the heads' shares of tiles T0, T0 + 1, ... in turn; just past the last,
- * the next call's first), or of its values (vals); NULL past them. */
-BF16_INLINE const char *tiled_stream_share(const tiled_src *t, int32_t heads, int32_t y, bool vals) {
-  const int32_t x = t->T0 + y / heads, g = y % heads;
+/* Share y of the fused walk's keys (the heads' shares of P tiles from T0, then of the P tiles after, ... in
+ * turn; just past the last, the next call's first), or of its values (vals); NULL past them. */
+BF16_INLINE const char *tiled_stream_share(const tiled_src *t, int32_t heads, int32_t y, int32_t P, bool vals) {
+  const int32_t x = t->T0 + y / heads * P, g = y % heads;
   if (x < t->T1) return (vals ? t->v : t->k) + (size_t)x * t->tile_step + (size_t)g * t->head_step;
-  return x == t->T1 && g == 0 ? (vals ? t->next_v : t->next_k) : NULL;
+  return x >= t->T1 && x < t->T1 + P && g == 0 ? (vals ? t->next_v : t->next_k) : NULL;
 }
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh) and the 16 keys of one head's share of a
  * tile (kt), C partial sums over the pairs, into vector i's S row from column col, the lanes in `lanes`
- * only. pf: a share to ask for, a line per line read (NULL: none), into L1 for bf16 (the fused walk's next
- * share), L2 for fp8 (TILED_AHEAD tiles on). tab: fp8 codes. */
+ * only. pf: a share to ask for, a line per line read (NULL: none), into L1 (the fused walk's next share).
+ * tab: fp8 codes. */
 BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, const uint8_t *tab, float scale,
                                   const uint32_t *q, const char *kt, const char *pf, float *S, size_t ld, int32_t col,
                                   uint32_t lanes) {
@@ -109,7 +98,7 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
     v16i k[4];
     for (int c = 0; tab && c < C; c += 2) { /* a line: pairs p + c and p + c + 1 */
       v16i_fp8_widen_in_order(v16i_load(kt + 32 * (size_t)(p + c)), tab, &k[c], &k[c + 1]);
-      if (pf) _mm_prefetch(pf + 32 * (size_t)(p + c), _MM_HINT_T1);
+      if (pf) _mm_prefetch(pf + 32 * (size_t)(p + c), _MM_HINT_T0);
     }
     for (int c = 0; !tab && c < C; c++) {
       k[c] = v16i_load(kt + 64 * (size_t)(p + c));
@@ -140,30 +129,6 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
     default: tiled_score_tile(4, 2, __VA_ARGS__); break;                                                               \
     }                                                                                                                  \
   } while (0)
-
-/* fp8: the scores of every head and block, a tile at a time, every head in turn: S[g][x][j - j0] for keys
- * [LO, HI), the other columns zero; each head's share TILED_AHEAD tiles on asked for into L2. */
-BF16_INLINE void tiled_scores(const decode_shape *s, const tiled_src *t, const uint32_t *q, const uint8_t *tab,
-                              float scale, float *S, const int32_t D) {
-  const int32_t Dh = D / 2;
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) memset(S + x * s->W, 0, sizeof(float) * (size_t)s->W);
-  const size_t share = (size_t)TILED_KEYS * D;
-  for (int32_t x = t->T0; x < t->T0 + TILED_AHEAD && x < t->T1; x++) /* the tiles the first scores ask past */
-    for (int32_t g = 0; g < s->heads; g++)
-      for (size_t b = 0; b < share; b += 64) _mm_prefetch(tiled_ahead(t, x, g) + b, _MM_HINT_T1);
-  for (int32_t T = t->T0; T < t->T1; T++) {
-    const int32_t k0 = T * TILED_KEYS;
-    const int32_t lo = s->LO > k0 ? s->LO : k0, hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
-    const uint32_t lanes = ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1);
-    for (int32_t g = 0; g < s->heads; g++) {
-      const char *kt = t->k + (size_t)T * t->tile_step + (size_t)g * t->head_step,
-                 *ahead = tiled_ahead(t, T + TILED_AHEAD, g);
-      for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
-        TILED_SCORE(s->nb[b], Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, kt, b == 0 ? ahead : NULL,
-                    S + ((size_t)g * s->n + s->x0[b]) * s->W, (size_t)s->W, k0 - s->j0, lanes);
-    }
-  }
-}
 
 /* bf16 P V over one head's share of one tile: o_i += sum over keys [lo, hi) (within the tile) of P[i][j] v_j
  * for NB vectors and U x 16 dims (NB U <= 16 accumulators), keys in pairs from lo rounded down to even, each
@@ -245,17 +210,21 @@ BF16_INLINE void tiled_pv_vectors(int32_t nbs, const uint32_t *pp, size_t ld, in
  * pairs from lo rounded down to even (a key of a pair outside [lo, hi) zeroed), each 32 dims of a pair widened
  * from one 32-byte piece of its row. pp: P as bf16 pairs, vector i's pair of keys (j, j + 1) at
  * pp[i * ld + (j - j0) / 2]; v: head g's share of the block's first tile, dims from d0; o_i at o + i * D, in
- * the dims' order of v16i_fp8_widen (unpack32_to). */
+ * the dims' order of v16i_fp8_widen (unpack32_to). Each line read asks for its place pf bytes on (0: none)
+ * into L1. */
 BF16_INLINE void tiled_pv_fp8_run(const int NB, const int U, const uint8_t *tab, const uint32_t *pp, size_t ld,
                                   int32_t j0, int32_t lo, int32_t hi, const char *v, size_t tile_step, const int32_t D,
-                                  float *o) {
+                                  float *o, intptr_t pf) {
   v16 a[4][4];
   for (int i = 0; i < NB; i++)
     for (int u = 0; u < U; u++) a[i][u] = v16_load(o + (size_t)i * D + 16 * u);
   for (int32_t j = lo & ~1; j < hi; j += 2) {
     const char *r = v + (size_t)(j / TILED_KEYS) * tile_step + (size_t)(j % TILED_KEYS / 2) * 2 * D;
     v16i w[4];
-    for (int u = 0; u < U; u += 2) v16i_fp8_widen(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
+    for (int u = 0; u < U; u += 2) {
+      v16i_fp8_widen(v16i_load(r + 32 * u), tab, &w[u], &w[u + 1]);
+      if (pf) _mm_prefetch((const char *)((uintptr_t)r + (uintptr_t)pf) + 32 * u, _MM_HINT_T0);
+    }
     if (j < lo || j + 1 >= hi) { /* key j (the low halves) or j + 1 (the high) not seen */
       const uint32_t m = (j < lo ? 0xffff0000u : 0xffffffffu) & (j + 1 >= hi ? 0x0000ffffu : 0xffffffffu);
       for (int u = 0; u < U; u++) w[u] = v16i_and32(w[u], m);
@@ -269,108 +238,104 @@ BF16_INLINE void tiled_pv_fp8_run(const int NB, const int U, const uint8_t *tab,
     for (int u = 0; u < U; u++) v16_store(o + (size_t)i * D + 16 * u, a[i][u]);
 }
 
-/* fp8 P V of every head and block, TILED_PV_KEYS keys at a time, every head in turn (the next step's tiles
- * asked for as a head starts this one), each line widened once; P as bf16 pairs, each S row's first W / 2
- * words. */
-BF16_INLINE void tiled_pv_fp8(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
-                              const float *S, const int32_t D) {
-  const size_t share = (size_t)TILED_KEYS * D;
-  const int32_t first = s->LO / TILED_PV_KEYS * TILED_PV_KEYS, per = TILED_PV_KEYS / TILED_KEYS;
-  for (int32_t jt = first; jt < s->HI; jt += TILED_PV_KEYS)
-    for (int32_t g = 0; g < s->heads; g++) {
-      /* the next step's tiles; in the first, those the scores did not ask for */
-      for (int32_t x = jt / TILED_KEYS + (jt == first ? t->T0 + TILED_AHEAD - jt / TILED_KEYS : per);
-           x < jt / TILED_KEYS + 2 * per && x < t->T1; x++)
-        for (size_t b = 0; b < share; b += 64)
-          _mm_prefetch(t->v + (size_t)x * t->tile_step + (size_t)g * t->head_step + b, _MM_HINT_T1);
-      for (int32_t b = 0; b < s->blocks; b++) {
-        const int32_t lo = jt > s->lo[b] ? jt : s->lo[b];
-        const int32_t hi = jt + TILED_PV_KEYS < s->hi[b] ? jt + TILED_PV_KEYS : s->hi[b];
-        if (lo >= hi) continue;
-        const uint32_t *pp = (const uint32_t *)(S + ((size_t)g * s->n + s->x0[b]) * s->W);
-        const char *vg = t->v + (size_t)g * t->head_step;
-        float *o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-        int32_t d = 0;
-        for (; d + 64 <= D; d += 64)
-          DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 4, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * d, t->tile_step, D,
-                       o + d);
-        if (d < D)
-          DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 2, tab, pp, (size_t)s->W, s->j0, lo, hi, vg + 2 * d, t->tile_step, D,
-                       o + d);
-      }
-    }
-}
-
-/* One share of tiled_fused's walk (y: its place, tile T0 + y / heads, head y % heads): its keys' lanes, its
- * softmax columns (whole 8s within the call's [j0, j0 + W)), its head's S rows and its keys' and values' place. */
+/* One share of tiled_fused's walk (y: its place, P tiles from T0 + y / heads P, head y % heads): each tile's
+ * keys' lanes (0 past the call's last tile), its softmax columns (whole 8s within the call's [j0, j0 + W)),
+ * its head's S rows and its keys' and values' place. */
 typedef struct tiled_share {
   int32_t y, g, k0, c0, c1;
-  uint32_t lanes;
+  uint32_t lanes[2];
   size_t at;
   float *Sg;
 } tiled_share;
 
-BF16_INLINE void tiled_share_at(const decode_shape *s, const tiled_src *t, float *S, int32_t y, tiled_share *h) {
-  const int32_t T = t->T0 + y / s->heads;
+BF16_INLINE void tiled_share_at(const decode_shape *s, const tiled_src *t, float *S, int32_t y, const int32_t P,
+                                tiled_share *h) {
+  const int32_t T = t->T0 + y / s->heads * P;
   h->y = y, h->g = y % s->heads, h->k0 = T * TILED_KEYS;
-  const int32_t lo = s->LO > h->k0 ? s->LO : h->k0, hi = s->HI < h->k0 + TILED_KEYS ? s->HI : h->k0 + TILED_KEYS;
-  h->lanes = ((1u << (hi - h->k0)) - 1) & ~((1u << (lo - h->k0)) - 1);
+  for (int32_t x = 0; x < P; x++) {
+    const int32_t k0 = h->k0 + x * TILED_KEYS, lo = s->LO > k0 ? s->LO : k0;
+    const int32_t hi = s->HI < k0 + TILED_KEYS ? s->HI : k0 + TILED_KEYS;
+    h->lanes[x] = lo < hi ? ((1u << (hi - k0)) - 1) & ~((1u << (lo - k0)) - 1) : 0;
+  }
   h->c0 = h->k0 > s->j0 ? h->k0 : s->j0;
-  h->c1 = h->k0 + TILED_KEYS < s->j0 + s->W ? h->k0 + TILED_KEYS : s->j0 + s->W;
+  h->c1 = h->k0 + P * TILED_KEYS < s->j0 + s->W ? h->k0 + P * TILED_KEYS : s->j0 + s->W;
   h->at = (size_t)T * t->tile_step + (size_t)h->g * t->head_step;
   h->Sg = S + (size_t)h->g * s->n * s->W;
 }
 
-/* Every block's scores of share h, each line asking for its place in the keys' next share. */
+/* Every block's scores of share h (P tiles), each line asking for its place in the keys' next share. */
 BF16_INLINE void tiled_share_scores(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t,
-                                    const uint32_t *q, const tiled_share *h, const int32_t Dh) {
-  const char *kn = tiled_stream_share(t, s->heads, h->y + 1, false);
-  for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
-    TILED_SCORE(s->nb[b], Dh, NULL, job->scale, q + ((size_t)h->g * s->n + s->x0[b]) * Dh, t->k + h->at,
-                b == 0 ? kn : NULL, h->Sg + (size_t)s->x0[b] * s->W, (size_t)s->W, h->k0 - s->j0, h->lanes);
+                                    const uint8_t *tab, const uint32_t *q, const tiled_share *h, const int32_t P,
+                                    const int32_t Dh) {
+  const char *kn = tiled_stream_share(t, s->heads, h->y + 1, P, false);
+  for (int32_t x = 0; x < P; x++) {
+    if (!h->lanes[x]) continue; /* past the call's last tile, or none of its keys */
+    const size_t at = h->at + (size_t)x * t->tile_step;
+    for (int32_t b = 0; b < s->blocks; b++) /* column k0 - j0 >= -7: only lanes at or past LO >= j0 stored */
+      TILED_SCORE(s->nb[b], Dh, tab, job->scale, q + ((size_t)h->g * s->n + s->x0[b]) * Dh, t->k + at,
+                  b == 0 && kn ? kn + (size_t)x * t->tile_step : NULL, h->Sg + (size_t)s->x0[b] * s->W, (size_t)s->W,
+                  h->k0 + x * TILED_KEYS - s->j0, h->lanes[x]);
+  }
 }
 
-/* Decode on a TILED cache of bf16, fused (the header): each head's share of a tile scored (every block of
- * vectors), through the online softmax and into P V, each stream's lines asking for their place in its next
- * share. In a call of more than one head and one block of vectors (at most 4: a GQA-4 decode row) the next
+/* Decode on a TILED cache of bf16 or fp8 (tab: the widening tables), fused (the header): each head's share of
+ * P tiles (1 of bf16, 2 of fp8) scored (every block of vectors), through the online softmax and into P V, each
+ * stream's lines asking for their place in its next share; fp8's outputs in P V's order (unpack32_to) for the
+ * call. In a call of more than one head and one block of vectors (at most 4: a GQA-4 decode row) the next
  * share's scores are taken before a share's softmax and P V (decode.h's bf16_fused says why): uattn-bench
  * TILED Llama-3-8B decode-long 1.01-1.13x. With two blocks (Qwen2-7B's 7 vectors) that order measured
  * 0.93-0.97x on 32 x 4k on one thread (16.5-17.6 -> 17.8-18.1 ms, three rounds alternated), so they keep each
  * share's order. */
-BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint32_t *q,
-                             float *S, const int32_t D) {
-  const int32_t Dh = D / 2;
-  const size_t share = (size_t)TILED_KEYS * D * 2;
+BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
+                             const uint32_t *q, float *S, const int32_t D) {
+  const int32_t Dh = D / 2, P = tab ? 2 : 1; /* tiles a share: 4 KB of each stream at head dim 128 */
+  const size_t share = (size_t)(P * TILED_KEYS) * D * (tab ? 1 : 2);
   vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
     block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, rule[b], &klo, &khi);
   }
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
-  const char *k = tiled_stream_share(t, s->heads, 0, false), *v = tiled_stream_share(t, s->heads, 0, true);
+  const char *k = tiled_stream_share(t, s->heads, 0, P, false), *v = tiled_stream_share(t, s->heads, 0, P, true);
   for (size_t o = 0; o < share; o += 64) _mm_prefetch(k + o, _MM_HINT_T1), _mm_prefetch(v + o, _MM_HINT_T1);
-  const int32_t shares = (t->T1 - t->T0) * s->heads;
+  const int32_t shares = (t->T1 - t->T0 + P - 1) / P * s->heads;
   if (shares <= 0) return;
+  if (tab) bf16_fused_order(job, s, NULL, unpack32_to, D); /* fp8: P V's order (tiled_pv_fp8_run) */
   tiled_share h, n;
-  tiled_share_at(s, t, S, 0, &n);
-  tiled_share_scores(job, s, t, q, &n, Dh);
+  tiled_share_at(s, t, S, 0, P, &n);
+  tiled_share_scores(job, s, t, tab, q, &n, P, Dh);
   const bool ahead = s->heads > 1 && s->blocks == 1; /* the next share's scores first (above) */
   for (int32_t y = 0; y < shares; y++) {
     h = n;
-    if (y + 1 < shares) tiled_share_at(s, t, S, y + 1, &n);
-    if (y + 1 < shares && ahead) tiled_share_scores(job, s, t, q, &n, Dh);
+    if (y + 1 < shares) tiled_share_at(s, t, S, y + 1, P, &n);
+    if (y + 1 < shares && ahead) tiled_share_scores(job, s, t, tab, q, &n, P, Dh);
     int32_t plo[4], phi[4];
     for (int32_t b = 0; b < s->blocks; b++)
       bf16_softmax_cols(job, s, h.g, b, rule[b], h.Sg + (size_t)s->x0[b] * s->W, h.c0, h.c1, &plo[b], &phi[b],
-                        TILED_KEYS, D);
-    const char *vn = tiled_stream_share(t, s->heads, y + 1, true);
-    for (int32_t b = 0; b < s->blocks; b++)
+                        P * TILED_KEYS, D);
+    const char *vn = tiled_stream_share(t, s->heads, y + 1, P, true);
+    for (int32_t b = 0; tab && b < s->blocks; b++) {
+      if (plo[b] >= phi[b]) continue;
+      const uint32_t *pp = (const uint32_t *)(h.Sg + (size_t)s->x0[b] * s->W + (h.c0 - s->j0));
+      const char *vg = t->v + (size_t)h.g * t->head_step;
+      float *o = job->o + (size_t)h.g * s->hq + (size_t)s->x0[b] * D;
+      const intptr_t pf = b == 0 && vn ? (intptr_t)((uintptr_t)vn - (uintptr_t)(t->v + h.at)) : 0;
+      int32_t d = 0;
+      for (; d + 64 <= D; d += 64)
+        DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 4, tab, pp, (size_t)s->W, h.c0, plo[b], phi[b], vg + 2 * d,
+                     t->tile_step, D, o + d, pf);
+      if (d < D)
+        DECODE_BY_NB(s->nb[b], tiled_pv_fp8_run, 2, tab, pp, (size_t)s->W, h.c0, plo[b], phi[b], vg + 2 * d,
+                     t->tile_step, D, o + d, pf);
+    }
+    for (int32_t b = 0; !tab && b < s->blocks; b++)
       if (plo[b] < phi[b])
         tiled_pv_vectors(s->nb[b], (const uint32_t *)(h.Sg + (size_t)s->x0[b] * s->W + (h.c0 - s->j0)), (size_t)s->W,
                          h.c0, plo[b], phi[b], t->v + h.at, D, job->o + (size_t)h.g * s->hq + (size_t)s->x0[b] * D,
                          b == 0 ? vn : NULL);
-    if (y + 1 < shares && !ahead) tiled_share_scores(job, s, t, q, &n, Dh);
+    if (y + 1 < shares && !ahead) tiled_share_scores(job, s, t, tab, q, &n, P, Dh);
   }
+  if (tab) bf16_fused_order(job, s, NULL, unpack32_from, D);
 }
 
 /* kernels.h's decode_tiled: decode's job on a TILED cache (k_src, v_src: the block's first tile, the call's
@@ -387,16 +352,12 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
       k_src,       v_src,      s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS,
       job->next_k, job->next_v};
   if (!uattn_dtype_is_fp8(t)) {
-    tiled_fused(job, &s, &src, q, S, D);
+    tiled_fused(job, &s, &src, NULL, q, S, D);
     return;
   }
   _Alignas(64) uint8_t tab[256];
   fp8_bf16_tables(t, tab);
-  tiled_scores(&s, &src, q, tab, job->scale, S, D);
-  bf16_decode_softmax(true, job, &s, S, unpack32_to, D); /* the outputs rescaled and into P V's order */
-  tiled_pv_fp8(job, &s, &src, tab, S, D);
-  for (int32_t g = 0; g < heads; g++)
-    for (int32_t x = 0; x < s.n; x++) unpack32_apply(job->o + g * s.hq + (size_t)x * D, D, unpack32_from);
+  tiled_fused(job, &s, &src, tab, q, S, D);
 }
 
 #endif
