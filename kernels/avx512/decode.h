@@ -194,10 +194,9 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
 
 /* ---- the fused walk's parts (this set's and avx512bf16/decode.h's) ---------------------------------------- */
 
-enum {
-  DECODE_SHARE_KEYS = 16
-}; /* keys of a head's share in the fused walks (a TILED tile's, decode_tiled.h; fp8
-                                   * rows' walks take twice as many: avx512bf16/decode.h's bf16_fused) */
+/* Keys of a head's share in the fused walks (a TILED tile's, decode_tiled.h); fp8 rows' walks take twice as
+ * many (avx512bf16/decode.h's bf16_fused). */
+enum { DECODE_SHARE_KEYS = 16 };
 
 /* The 16 sums of a[0..15] as one vector: lane 4 q + l holds the sum of a[(0, 8, 4, 12)[q] + (0, 2, 1, 3)[l]]
  * (what the tree's moves give; the caller puts each accumulator where its sum should come out). Each level
@@ -375,11 +374,10 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
 
 /* A fused walk over a call's shares (this set's wide_fused, avx512bf16/decode.h's bf16_fused): chunk by chunk
  * (keys [Z c, Z c + Z) within [LO, HI), Z a multiple of 16: DECODE_SHARE_KEYS, or twice that on fp8 rows),
- * every head's share of the chunk in turn. decode_walk_begin takes
- * the blocks' rules and asks for the first shares; each decode_walk_next moves to the next share and says
- * where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s within the call's [j0, j0 + W)), its
- * head's S rows, and each stream's distance to its next share (decode_next_share; the keys' on into the next
- * call's first share). */
+ * every head's share of the chunk in turn. decode_walk_begin takes the blocks' rules and asks for the first
+ * shares; each decode_walk_next moves to the next share and says where it is: its keys [lo, hi), its softmax
+ * columns [c0, c1) (whole 8s within the call's [j0, j0 + W)), its head's S rows, and each stream's distance
+ * to its next share (decode_next_share; the keys' on into the next call's first share). */
 typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
   int32_t Z;           /* keys a share */
