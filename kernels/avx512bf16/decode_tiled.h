@@ -288,8 +288,8 @@ BF16_INLINE void tiled_share_scores(const uattn_panel_job *job, const decode_sha
  * share's order. */
 BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
                              const uint32_t *q, float *S, const int32_t D) {
-  const int32_t Dh = D / 2, P = tab ? 2 : 1; /* tiles a share: 4 KB of each stream at head dim 128 */
-  const size_t share = (size_t)(P * TILED_KEYS) * D * (tab ? 1 : 2);
+  const int32_t Dh = D / 2, P = tab ? 2 : 1;                   /* tiles a share: 4 KB of each stream at head dim 128 */
+  const size_t share = (size_t)TILED_KEYS * D * (tab ? 1 : 2); /* bytes of a head's share of a tile */
   vec_rule rule[4][4]; /* head 0's: the heads differ in slopes alone (bf16_softmax_cols) */
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
@@ -297,7 +297,11 @@ BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, 
   }
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
   const char *k = tiled_stream_share(t, s->heads, 0, P, false), *v = tiled_stream_share(t, s->heads, 0, P, true);
-  for (size_t o = 0; o < share; o += 64) _mm_prefetch(k + o, _MM_HINT_T1), _mm_prefetch(v + o, _MM_HINT_T1);
+  for (int32_t x = 0; x < P && t->T0 + x < t->T1; x++) /* its tiles' shares, a tile apart */
+    for (size_t o = 0; o < share; o += 64) {
+      _mm_prefetch(k + (size_t)x * t->tile_step + o, _MM_HINT_T1);
+      _mm_prefetch(v + (size_t)x * t->tile_step + o, _MM_HINT_T1);
+    }
   const int32_t shares = (t->T1 - t->T0 + P - 1) / P * s->heads;
   if (shares <= 0) return;
   if (tab) bf16_fused_order(job, s, NULL, unpack32_to, D); /* fp8: P V's order (tiled_pv_fp8_run) */
