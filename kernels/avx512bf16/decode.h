@@ -27,8 +27,8 @@
  *           the whole call, put in and back once a call; 64-dim register tiles (4 vectors x 64 dims, 16
  *           accumulators) loaded and stored once a share.
  * fp8 rows take the same walk: each 64 dims of a key row widened into two vectors of pairs in the order the
- * query pairs are put in (fp8_query_order), two value rows' codes interleaved and widened (bf16_pv_pair), the
- * outputs in fp8_pv_order for the call; a share is 32 rows (FP8_SHARE_KEYS, bf16_fused).
+ * query pairs are put in (unpack32_to's, on pairs), two value rows' codes interleaved and widened
+ * (bf16_pv_pair), the outputs in fp8_pv_order for the call; a share is 32 rows (FP8_SHARE_KEYS, bf16_fused).
  * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases (bf16_scores, a
  * softmax per head and block, then the values in tiles of 32 rows of every head), each row asked for into L2
  * 16-64 rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
@@ -103,7 +103,7 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh, Dh a multiple of 16) and the 4 bf16 rows
  * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. With tab (fp8 rows,
  * Dh a multiple of 32) the rows are widened 64 dims at a time by v16i_fp8_widen, whose lane order the query
- * pairs are in (fp8_query_order). */
+ * pairs are in (unpack32_to's order of 32-bit elements, bf16_decode_body). */
 BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
                              const char *const *r, intptr_t pf, float *S, size_t ld, int32_t keys) {
   const int(*slot)[4] = sum16_slot;
@@ -273,16 +273,6 @@ BF16_INLINE void bf16_pv_run(const int NB, const int U, const uint8_t *tab, cons
 
 /* ---- fp8 rows: v16i_fp8_widen's lane order ------------------------------------------------------------- */
 
-/* The query pairs of each 64 dims (n pairs, a multiple of 32) put in the order of a widened key row: lane
- * 4 j + m of the first 16 is pair 8 j + m, of the second pair 8 j + 4 + m (the even quarters of the 32
- * pairs, then the odd ones). */
-BF16_INLINE void fp8_query_order(uint32_t *q, int32_t n) {
-  for (int32_t p = 0; p < n; p += 32) {
-    const v16 a = v16_load((const float *)(q + p)), b = v16_load((const float *)(q + p + 16));
-    v16_store((float *)(q + p), V16_SHUF128(a, b, 0x88)), v16_store((float *)(q + p + 16), V16_SHUF128(a, b, 0xdd));
-  }
-}
-
 /* P V's order of each 64 dims of an output (n floats, a multiple of 64) for fp8 rows: bf16_pv_pair's
  * accumulator u holds dims 16 j + 4 u + [0, 4) in lanes 4 j + [0, 4), so float 16 u + 4 j + i is dim
  * 16 j + 4 u + i: a swap of u and j (a transpose of the four vectors' 128-bit quarters), its own inverse,
@@ -325,7 +315,7 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
   }
 }
 
-/* Decode on NHD and HND rows of bf16, or of fp8 (tab: the widening tables, the query pairs in fp8_query_order),
+/* Decode on NHD and HND rows of bf16, or of fp8 (tab: the widening tables, the query pairs in unpack32_to's order),
  * fused as decode_tiled.h's tiled_fused: each head's share of Z rows (keys [Z c, Z c + Z) within [LO, HI))
  * scored (bf16_score4, every block of vectors), through the online softmax (bf16_softmax_cols), and into P V
  * (bf16_pv_run) before the next share, so the keys and the values are two streams read side by side; each
@@ -334,7 +324,7 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * Z is 16 rows of bf16 and 32 of fp8 (FP8_SHARE_KEYS): at head dim 128 either share is 4 KB of each stream,
  * and fp8's spreads what a share costs besides its products (the softmax's reductions and its chain to P, the
  * outputs' loads and stores, the walk's step) over twice the keys. On a 2-vCPU Zen 5 (the two-build program,
- * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows, with fp8_query_order and fp8_pv_order as shuffles): NHD one row
+ * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows, with the per-call reorders as shuffles): NHD one row
  * hot 1.20-1.21x, cold 1.10-1.15x; two rows 1.14-1.17x hot and cold; four rows hot 1.21x, cold 1.12x; HND
  * (one head a call) hot 1.22-1.23x, cold 1.14-1.18x (the program's second build reads cold 2-3% slower than
  * its first when the two are the same code, so the cold gains are if anything more).
@@ -422,7 +412,9 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   _Alignas(64) uint8_t tab[256];
   if (fp8) {
     fp8_bf16_tables(t, tab);
-    fp8_query_order(q, heads * n * (D / 2));
+    /* the query pairs in a widened key row's order: lane 4 j + m of each 16 is pair 8 j + m, then 8 j + 4 + m
+     * (v16i_fp8_widen), which is unpack32_to's order of 32 elements */
+    unpack32_apply((float *)q, heads * n * (D / 2), unpack32_to);
   }
   if (fp8 && !job->probs_fp32) {
     bf16_fused(job, &s, tab, q, k_src, v_src, S, D);
