@@ -375,12 +375,12 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
 /* A fused walk over a call's shares (this set's wide_fused, avx512bf16/decode.h's bf16_fused): chunk by chunk
  * (keys [Z c, Z c + Z) within [LO, HI), Z a multiple of 16: DECODE_SHARE_KEYS, or twice that on fp8 rows),
  * every head's share of the chunk in turn. decode_walk_begin takes the blocks' rules and asks for the first
- * shares; each decode_walk_next moves to the next share and says where it is: its keys [lo, hi), its softmax
- * columns [c0, c1) (whole 8s within the call's [j0, j0 + W)), its head's S rows, and each stream's distance
- * to its next share (decode_next_share; the keys' on into the next call's first share). */
+ * shares; each decode_walk_next (given the same Z: each walk's is a constant, so the walk does not hold it)
+ * moves to the next share and says where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s
+ * within the call's [j0, j0 + W)), its head's S rows, and each stream's distance to its next share
+ * (decode_next_share; the keys' on into the next call's first share). */
 typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
-  int32_t Z;           /* keys a share */
   int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
   int32_t lo, hi, c0, c1;
   intptr_t pk, pv;
@@ -397,21 +397,20 @@ V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, co
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
   for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * Z; j++)
     prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
-  w->Z = Z;
   w->c = C0 - 1, w->g = s->heads - 1; /* decode_walk_next's first step: chunk C0, head 0 */
   w->C1 = (s->HI + Z - 1) / Z;
 }
 
 V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
-                                 const char *v, float *S) {
+                                 const char *v, float *S, const int32_t Z) {
   if (++w->g >= s->heads) w->g = 0, w->c++;
   if (w->c >= w->C1) return false;
-  const int32_t k0 = w->c * w->Z, k1 = k0 + w->Z;
+  const int32_t k0 = w->c * Z, k1 = k0 + Z;
   w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
   const size_t at = (size_t)k0 * s->step + (size_t)w->g * s->head_step; /* the share's first row */
-  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, w->Z, job->next_k);
-  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, w->Z, job->next_v);
+  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, Z, job->next_k);
+  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, Z, job->next_v);
   w->Sg = S + (size_t)w->g * s->n * s->W;
   return true;
 }
@@ -435,7 +434,7 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
   const size_t esz = uattn_dtype_size(t);
   decode_walk w;
   decode_walk_begin(&w, job, s, k, v, DECODE_SHARE_KEYS);
-  while (decode_walk_next(&w, job, s, k, v, S)) {
+  while (decode_walk_next(&w, job, s, k, v, S, DECODE_SHARE_KEYS)) {
     const float *qg = job->q + (size_t)w.g * s->hq;
     for (int32_t j = w.lo; j < w.hi; j += 4) {
       const char *r[4];

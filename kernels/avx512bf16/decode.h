@@ -352,12 +352,12 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
   const int32_t Z = tab ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS; /* a constant in each instance */
   decode_walk_begin(&w, job, s, k, v, Z);
   const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V */
-  bool more = decode_walk_next(&w, job, s, k, v, S);
+  bool more = decode_walk_next(&w, job, s, k, v, S, Z);
   if (more) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
   while (more) {
     p = w;
     int32_t plo[4], phi[4];
-    more = decode_walk_next(&w, job, s, k, v, S);
+    more = decode_walk_next(&w, job, s, k, v, S, Z);
     if (more && ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
     for (int32_t b = 0; b < s->blocks; b++)
       bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], Z, D);
