@@ -342,7 +342,21 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * on one row but 0.96-0.98x on two and on fp8. A call of one head (HND, where consecutive shares are one
  * head's and the next softmax waits on this P V's outputs) keeps each share's order: ahead it measured
  * 0.94-0.96x in uattn-bench, and in the two-build program hot 1.04-1.05x but cold 0.96-0.97x. The avx512
- * set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on one row and 0.96-0.99x on two. */
+ * set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on one row and 0.96-0.99x on two.
+ * Where a hot walk's time goes (fp8 E4M3, GQA 4, one row, one 128-key block of 8 heads again and again on the
+ * 2-vCPU Zen 5, each part cut out in turn): scores 4.6 ns a key and KV head, P V 4.2, the softmax 2.1, the
+ * walk's steps and the call's set-up 1.2, which add up to the whole walk's 12.0-12.3: the parts do not
+ * overlap. In L1 (one head: 32 KB) the walk takes the same 12.1, so it is not the memory. Alone: P V 3.3
+ * (its ports' bound, 16 vdpbf16ps and 4 vpermt2b a key, is 3.1), the scores 4.4, the softmax 1.3 (42 ns a
+ * 32-key share of 4 vectors, of which its 8 exponentials take 9). Tried and not kept (two-build program,
+ * alternated, ratios of speed): the share's four maxima and sums in one tree of quarters (the same bits)
+ * level; P against the maximum so far, redone where the share's is larger (the same bits) level hot and
+ * 0.96x cold; the next share's scores in two halves around the softmax 0.96-0.97x; each share's P V after
+ * the next share's softmax (the same bits) 0.95-0.98x; 16 keys' scores put into whole rows by a transpose of
+ * quarters, one store a row where there were four, 0.90x; with 7 vectors (two blocks) each share's own order
+ * 0.97-0.98x. Alone, the scores with the query pairs of 4 vectors in quarters (one accumulator a key, 9 moves
+ * and adds for 16 scores, each 8 dims of a key loaded as a broadcast quarter) ran 4.0 against 3.5; an fp8
+ * widening by shifts and two vpermb (no vpermt2b) made P V 1.3x slower. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
