@@ -355,13 +355,12 @@ static int32_t all_heads_max_rows(const uattn_layer *L) {
   return UATTN_DECODE_MAX_VECTORS / (L->num_q_heads / L->num_kv_heads);
 }
 
-/* Whether short cache-only requests run as all-heads units (run_all_heads): on an NHD cache of several KV
- * heads, where one head's keys are a few lines of every row, or a TILED one, whose tiles hold every head in
- * turn, with the decode kernel, and without the chunked merge of shared blocks (chunk_size, which the panel
- * path keeps). */
+/* Whether short cache-only requests run as all-heads units (run_all_heads): on a cache of several KV heads
+ * (an NHD one, where one head's keys are a few lines of every row; a TILED one, whose tiles hold every head
+ * in turn; an HND one, whose block holds each head's rows in turn: decode_hnd_heads), with the decode kernel,
+ * and without the chunked merge of shared blocks (chunk_size, which the panel path keeps). */
 static bool all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return (L->kv_layout == UATTN_LAYOUT_NHD || L->kv_layout == UATTN_LAYOUT_TILED) && L->num_kv_heads > 1 &&
-         all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
+  return L->num_kv_heads > 1 && all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
          uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
 }
 
@@ -801,16 +800,51 @@ static bool decodes_from_cache(const step_ctx *c) {
   return !c->pieces && uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
 }
 
+/* An HND block for the `heads` KV heads of an all-heads unit (job: as for one call of every head): one decode
+ * call a head, head after head, each told the next head's rows (the block's next piece), the last the next
+ * block's first, so the unit reads its blocks in address order as NHD's all-heads calls do, and a
+ * verification's shared blocks go through the decode kernel as its unique ones do. Units of one head read
+ * one piece of every block (32 KB, then 256 KB on, at Llama-3-8B's bf16) and took shared blocks through
+ * panels. Against them on the 2-vCPU Zen 5 (uattn-bench, HND, Llama-3-8B and Qwen2-7B, three rounds
+ * alternated, 1 / 2 threads): spec decode 32x2 2.1-2.2x / 1.9-2.6x (Qwen2-7B 1.5-1.7x / 1.6-1.9x), 16x4
+ * 1.5-1.9x / 1.4-1.8x, decode-heavy 1.04-1.16x / 1.11-1.54x, decode-long 1.00-1.15x on two threads (fp8
+ * E4M3 1.09-1.32x) and 0.87-1.29x on one (five more rounds, pinned: medians 1.06-1.14x); decode-short
+ * level. One call for every head (head stride a block's rows) measured 0.68-0.90x: every head's rows fall in
+ * the same L1 sets. */
+static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                             int32_t block, int32_t next_block) {
+  const size_t D = (size_t)c->cache.head_dim, esz = uattn_dtype_size(c->cache.dtype);
+  const size_t piece = (size_t)c->cache.block_size * D * esz; /* a head's rows of a block */
+  size_t stride;
+  const size_t off = block_source(c, block, &stride);
+  const size_t next = next_block >= 0 ? block_source(c, next_block, &stride) : 0;
+  for (int32_t g = 0; g < heads; g++) {
+    uattn_panel_job h = *job; /* head g's vectors, states and slopes (decode in kernels.h) */
+    h.q += (size_t)g * head_vectors * D, h.o += (size_t)g * head_vectors * D;
+    h.m += (size_t)g * head_vectors, h.l += (size_t)g * head_vectors;
+    if (h.alibi) h.alibi += (size_t)g * h.group;
+    const size_t at = off + (size_t)g * piece;
+    if (g + 1 < heads)
+      h.next_k = c->cache.k + at + piece, h.next_v = c->cache.v + at + piece;
+    else if (next_block >= 0)
+      h.next_k = c->cache.k + next, h.next_v = c->cache.v + next;
+    c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, c->cache.k + at, c->cache.v + at, stride, 0,
+                       c->w->decode_scratch);
+  }
+}
+
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
  * the first n keys of a cache block, into `acc`, for `heads` KV heads from the tile's (an all-heads unit's
- * heads: their slots `rows` apart, their keys a head dim apart in each NHD row). */
+ * heads: their slots `rows` apart, their keys a head dim apart in each NHD row; HND: decode_hnd_heads). */
 static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
                               int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
   uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
-  if (c->cache.layout != UATTN_LAYOUT_TILED) {
+  if (c->cache.layout == UATTN_LAYOUT_HND && heads > 1) {
+    decode_hnd_heads(c, &job, heads, head_vectors, block, next_block);
+  } else if (c->cache.layout != UATTN_LAYOUT_TILED) {
     size_t stride;
     const size_t off = block_source(c, block, &stride);
     if (next_block >= 0) {
@@ -1172,17 +1206,18 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   }
 }
 
-/* A decode or a short verification (request r, its rows all reading the cache) on an NHD or TILED cache, the
- * KV heads [g0, g0 + head_group) in one unit (every head, unless the step has few units: all_heads_group),
+/* A decode or a short verification (request r, its rows all reading the cache) on a cache of several heads,
+ * the KV heads [g0, g0 + head_group) in one unit (every head, unless the step has few units: all_heads_group),
  * head g's rows from slot g * rows. Each block goes through one decode call for the unit's heads, which reads
- * the block's rows in order (a row holds every head), where a unit of one head would read 256 bytes of
- * every 2 KB row; the decode kernel takes them straight from the cache, without panels. */
+ * the block in address order (an NHD row holds every head, where a unit of one head would read 256 bytes of
+ * every 2 KB row; a TILED tile every head in turn), or on HND one call a head, head after head
+ * (decode_hnd_heads); the decode kernel takes them straight from the cache, without panels. */
 static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r, int32_t g0) {
   const uattn_plan_info *in = job->sched.info;
   const int32_t g1 = g0 + job->head_group, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
   for (int32_t g = g0; g < g1; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
-    begin_tile(job, &c, cache_score_scale(job->L), true); /* cache-only rows (fp8 caches never come here yet) */
+    begin_tile(job, &c, cache_score_scale(job->L), true); /* cache-only rows: an fp8 cache's k_scale folded in */
   }
   step_ctx c0 = tile_ctx(job, w, pos, g0, split, r, r + 1, row0, rows, g0 * rows);
   c0.heads = job->head_group;
