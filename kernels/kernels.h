@@ -82,6 +82,16 @@ typedef struct uattn_kernels {
 #define UATTN_TILED_KEYS 16
 #define UATTN_DECODE_MAX_VECTORS 16
 
+/* Head g's job within a decode job of several heads (decode's arguments above: head g's query vectors, outputs,
+ * states and slopes follow head g - 1's, head_vectors vectors and group slopes on). */
+static inline uattn_panel_job uattn_decode_head_job(const uattn_panel_job *job, int32_t g, size_t head_vectors) {
+  uattn_panel_job h = *job;
+  h.q += (size_t)g * head_vectors * (size_t)job->head_dim, h.o += (size_t)g * head_vectors * (size_t)job->head_dim;
+  h.m += (size_t)g * head_vectors, h.l += (size_t)g * head_vectors;
+  if (h.alibi) h.alibi += (size_t)g * (size_t)job->group;
+  return h;
+}
+
 /* Scratch floats a decode call of `heads` heads of `vectors` query vectors each needs (the vectors in the
  * kernel's order, their scores). */
 static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors, int32_t head_dim) {

@@ -102,15 +102,6 @@ typedef struct decode_shape {
   bool eo;       /* bf16 widened into even/odd halves */
 } decode_shape;
 
-/* Head g's view of the job (decode in kernels.h: head g's vectors, states and slopes follow head g - 1's). */
-AVX2_INLINE uattn_panel_job head_job(const uattn_panel_job *job, const decode_shape *s, int32_t g) {
-  uattn_panel_job h = *job;
-  h.q += (size_t)g * s->hq, h.o += (size_t)g * s->hq;
-  h.m += (size_t)g * s->hv, h.l += (size_t)g * s->hv;
-  if (h.alibi) h.alibi += (size_t)g * job->group;
-  return h;
-}
-
 /* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
  * every head in turn is asked for a share at a time, as each head runs, so the requests go out in the row's
  * order and are spread over the step. Into L2 (prefetcht1), not L1: a line asked for into L1 holds one of
@@ -318,7 +309,7 @@ AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype
  * even/odd P V, put in that order. */
 AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
-    const uattn_panel_job h = head_job(job, s, g);
+    const uattn_panel_job h = uattn_decode_head_job(job, g, s->hv);
     for (int32_t b = 0; b < s->blocks; b++) {
       vec_rule rule[4];
       int32_t lo, hi;

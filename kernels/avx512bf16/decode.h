@@ -182,7 +182,7 @@ BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shap
  * take it a share at a time, bf16_softmax_cols). */
 BF16_INLINE void bf16_decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
-    const uattn_panel_job h = head_job(job, s, g);
+    const uattn_panel_job h = uattn_decode_head_job(job, g, s->hv);
     for (int32_t b = 0; b < s->blocks; b++) {
       vec_rule rule[4];
       int32_t lo, hi;

@@ -463,8 +463,7 @@ static void run_layout(void *arg, long call) {
   case LAYOUT_HND:
   case LAYOUT_HEAD_KV:
     for (int32_t g = 0; g < KV_HEADS; g++) {
-      uattn_panel_job h = c->job; /* head g's vectors and states (decode in kernels.h) */
-      h.q += g * hv * head_dim, h.o += g * hv * head_dim, h.m += g * hv, h.l += g * hv;
+      uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
       const char *kg = c->layout == LAYOUT_HND ? k + g * head_keys : k + 2 * g * head_keys;
       const char *vg = c->layout == LAYOUT_HND ? v + g * head_keys : kg + head_keys;
       if (c->layout == LAYOUT_HND) { /* the next call's rows: the next head's, past the last the next block's */

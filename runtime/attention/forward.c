@@ -819,10 +819,7 @@ static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int3
   const size_t off = block_source(c, block, &stride);
   const size_t next = next_block >= 0 ? block_source(c, next_block, &stride) : 0;
   for (int32_t g = 0; g < heads; g++) {
-    uattn_panel_job h = *job; /* head g's vectors, states and slopes (decode in kernels.h) */
-    h.q += (size_t)g * head_vectors * D, h.o += (size_t)g * head_vectors * D;
-    h.m += (size_t)g * head_vectors, h.l += (size_t)g * head_vectors;
-    if (h.alibi) h.alibi += (size_t)g * h.group;
+    uattn_panel_job h = uattn_decode_head_job(job, g, head_vectors);
     const size_t at = off + (size_t)g * piece;
     if (g + 1 < heads)
       h.next_k = c->cache.k + at + piece, h.next_v = c->cache.v + at + piece;
