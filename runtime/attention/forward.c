@@ -813,18 +813,16 @@ static bool decodes_from_cache(const step_ctx *c) {
  * the same L1 sets. */
 static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int32_t heads, size_t head_vectors,
                              int32_t block, int32_t next_block) {
-  const size_t D = (size_t)c->cache.head_dim, esz = uattn_dtype_size(c->cache.dtype);
-  const size_t piece = (size_t)c->cache.block_size * D * esz; /* a head's rows of a block */
-  size_t stride;
-  const size_t off = block_source(c, block, &stride);
-  const size_t next = next_block >= 0 ? block_source(c, next_block, &stride) : 0;
+  const size_t esz = uattn_dtype_size(c->cache.dtype), stride = (size_t)c->cache.head_dim;
+  const int64_t slot = (int64_t)block * c->cache.block_size, next = (int64_t)next_block * c->cache.block_size;
   for (int32_t g = 0; g < heads; g++) {
     uattn_panel_job h = uattn_decode_head_job(job, g, head_vectors);
-    const size_t at = off + (size_t)g * piece;
-    if (g + 1 < heads)
-      h.next_k = c->cache.k + at + piece, h.next_v = c->cache.v + at + piece;
-    else if (next_block >= 0)
-      h.next_k = c->cache.k + next, h.next_v = c->cache.v + next;
+    const size_t at = cache_offset(&c->cache, slot, c->kv_head + g) * esz;
+    if (g + 1 < heads || next_block >= 0) { /* the next head's rows, or the next block's first head's */
+      const size_t to = g + 1 < heads ? cache_offset(&c->cache, slot, c->kv_head + g + 1) * esz
+                                      : cache_offset(&c->cache, next, c->kv_head) * esz;
+      h.next_k = c->cache.k + to, h.next_v = c->cache.v + to;
+    }
     c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, c->cache.k + at, c->cache.v + at, stride, 0,
                        c->w->decode_scratch);
   }
@@ -839,7 +837,7 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
-  if (c->cache.layout == UATTN_LAYOUT_HND && heads > 1) {
+  if (c->cache.layout == UATTN_LAYOUT_HND) {
     decode_hnd_heads(c, &job, heads, head_vectors, block, next_block);
   } else if (c->cache.layout != UATTN_LAYOUT_TILED) {
     size_t stride;
