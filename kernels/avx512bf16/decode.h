@@ -356,7 +356,13 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * quarters, one store a row where there were four, 0.90x; with 7 vectors (two blocks) each share's own order
  * 0.97-0.98x. Alone, the scores with the query pairs of 4 vectors in quarters (one accumulator a key, 9 moves
  * and adds for 16 scores, each 8 dims of a key loaded as a broadcast quarter) ran 4.0 against 3.5; an fp8
- * widening by shifts and two vpermb (no vpermt2b) made P V 1.3x slower. */
+ * widening by shifts and two vpermb (no vpermt2b) made P V 1.3x slower. The two products in one loop, each
+ * P V step (a pair of keys, 64 dims) with one key's scores of the next share (4 vectors, 128 dims; no
+ * spills), ran 8.8 against 7.3 ns a key for the same products in their own loops (L1, fp8, nothing else in
+ * either): interleaving the phases does not buy the overlap the walk lacks. Also measured and not kept: P
+ * V's pairs of P broadcast by vdpbf16ps itself ({1to16}, as decode_tiled.h's; four loads a pair where one
+ * served) fp8 0.95-0.97x, bf16 0.86-0.87x hot and 0.97-0.99x cold; the share's P written as bf16 pairs
+ * straight from the exponentials' registers instead of in place after them level. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;
