@@ -1065,7 +1065,10 @@ static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_h
 }
 
 /* First pass: every worker gets its scratch before anything is written, so a failure changes nothing.
- * Worker 0's also holds the split slots, which every worker writes. */
+ * Worker 0's also holds the split slots, which every worker writes. Each worker reserves its own (a fresh
+ * page is first touched on its NUMA node), in a run of its own only where one must grow (other_scratch_fits):
+ * otherwise the caller, worker 0, reserves its own alone, and sleeping workers are not woken for nothing
+ * (tens of microseconds a forward on a VM). */
 static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
@@ -1076,6 +1079,13 @@ static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
     atomic_store(&job->out_of_memory, 1);
   else if (worker == 0)
     job->splits = (float *)(p + job->scratch_bytes);
+}
+
+/* Whether every worker but the caller already has its scratch (reserve_scratch would not grow it). */
+static bool other_scratch_fits(const forward_job *job) {
+  for (int32_t w = 1; w < uattn_runtime_workers(job->rt); w++)
+    if (!uattn_worker_scratch_fits(job->rt, w, job->scratch_bytes)) return false;
+  return true;
 }
 
 /* The tile's queries in its slots, times `scale`: the layer's, or for the parts that read an fp8 cache
@@ -1236,6 +1246,19 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
          rows * L->num_kv_heads <= job->shape.slots;
 }
 
+/* The step's (item, split) pairs that run as all-heads units (*all), and its other units, one a KV head
+ * (*other). */
+static void count_units(const forward_job *job, int32_t *all, int32_t *other) {
+  *all = *other = 0;
+  for (int32_t pos = 0; pos < job->sched.num_items; pos++) {
+    const int32_t splits = job->sched.split_begin[pos + 1] - job->sched.split_begin[pos];
+    if (all_heads_item(job, pos))
+      *all += splits;
+    else
+      *other += splits * job->L->num_kv_heads;
+  }
+}
+
 /* The KV heads an all-heads unit takes: all of them, or where the step's units would be fewer than the
  * workers (one long decode's splits on a many-core machine, a lone decode on two), the largest divisor of
  * the heads that makes enough of them (a lone 4k decode on two workers of a Zen 5 VM, uattn-bench
@@ -1244,18 +1267,19 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
  * not depend on the workers here either. */
 static int32_t all_heads_group(const forward_job *job) {
   const int32_t Hkv = job->L->num_kv_heads, want = job->max_workers;
-  int32_t all = 0, other = 0; /* all-heads (item, split) pairs; the other units */
-  for (int32_t pos = 0; pos < job->sched.num_items; pos++) {
-    const int32_t splits = job->sched.split_begin[pos + 1] - job->sched.split_begin[pos];
-    if (all_heads_item(job, pos))
-      all += splits;
-    else
-      other += splits * Hkv;
-  }
+  int32_t all, other;
+  count_units(job, &all, &other);
   if (job->max_workers <= 1 || all == 0) return Hkv;
   for (int32_t h = Hkv; h > 1; h--)
     if (Hkv % h == 0 && other + all * (Hkv / h) >= want) return h;
   return 1;
+}
+
+/* The units of the attention pass that do work (an all-heads unit's other heads' are empty). */
+static int32_t working_units(const forward_job *job) {
+  int32_t all, other;
+  count_units(job, &all, &other);
+  return other + all * (job->L->num_kv_heads / job->head_group);
 }
 
 /* Unit u: the item's position (by cost), the KV head and the split it stands for. */
@@ -1404,7 +1428,10 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   /* The passes share the workers' scratch (the split slots live in worker 0's): no other engine thread's
    * forward may run on rt between them. */
   const bool held = uattn_runtime_hold(rt);
-  uattn_runtime_run(rt, reserve_scratch, &job);
+  if (other_scratch_fits(&job))
+    reserve_scratch(&job, 0, job.max_workers); /* worker 0 is this thread */
+  else
+    uattn_runtime_run(rt, reserve_scratch, &job);
   if (atomic_load(&job.out_of_memory)) {
     uattn_runtime_release(rt, held);
     return uattn_fail(UATTN_ERR_NO_MEMORY, "out of memory for the forward's workspace (%zu bytes a worker)",
@@ -1413,7 +1440,10 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
 
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
-  uattn_runtime_run(rt, attention_job, &job);
+  if (working_units(&job) <= 1)
+    uattn_runtime_run_alone(rt, attention_job, &job);
+  else
+    uattn_runtime_run(rt, attention_job, &job);
   if (sched.split_slot[sched.num_items] > 0) {
     atomic_store(&job.next_unit, 0);
     uattn_runtime_run(rt, merge_splits_job, &job);

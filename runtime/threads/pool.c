@@ -281,6 +281,16 @@ void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   uattn_runtime_release(rt, taken);
 }
 
+void uattn_runtime_run_alone(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
+  if (rt == NULL || tls_running == rt) {
+    run_inline(rt, fn, ctx);
+    return;
+  }
+  const bool taken = uattn_runtime_hold(rt); /* another engine thread's run may not share worker 0's scratch */
+  run_inline(rt, fn, ctx);
+  uattn_runtime_release(rt, taken);
+}
+
 int32_t uattn_runtime_workers(const uattn_runtime *rt) { return rt ? rt->num_workers : 1; }
 
 int32_t uattn_worker_node(const uattn_runtime *rt, int32_t worker, int32_t *num_nodes) {
@@ -338,6 +348,13 @@ static uattn_buf *thread_scratch(uattn_alloc **alloc) {
   }
   *alloc = &s->alloc;
   return &s->buf;
+}
+
+bool uattn_worker_scratch_fits(uattn_runtime *rt, int32_t worker, size_t bytes) {
+  uattn_alloc *alloc;
+  const uattn_buf *buf =
+      rt ? (worker >= 0 && worker < rt->num_workers ? &rt->workers[worker].scratch : NULL) : thread_scratch(&alloc);
+  return buf && buf->data && buf->bytes >= bytes;
 }
 
 void *uattn_worker_scratch(uattn_runtime *rt, int32_t worker, size_t bytes) {

@@ -599,6 +599,29 @@ Test(runtime, null_runtime_runs_inline) {
   free(cc);
 }
 
+/* A job with nothing to share runs on the caller alone, as worker 0 of 1, whatever the workers; the
+ * workers' next job still reaches every one of them. */
+Test(runtime, run_alone_runs_on_the_caller_only) {
+  uattn_runtime_config c = uattn_runtime_config_default();
+  c.num_threads = 3;
+  c.spin_us = 0; /* the workers sleep: run_alone must not need them */
+  uattn_runtime *rt = create(&c);
+  count_ctx *cc = calloc(1, sizeof *cc);
+  for (int i = 0; i < 50; i++) uattn_runtime_run_alone(rt, count_job, cc);
+  cr_assert_eq(cc->runs[0], 50);
+  for (int w = 1; w < MAXW; w++) cr_assert_eq(cc->runs[w], 0, "worker %d ran a job meant for the caller", w);
+  cr_assert_eq(cc->seen_workers, 1);
+  cr_assert_eq(cc->bad_index, 0);
+  free(cc);
+  run_counted(rt, 10);
+  cc = calloc(1, sizeof *cc);
+  uattn_runtime_run_alone(NULL, count_job, cc);
+  cr_assert_eq(cc->runs[0], 1);
+  cr_assert_eq(cc->seen_workers, 1);
+  free(cc);
+  uattn_runtime_destroy(rt);
+}
+
 typedef struct nested_ctx {
   uattn_runtime *rt;
   _Atomic int32_t inner_runs;
@@ -788,6 +811,13 @@ Test(runtime, scratch_is_per_worker_aligned_kept_and_grown) {
   long allocs = atomic_load(&ts_allocs);
   cr_assert_eq(allocs - allocs_at_create, 3, "one scratch allocation per worker");
 
+  for (int w = 0; w < 3; w++) { /* what each worker holds, as a caller holding rt sees it */
+    cr_assert(uattn_worker_scratch_fits(rt, w, 4096) && uattn_worker_scratch_fits(rt, w, 1));
+    cr_assert_not(uattn_worker_scratch_fits(rt, w, 4097), "worker %d: 4096 bytes reserved, not more", w);
+  }
+  cr_assert_not(uattn_worker_scratch_fits(rt, 3, 1), "worker out of range");
+  cr_assert_not(uattn_worker_scratch_fits(rt, -1, 1));
+
   sc.phase = 1; /* same size, then smaller: same memory, contents kept, nothing allocated */
   for (int i = 0; i < 20; i++) uattn_runtime_run(rt, scratch_job, &sc);
   sc.bytes = 100;
@@ -802,6 +832,7 @@ Test(runtime, scratch_is_per_worker_aligned_kept_and_grown) {
   uattn_runtime_run(rt, scratch_job, &sc);
   cr_assert_eq(sc.errors, 0);
   cr_assert_eq(atomic_load(&ts_allocs), allocs + 3);
+  for (int w = 0; w < 3; w++) cr_assert(uattn_worker_scratch_fits(rt, w, (size_t)3 << 20));
 
   cr_assert_null(uattn_worker_scratch(rt, 3, 64), "worker out of range");
   cr_assert_null(uattn_worker_scratch(rt, -1, 64));
@@ -834,6 +865,8 @@ Test(runtime, scratch_without_runtime_is_per_thread) {
   cr_assert_not_null(res, "a thread's scratch was not aligned, kept or sized");
   cr_assert_neq(theirs, mine);
   cr_assert_eq(mine[999], 1, "another thread's scratch overwrote this one's");
+  cr_assert(uattn_worker_scratch_fits(NULL, 0, 1000), "rt NULL: this thread's own buffer");
+  cr_assert_not(uattn_worker_scratch_fits(NULL, 0, 1 << 20));
   unsigned char *big = uattn_worker_scratch(NULL, 0, 1 << 20);
   cr_assert(big && (uintptr_t)big % 64 == 0);
   big[(1 << 20) - 1] = 1;
