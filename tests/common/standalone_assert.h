@@ -32,6 +32,7 @@ __attribute__((unused, noreturn)) static void st_fail(const char *file, int line
 #define cr_assert_eq(a, b, ...) cr_assert((a) == (b), __VA_ARGS__)
 #define cr_assert_neq(a, b, ...) cr_assert((a) != (b), __VA_ARGS__)
 #define cr_assert_null(p, ...) cr_assert((p) == NULL, __VA_ARGS__)
+#define cr_assert_not(cond, ...) cr_assert(!(cond), __VA_ARGS__)
 #define cr_assert_not_null(p, ...) cr_assert((p) != NULL, __VA_ARGS__)
 #define cr_skip_test(...)                                                                                              \
   do {                                                                                                                 \
