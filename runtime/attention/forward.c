@@ -1429,7 +1429,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
    * forward may run on rt between them. */
   const bool held = uattn_runtime_hold(rt);
   if (other_scratch_fits(&job))
-    reserve_scratch(&job, 0, job.max_workers); /* worker 0 is this thread */
+    uattn_runtime_run_alone(rt, reserve_scratch, &job); /* worker 0 is this thread */
   else
     uattn_runtime_run(rt, reserve_scratch, &job);
   if (atomic_load(&job.out_of_memory)) {

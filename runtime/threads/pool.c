@@ -245,18 +245,23 @@ static int move_caller_off_worker(uattn_runtime *rt, int cpu) {
   return sched_getcpu();
 }
 
-void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
+void uattn_runtime_run_alone(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   if (rt == NULL || tls_running == rt) { /* a thread of its own, or a job of rt asking rt again */
     run_inline(rt, fn, ctx);
     return;
   }
-  /* One worker too: its scratch is the runtime's, shared by every engine thread that calls it. */
+  /* worker 0's scratch is the runtime's, shared by every engine thread that calls it: held like any run */
   const bool taken = uattn_runtime_hold(rt);
-  if (rt->num_workers == 1) {
-    run_inline(rt, fn, ctx);
-    uattn_runtime_release(rt, taken);
+  run_inline(rt, fn, ctx);
+  uattn_runtime_release(rt, taken);
+}
+
+void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
+  if (rt == NULL || tls_running == rt || rt->num_workers == 1) {
+    uattn_runtime_run_alone(rt, fn, ctx);
     return;
   }
+  const bool taken = uattn_runtime_hold(rt);
   rt->job = fn;
   rt->job_ctx = ctx;
   /* The caller is not pinned: the scheduler may have put it on a worker's CPU. It moves off where it may;
@@ -278,16 +283,6 @@ void uattn_runtime_run(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
   tls_running = outer;
 
   wait_done(rt, share_cpu);
-  uattn_runtime_release(rt, taken);
-}
-
-void uattn_runtime_run_alone(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
-  if (rt == NULL || tls_running == rt) {
-    run_inline(rt, fn, ctx);
-    return;
-  }
-  const bool taken = uattn_runtime_hold(rt); /* another engine thread's run may not share worker 0's scratch */
-  run_inline(rt, fn, ctx);
   uattn_runtime_release(rt, taken);
 }
 
@@ -350,24 +345,24 @@ static uattn_buf *thread_scratch(uattn_alloc **alloc) {
   return &s->buf;
 }
 
+/* A worker's scratch buffer and its allocator (rt NULL: the calling thread's); NULL out of range or memory. */
+static uattn_buf *worker_buf(uattn_runtime *rt, int32_t worker, uattn_alloc **alloc) {
+  if (rt == NULL) return thread_scratch(alloc);
+  if (worker < 0 || worker >= rt->num_workers) return NULL;
+  *alloc = &rt->workers[worker].alloc;
+  return &rt->workers[worker].scratch;
+}
+
 bool uattn_worker_scratch_fits(uattn_runtime *rt, int32_t worker, size_t bytes) {
   uattn_alloc *alloc;
-  const uattn_buf *buf =
-      rt ? (worker >= 0 && worker < rt->num_workers ? &rt->workers[worker].scratch : NULL) : thread_scratch(&alloc);
+  const uattn_buf *buf = worker_buf(rt, worker, &alloc);
   return buf && buf->data && buf->bytes >= bytes;
 }
 
 void *uattn_worker_scratch(uattn_runtime *rt, int32_t worker, size_t bytes) {
   uattn_alloc *alloc;
-  uattn_buf *buf;
-  if (rt == NULL) {
-    buf = thread_scratch(&alloc);
-    if (!buf) return NULL;
-  } else {
-    if (worker < 0 || worker >= rt->num_workers) return NULL;
-    alloc = &rt->workers[worker].alloc;
-    buf = &rt->workers[worker].scratch;
-  }
+  uattn_buf *buf = worker_buf(rt, worker, &alloc);
+  if (!buf) return NULL;
   if (bytes > buf->bytes || buf->data == NULL) {
     if (bytes == 0) bytes = 64; /* a real pointer even for 0 bytes: NULL means out of memory */
     /* uattn_buf_reserve sets this thread's message on failure; the contract only promises NULL */
