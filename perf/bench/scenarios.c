@@ -28,6 +28,16 @@ const bench_case bench_cases[] = {
      0,
      {DECODES(64, 256, 3840), PROMPT(1024, 128)},
      false},
+    /* its two kinds of work alone: one core cannot hide the chunk's products under the decodes' reads (whose own
+     * products already keep it busy), so the whole takes about the sum of these two, and its fraction of the read
+     * bandwidth is bounded by theirs */
+    {"decode-heavy", "decode-heavy 64 alone", "decode-heavy's 64 decodes alone", 0, {DECODES(64, 256, 3840)}, false},
+    {"decode-heavy",
+     "decode-heavy +1 alone",
+     "decode-heavy's 128-token prompt chunk after 1024 cached keys alone",
+     0,
+     {PROMPT(1024, 128)},
+     false},
     {"prefill", "prefill 2048", "one 2048-token prompt, nothing cached", 0, {PROMPT(0, 2048)}, false},
     {"chunked-prefill",
      "chunked-prefill 512/8k",
