@@ -366,7 +366,15 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * (GQA 7, or two rows at GQA 4), each 4 fp8 rows widened once into a buffer that every block's bf16_score4
  * then reads (the same registers, the same bits) 0.88-0.92x and 0.85-0.90x; at GQA 7 on bf16 rows, the two
  * blocks' P V as one block of 7 vectors 32 dims at a time (16 accumulators; each pair of value rows loaded
- * and interleaved once where each block did it again, P broadcast twice as often) 0.92-0.97x hot and cold. */
+ * and interleaved once where each block did it again, P broadcast twice as often) 0.92-0.97x hot and cold.
+ * After uattn-kernel-bench --pipes showed vshuff32x4 taking half a dot product's place and vshufps and
+ * vblendmps none (the README), also level (two-build program, both cores, GQA 4 one row and GQA 7): v16_sum16
+ * with its moves across quarters last (4 vshuff32x4 a tree where there are 16; the accumulators in natural
+ * order) bf16 hot 1.00-1.01x, cold 0.98-0.99x, fp8 hot 1.00-1.01x, cold 0.94-0.98x; and the softmax of a
+ * whole share keeping m where no score passes it by more than 8 (no horizontal maximum, no rescale, P up to
+ * e^8: FlashAttention-4's lazy rescale; it needs the kernel tests' m to be a reference, not the maximum)
+ * GQA 4 hot 1.00-1.01x, cold 1.00-1.04x (fp8 0.99-1.00x), GQA 7 1.00-1.01x. Neither the tree's moves nor the
+ * softmax's chain to P is what the walk waits on. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             const char *k, const char *v, float *S, const int32_t D) {
   const int32_t Dh = D / 2;

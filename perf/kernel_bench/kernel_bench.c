@@ -39,11 +39,16 @@
  * a shared host whose speed drifts by tens of % within minutes, this is how a change of a few % is seen at all:
  * one process, pinned (taskset -c 1), 31 runs or more.
  *
+ * --pipes (a CPU with AVX512-BF16): which instructions of the bf16 decode kernels compete with vdpbf16ps for
+ * the core's pipes (pipes.c): what a change that trades a shuffle for a load, or an exponential's FMAs for
+ * something else, can buy, on a machine whose PMU counts nothing (a VM).
+ *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--cpu-time]
- *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]                     (RUNS: timed runs per figure, 7 by default) */
+ *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]
+ *   uattn-kernel-bench [RUNS] --pipes [--cpu-time]                    (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +60,8 @@
 #include "portable/portable.h"
 #include "common/timing.h"
 #include "avx2/xsmm.h"
+#include "avx512bf16/avx512bf16.h"
+#include "kernel_bench/pipes.h"
 
 enum { GROUP = 4, KV_HEADS = 8, MAX_KEYS = 512 };
 
@@ -89,10 +96,10 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-enum { MAX_CASES = 7, MAX_RUNS = 64 };
+enum { MAX_CASES = PIPES_KINDS, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
- * read; A and B hot and cold; the layouts), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * read; A and B hot and cold; the layouts; the pipes' loops), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
  * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
  * case, in run order. */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
@@ -671,8 +678,41 @@ static const uattn_kernels *generic_set(const char *isa) {
   return &uattn_kernels_avx2;
 }
 
+/* --pipes: each loop kind 1000 times a call (pipes.c). */
+static void run_pipes(void *arg, long call) {
+  (void)call;
+  float sink[16];
+  pipes_loop(*(const int *)arg, 1000, sink);
+  if (sink[0] == 12345.0f) printf(" "); /* keeps the loops' results */
+}
+
+static int bench_pipes(void) {
+  if (!uattn_avx512bf16_runs_here()) {
+    printf("  --pipes: this CPU lacks AVX512-BF16 (or VBMI): no vdpbf16ps to compete with\n");
+    return 0;
+  }
+  int kinds[PIPES_KINDS];
+  void *arg[PIPES_KINDS];
+  for (int k = 0; k < PIPES_KINDS; k++) kinds[k] = k, arg[k] = &kinds[k];
+  double t[PIPES_KINDS];
+  time_interleaved(run_pipes, PIPES_KINDS, arg, t, NULL);
+  const double dot = t[PIPES_DOT] / 12e3; /* seconds a dot product, at their throughput */
+  printf(
+      "  what competes with vdpbf16ps zmm: loops of 12 of them and 6 of another instruction (a ring of\n"
+      "  results), against the 12 alone; the time one of them adds, in dot-product slots (0: pipes of its\n"
+      "  own; 1: a dot product's place)\n\n");
+  printf("  %-40s %9.3f ns     %.1f a ns\n", pipes_names[PIPES_DOT], dot * 1e9, 1e-9 / dot);
+  for (int k = PIPES_DOT_BCAST; k <= PIPES_DOT_LOADED; k++) /* the dot products' own broadcasts */
+    printf("  %-40s %9.3f ns     %.2f slots\n", pipes_names[k], t[k] / 12e3 * 1e9, t[k] / t[PIPES_DOT]);
+  for (int k = PIPES_DOT_LOADED + 1; k < PIPES_KINDS; k++) {
+    const double extra = (t[k] - t[PIPES_DOT]) / 6e3;
+    printf("  %-40s %+9.3f ns     %.2f slots\n", pipes_names[k], extra * 1e9, extra > 0 ? extra / dot : 0.0);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0;
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0, pipes = 0;
   const char *spec = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) {
@@ -686,17 +726,22 @@ int main(int argc, char **argv) {
       decode = layouts = 1;
     else if (!strcmp(argv[i], "--variant"))
       variant = 1;
+    else if (!strcmp(argv[i], "--pipes"))
+      pipes = 1;
     else if (!strcmp(argv[i], "--cpu-time"))
       cpu_time = 1;
     else
       runs = atoi(argv[i]);
   }
-  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant)) {
-    fprintf(stderr,
-            "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
-            "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
-            "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
-            MAX_RUNS);
+  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant) ||
+      (pipes && (xsmm || bucket || decode || variant))) {
+    fprintf(
+        stderr,
+        "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
+        "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
+        "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n       uattn-kernel-bench [RUNS] --pipes "
+        "[--cpu-time]\n",
+        MAX_RUNS);
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
@@ -741,6 +786,7 @@ int main(int argc, char **argv) {
    * Intel servers) peaks at twice this, which uattn-bench's machine line reports */
   printf("  this core's fp32 FMA peak on ymm: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
+  if (pipes) return bench_pipes();
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const bool own = e && e->set.decode;
