@@ -15,13 +15,8 @@
 typedef __m512 v;
 typedef __m512i vi;
 
-/* The 12 dot products of every loop, six ops in a ring (r_d = OP(r_d, r_d+1)), and the compiler barrier that
- * keeps all 24 values live, in registers (named one by one: arrays stayed in memory). */
-#define DOTS(x, y)                                                                                                     \
-  a0 = _mm512_dpbf16_ps(a0, x, y), a1 = _mm512_dpbf16_ps(a1, x, y), a2 = _mm512_dpbf16_ps(a2, x, y),                   \
-  a3 = _mm512_dpbf16_ps(a3, x, y), a4 = _mm512_dpbf16_ps(a4, x, y), a5 = _mm512_dpbf16_ps(a5, x, y),                   \
-  a6 = _mm512_dpbf16_ps(a6, x, y), a7 = _mm512_dpbf16_ps(a7, x, y), a8 = _mm512_dpbf16_ps(a8, x, y),                   \
-  a9 = _mm512_dpbf16_ps(a9, x, y), a10 = _mm512_dpbf16_ps(a10, x, y), a11 = _mm512_dpbf16_ps(a11, x, y)
+/* Six ops in a ring (r_d = OP(r_d, r_d+1)) beside the dot products (DOTS_EACH, below), and the compiler
+ * barrier that keeps all 24 values live, in registers (named one by one: arrays stayed in memory). */
 #define RING(r, OP)                                                                                                    \
   r##0 = OP(r##0, r##1, 0), r##1 = OP(r##1, r##2, 1), r##2 = OP(r##2, r##3, 2), r##3 = OP(r##3, r##4, 3),              \
   r##4 = OP(r##4, r##5, 4), r##5 = OP(r##5, r##0, 5)
@@ -34,7 +29,7 @@ typedef __m512i vi;
                      "+v"(s3), "+v"(s4), "+v"(s5))
 
 static float line[16] __attribute__((aligned(64))) = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-static int32_t pairs[16]
+static int32_t pairs[12]
     __attribute__((aligned(64))) = {0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80,
                                     0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80, 0x3f803f80};
 
@@ -80,13 +75,15 @@ static int32_t pairs[16]
 #define SCALEF(p, q, d) _mm512_scalef_ps(p, q)
 #define ROUND(p, q, d) _mm512_add_ps(_mm512_roundscale_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q)
 #define BCAST_ADD(p, q, d) _mm512_add_ps(p, _mm512_set1_ps(line[(i + d) & 15])) /* vbroadcastss m32 into an add */
-/* 12 dot products whose first operand is X(d): the query pair or P broadcast by vdpbf16ps itself ({1to16}),
- * or by its own vpbroadcastd (in asm: the compiler would fold it into the product) */
+/* The 12 dot products of every loop, whose first operand is X(d): a register (IN_REG), or the query pair or P
+ * broadcast by vdpbf16ps itself ({1to16}, BCAST), or by its own vpbroadcastd (LOADED, in asm: the compiler
+ * would fold it into the product) */
 #define DOTS_EACH(X, y)                                                                                                \
   a0 = _mm512_dpbf16_ps(a0, X(0), y), a1 = _mm512_dpbf16_ps(a1, X(1), y), a2 = _mm512_dpbf16_ps(a2, X(2), y),          \
   a3 = _mm512_dpbf16_ps(a3, X(3), y), a4 = _mm512_dpbf16_ps(a4, X(4), y), a5 = _mm512_dpbf16_ps(a5, X(5), y),          \
   a6 = _mm512_dpbf16_ps(a6, X(6), y), a7 = _mm512_dpbf16_ps(a7, X(7), y), a8 = _mm512_dpbf16_ps(a8, X(8), y),          \
   a9 = _mm512_dpbf16_ps(a9, X(9), y), a10 = _mm512_dpbf16_ps(a10, X(10), y), a11 = _mm512_dpbf16_ps(a11, X(11), y)
+#define IN_REG(d) x
 #define BCAST(d) (__m512bh) _mm512_set1_epi32(pairs[d])
 #define LOADED(d)                                                                                                      \
   ({                                                                                                                   \
@@ -95,24 +92,24 @@ static int32_t pairs[16]
     (__m512bh) r_;                                                                                                     \
   })
 
-PIPES_FN(dot, DOTS(x, y))
+PIPES_FN(dot, DOTS_EACH(IN_REG, y))
 PIPES_FN(dot_bcast, DOTS_EACH(BCAST, y))
 PIPES_FN(dot_loaded, DOTS_EACH(LOADED, y))
-PIPES_FN(permt2w, DOTS(x, y); RING(s, PERMT2W))
-PIPES_FN(unpack, DOTS(x, y); RING(s, UNPACK))
-PIPES_FN(permb, DOTS(x, y); RING(s, PERMB))
-PIPES_FN(permt2b, DOTS(x, y); RING(s, PERMT2B))
-PIPES_FN(shuf128, DOTS(x, y); RING(f, SHUF128))
-PIPES_FN(shufps, DOTS(x, y); RING(f, SHUFPS))
-PIPES_FN(blend, DOTS(x, y); RING(f, BLEND))
-PIPES_FN(add, DOTS(x, y); RING(f, ADD))
-PIPES_FN(vmax, DOTS(x, y); RING(f, MAXPS))
-PIPES_FN(mul, DOTS(x, y); RING(f, MUL))
-PIPES_FN(fmadd, DOTS(x, y); RING(f, FMADD))
-PIPES_FN(cvt, DOTS(x, y); RING(f, CVT))
-PIPES_FN(scalef, DOTS(x, y); RING(f, SCALEF))
-PIPES_FN(roundscale, DOTS(x, y); RING(f, ROUND))
-PIPES_FN(bcast_add, DOTS(x, y); RING(f, BCAST_ADD))
+PIPES_FN(permt2w, DOTS_EACH(IN_REG, y); RING(s, PERMT2W))
+PIPES_FN(unpack, DOTS_EACH(IN_REG, y); RING(s, UNPACK))
+PIPES_FN(permb, DOTS_EACH(IN_REG, y); RING(s, PERMB))
+PIPES_FN(permt2b, DOTS_EACH(IN_REG, y); RING(s, PERMT2B))
+PIPES_FN(shuf128, DOTS_EACH(IN_REG, y); RING(f, SHUF128))
+PIPES_FN(shufps, DOTS_EACH(IN_REG, y); RING(f, SHUFPS))
+PIPES_FN(blend, DOTS_EACH(IN_REG, y); RING(f, BLEND))
+PIPES_FN(add, DOTS_EACH(IN_REG, y); RING(f, ADD))
+PIPES_FN(vmax, DOTS_EACH(IN_REG, y); RING(f, MAXPS))
+PIPES_FN(mul, DOTS_EACH(IN_REG, y); RING(f, MUL))
+PIPES_FN(fmadd, DOTS_EACH(IN_REG, y); RING(f, FMADD))
+PIPES_FN(cvt, DOTS_EACH(IN_REG, y); RING(f, CVT))
+PIPES_FN(scalef, DOTS_EACH(IN_REG, y); RING(f, SCALEF))
+PIPES_FN(roundscale, DOTS_EACH(IN_REG, y); RING(f, ROUND))
+PIPES_FN(bcast_add, DOTS_EACH(IN_REG, y); RING(f, BCAST_ADD))
 
 static void (*const pipes_fn[PIPES_KINDS])(long, float *) = {
     [PIPES_DOT] = dot,
