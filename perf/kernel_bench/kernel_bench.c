@@ -43,12 +43,17 @@
  * the core's pipes (pipes.c): what a change that trades a shuffle for a load, or an exponential's FMAs for
  * something else, can buy, on a machine whose PMU counts nothing (a VM).
  *
+ * --overlap: how much of a compute load a cold walk over memory can hide on this core, for the ways a decode
+ * walk reads its keys and values (overlap.c): two streams, two streams asking a share ahead (the kernels'
+ * way), one stream; the ceiling a decode kernel with that much compute can reach against the plain read.
+ *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--cpu-time]
  *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]
- *   uattn-kernel-bench [RUNS] --pipes [--cpu-time]                    (RUNS: timed runs per figure, 7 by default) */
+ *   uattn-kernel-bench [RUNS] --pipes [--cpu-time]                    (RUNS: timed runs per figure, 7 by default)
+ *   uattn-kernel-bench [RUNS] --overlap [--cpu-time] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +66,7 @@
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 #include "avx512bf16/avx512bf16.h"
+#include "kernel_bench/overlap.h"
 #include "kernel_bench/pipes.h"
 
 enum { GROUP = 4, KV_HEADS = 8, MAX_KEYS = 512 };
@@ -96,10 +102,10 @@ static float unit(void) {
   return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
 }
 
-enum { MAX_CASES = PIPES_KINDS, MAX_RUNS = 64 };
+enum { MAX_CASES = PIPES_KINDS > 4 * OVERLAP_WORKS + 1 ? PIPES_KINDS : 4 * OVERLAP_WORKS + 1, MAX_RUNS = 64 };
 
 /* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
- * read; A and B hot and cold; the layouts; the pipes' loops), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
+ * read; A and B hot and cold; the layouts; the pipes' loops; the overlap walks), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
  * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
  * case, in run order. */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
@@ -710,8 +716,71 @@ static int bench_pipes(void) {
   return 0;
 }
 
+/* --overlap: overlap.c's walks over 512 MiB (two 256 MiB regions, or one stream through both), cold, and 4
+ * shares again and again, hot, at each compute load, against the plain read of the same bytes. */
+typedef struct overlap_case {
+  int work; /* index into overlap_work; -1: the plain read */
+  const char *k, *v;
+  size_t step, shares, mask;
+  bool ask;
+  size_t bytes; /* read a call */
+} overlap_case;
+
+static void run_overlap(void *arg, long call) {
+  (void)call;
+  const overlap_case *c = arg;
+  float sink[8];
+  if (c->work < 0)
+    overlap_read(c->k, c->bytes, sink);
+  else
+    overlap_walk(c->work, c->k, c->v, c->step, c->shares, c->mask, c->ask, sink);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+}
+
+static int bench_overlap(void) {
+  const size_t half = (size_t)256 << 20, shares = half / OVERLAP_SHARE;
+  void *mem = NULL;
+  if (uattn_cache_alloc(2 * half, &mem) != UATTN_OK) {
+    fprintf(stderr, "uattn-kernel-bench: %s\n", uattn_last_error());
+    return 1;
+  }
+  char *buf = mem;
+  memset(buf, 0x3f, 2 * half); /* every float 0.75: no denormals in the FMAs, and the pages are there */
+  printf(
+      "  a walk over 512 MiB in %d-byte shares, a share of keys then one of values, each 64-byte line fed to a\n"
+      "  number of FMAs; ns per 512 bytes (a key and KV head of bf16 at head dim 128), and (the plain read's\n"
+      "  time over the walk's: the share of the bandwidth reached)\n\n",
+      OVERLAP_SHARE);
+  enum { HOT, TWO, ASK, ONE, KINDS };
+  overlap_case c[OVERLAP_WORKS * KINDS + 1];
+  void *arg[OVERLAP_WORKS * KINDS + 1];
+  for (int w = 0; w < OVERLAP_WORKS; w++) {
+    /* hot: 4 shares of each region (32 KB), as many lines a call as a cold walk's sixteenth */
+    c[w * KINDS + HOT] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares / 16, 3, false, 0};
+    c[w * KINDS + TWO] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares, ~(size_t)0, false, 0};
+    c[w * KINDS + ASK] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares, ~(size_t)0, true, 0};
+    c[w * KINDS + ONE] = (overlap_case){w, buf, buf + OVERLAP_SHARE, 2 * OVERLAP_SHARE, shares, ~(size_t)0, false, 0};
+  }
+  c[OVERLAP_WORKS * KINDS] = (overlap_case){-1, buf, NULL, 0, 0, 0, false, 2 * half};
+  for (int i = 0; i <= OVERLAP_WORKS * KINDS; i++) arg[i] = &c[i];
+  double sec[OVERLAP_WORKS * KINDS + 1];
+  time_interleaved(run_overlap, OVERLAP_WORKS * KINDS + 1, arg, sec, NULL);
+  const double per = 512.0 / (2.0 * (double)half) * 1e9; /* seconds of a cold call to ns per 512 bytes */
+  const double read = sec[OVERLAP_WORKS * KINDS] * per;
+  printf("  %-14s %8s %16s %16s %16s\n", "FMAs a line", "hot", "two streams", "+ asks", "one stream");
+  for (int w = 0; w < OVERLAP_WORKS; w++) {
+    const double *t = sec + w * KINDS;
+    printf("  %-14d %8.1f", overlap_work[w], t[HOT] * per * 16);
+    for (int k = TWO; k <= ONE; k++) printf(" %9.1f (%3.0f%%)", t[k] * per, 100 * read / (t[k] * per));
+    printf("\n");
+  }
+  printf("  %-14s %8s %9.1f\n", "plain read", "", read);
+  uattn_cache_free(buf, 2 * half);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0, pipes = 0;
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0, pipes = 0, overlap = 0;
   const char *spec = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) {
@@ -727,19 +796,21 @@ int main(int argc, char **argv) {
       variant = 1;
     else if (!strcmp(argv[i], "--pipes"))
       pipes = 1;
+    else if (!strcmp(argv[i], "--overlap"))
+      overlap = 1;
     else if (!strcmp(argv[i], "--cpu-time"))
       cpu_time = 1;
     else
       runs = atoi(argv[i]);
   }
   if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant) ||
-      (pipes && (xsmm || bucket || decode || variant))) {
+      ((pipes || overlap) && (xsmm || bucket || decode || variant)) || (pipes && overlap)) {
     fprintf(
         stderr,
         "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
         "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
         "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n       uattn-kernel-bench [RUNS] --pipes "
-        "[--cpu-time]\n",
+        "[--cpu-time]\n       uattn-kernel-bench [RUNS] --overlap [--cpu-time]\n",
         MAX_RUNS);
     return 2;
   }
@@ -786,6 +857,7 @@ int main(int argc, char **argv) {
   printf("  this core's fp32 FMA peak on ymm: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
   if (pipes) return bench_pipes();
+  if (overlap) return bench_overlap();
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const bool own = e && e->set.decode;
