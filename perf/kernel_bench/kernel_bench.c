@@ -435,12 +435,14 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
 /* The cache layouts --decode-layouts walks: the block's keys and values are 2 x block_keys x KV_HEADS x
  * head_dim elements at kv + the block's offset, arranged as */
 typedef enum block_layout {
-  LAYOUT_NHD,     /* keys [key][head][dim], then values so: the forward's all-heads unit, one call a block */
-  LAYOUT_HND,     /* keys [head][key][dim], then values so: the forward's units of one head, a call each */
-  LAYOUT_HEAD_KV, /* [head][keys, then values][key][dim]: the block one ascending stream, a call a head */
-  LAYOUT_TILED,   /* uattn's own (UATTN_LAYOUT_TILED): keys, then values, in 16-key tiles of every head in
+  LAYOUT_NHD,      /* keys [key][head][dim], then values so: the forward's all-heads unit, one call a block */
+  LAYOUT_HND,      /* keys [head][key][dim], then values so: the forward's units of one head, a call each */
+  LAYOUT_HEAD_KV,  /* [head][keys, then values][key][dim]: the block one ascending stream, a call a head */
+  LAYOUT_TILED,    /* uattn's own (UATTN_LAYOUT_TILED): keys, then values, in 16-key tiles of every head in
                    * turn, the set's decode_tiled, one call a block */
-  LAYOUT_READ,    /* no kernel: a plain read of the block's bytes, in address order */
+  LAYOUT_TILED_KV, /* not a layout of uattn's: TILED with each head's values of a tile right after its keys, so
+                    * that the walk (of bf16; fp8's shares are two tiles) is one ascending stream (--overlap) */
+  LAYOUT_READ,     /* no kernel: a plain read of the block's bytes, in address order */
 } block_layout;
 
 typedef struct layout_case {
@@ -470,6 +472,15 @@ static void run_layout(void *arg, long call) {
     job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + half;
     c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
                          (size_t)UATTN_TILED_KEYS * head_dim, c->scratch);
+    return;
+  }
+  case LAYOUT_TILED_KV: { /* the strides of both caches doubled, the values a head's share after the keys */
+    uattn_panel_job job = c->job;
+    const size_t share = (size_t)UATTN_TILED_KEYS * head_dim * esz;
+    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + share;
+    c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, k + share,
+                         2 * (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim, 2 * (size_t)UATTN_TILED_KEYS * head_dim,
+                         c->scratch);
     return;
   }
   case LAYOUT_READ: read_block(k, v, c->sink); return;
@@ -508,7 +519,8 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
       (long)(2 * block * cold_blocks * uattn_dtype_size(cache_dtype) >> 20));
   const bool tiled = block_keys % UATTN_TILED_KEYS == 0 &&
                      uattn_decode_tiled_fits(set, block_keys, head_dim, GROUP, cache_dtype, false);
-  printf("  %-28s %8s %8s %8s %10s %8s %8s %8s\n", "", "hot", "hot T", "NHD", "HND", "head K|V", "TILED", "read");
+  printf("  %-28s %8s %8s %8s %10s %8s %8s %9s %8s\n", "", "hot", "hot T", "NHD", "HND", "head K|V", "TILED",
+         "TILED K|V", "read");
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
     decode_rows_init(&d, rows);
@@ -518,23 +530,27 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
                                 {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
                                 {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}},
                                 {set, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
-                                {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}}};
+                                {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}},
+                                {set, LAYOUT_TILED_KV, kv, cold_blocks, d.job, d.scratch, {0}}};
     double sec[MAX_CASES];
-    const int n = tiled ? 7 : 5;
-    time_interleaved(run_layout, n, (void *const[7]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]}, sec, NULL);
+    const int n = tiled ? 8 : 5;
+    time_interleaved(run_layout, n, (void *const[8]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]}, sec,
+                     NULL);
     const double kh = (double)block_keys * KV_HEADS;
-    char name[48], hot_t[16] = "-", cold_t[16] = "-";
+    char name[48], hot_t[16] = "-", cold_t[16] = "-", kv_t[16] = "-";
     snprintf(name, sizeof name, "%d row%s x %d heads (%d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
     if (tiled)
       snprintf(hot_t, sizeof hot_t, "%.1f", sec[5] / kh * 1e9),
-          snprintf(cold_t, sizeof cold_t, "%.1f", sec[6] / kh * 1e9);
-    printf("  %-28s %8.1f %8s %8.1f %10.1f %8.1f %8s %8.1f\n", name, sec[0] / kh * 1e9, hot_t, sec[1] / kh * 1e9,
-           sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold_t, sec[4] / kh * 1e9);
+          snprintf(cold_t, sizeof cold_t, "%.1f", sec[6] / kh * 1e9),
+          snprintf(kv_t, sizeof kv_t, "%.1f", sec[7] / kh * 1e9);
+    printf("  %-28s %8.1f %8s %8.1f %10.1f %8.1f %8s %9s %8.1f\n", name, sec[0] / kh * 1e9, hot_t, sec[1] / kh * 1e9,
+           sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold_t, kv_t, sec[4] / kh * 1e9);
     decode_rows_free(&d);
   }
   printf(
       "\n  hot: NHD, one block again and again; hot T: the same with decode_tiled (- : the set has none for\n"
-      "  this shape); NHD, HND, head K|V, TILED: the cold walk in each layout\n");
+      "  this shape); NHD, HND, head K|V, TILED: the cold walk in each layout; TILED K|V: decode_tiled on\n"
+      "  TILED blocks whose heads' values of a tile follow their keys (one stream; not a layout of uattn's)\n");
   free_cache(kv, 2 * block * cold_blocks);
   return 0;
 }
