@@ -503,8 +503,8 @@ static void run_layout(void *arg, long call) {
 /* --decode-layouts: what a cache layout buys the decode kernel's walk over memory (DESIGN: a layout of
  * uattn's own is allowed where it pays). The same kernel on the same 512 MiB of blocks (keys and values
  * adjacent) in three layouts, cold, and the set's decode_tiled (where it has one) on them as a TILED cache,
- * hot and cold, against a plain read of the blocks and the kernel hot, for 1 and 2 rows of GQA 4, in ns per
- * key and KV head. */
+ * hot and cold, and cold as TILED K|V, against a plain read of the blocks and the kernel hot, for 1 and 2 rows
+ * of GQA 4, in ns per key and KV head. */
 static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
   if (!uattn_decode_fits(set, block_keys, head_dim, GROUP)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n", set->name);
