@@ -341,23 +341,13 @@ typedef struct decode_case {
   float sink[8];
 } decode_case;
 
-#if defined(__x86_64__)
-/* The sum of a block's keys and values as 16-bit words, in the cache's order: the memory time of a call. */
-__attribute__((target("avx2"))) static void read_block(const char *k, const char *v, float *sink) {
-  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-  /* whole 128-byte lines (a block's bytes are a multiple of 128 when the head dim is of 8, as decode needs) */
-  const size_t n = (size_t)block_keys * KV_HEADS * head_dim * uattn_dtype_size(cache_dtype) / 2 / 64 * 64;
-  for (const uint16_t *src = (const uint16_t *)k;; src = (const uint16_t *)v) {
-    for (size_t i = 0; i < n; i += 64)
-      for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const void *)(src + i + 16 * x)));
-    if (src == (const uint16_t *)v) break;
-  }
-  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
-  _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
+/* A block's keys, then its values, read whole (overlap_read): the memory time of a call. Whole 128-byte lines
+ * (a block's bytes are a multiple of 128 when the head dim is of 8, as decode needs). */
+static void read_block(const char *k, const char *v, float *sink) {
+  const size_t n = (size_t)block_keys * KV_HEADS * head_dim * uattn_dtype_size(cache_dtype) / 128 * 128;
+  overlap_read(k, n, sink);
+  overlap_read(v, n, sink);
 }
-#else
-static void read_block(const char *k, const char *v, float *sink) { sink[0] = (float)(k[0] + v[0]); }
-#endif
 
 static void run_decode(void *arg, long call) {
   decode_case *c = arg;

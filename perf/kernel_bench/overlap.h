@@ -21,7 +21,8 @@ extern const int overlap_work[OVERLAP_WORKS];
 void overlap_walk(int w, const char *k, const char *v, size_t step, size_t shares, size_t mask, bool ask,
                   float sink[8]);
 
-/* The plain read of n bytes (a multiple of 128) in address order. */
+/* The plain read of n bytes (a multiple of 128) in address order, summed as 16-bit words (no float ever sees
+ * the bytes): --overlap's reference, and --decode's and --decode-layouts' (a block's keys, then its values). */
 void overlap_read(const char *p, size_t n, float sink[8]);
 
 #endif
