@@ -10,7 +10,20 @@
  * plain read's says what share of the bandwidth a kernel with that much compute can reach at best. */
 #include "kernel_bench/overlap.h"
 
-const int overlap_work[OVERLAP_WORKS] = {0, 8, 12, 16, 20, 24, 36};
+/* The compute loads, each X(W, FMAS): W FMAs a line, written out as FMAS (FMA4(g): 4 of them into group g of
+ * the 12 accumulators, below; the groups taken in turn). With none, each line is folded into a sum (a multiply
+ * and an add), so that nothing read is dead. */
+#define OVERLAP_LOADS(X)                                                                                               \
+  X(0, a00 = _mm256_add_ps(a00, _mm256_add_ps(_mm256_mul_ps(x0, c), x1)))                                              \
+  X(8, FMA4(0); FMA4(1))                                                                                               \
+  X(12, FMA12)                                                                                                         \
+  X(16, FMA12; FMA4(0))                                                                                                \
+  X(20, FMA12; FMA4(0); FMA4(1))                                                                                       \
+  X(24, FMA12; FMA12)                                                                                                  \
+  X(36, FMA12; FMA12; FMA12)
+
+#define OVERLAP_WORK(W, FMAS) W,
+const int overlap_work[OVERLAP_WORKS] = {OVERLAP_LOADS(OVERLAP_WORK)};
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,8 +36,7 @@ const int overlap_work[OVERLAP_WORKS] = {0, 8, 12, 16, 20, 24, 36};
   a##g##0 = _mm256_fmadd_ps(x0, c, a##g##0), a##g##1 = _mm256_fmadd_ps(x1, c, a##g##1),                                \
   a##g##2 = _mm256_fmadd_ps(x0, c, a##g##2), a##g##3 = _mm256_fmadd_ps(x1, c, a##g##3)
 
-/* One walk a compute load W, whose FMAs (FMAS: FMA4s, round the groups) are written out around the line's
- * loads. With none, each line is folded into a sum (a multiply and an add), so that nothing read is dead. */
+/* One walk a compute load, its FMAs written out around the line's loads. */
 #define OVERLAP_WALK_FN(W, FMAS)                                                                                       \
   OVERLAP_TARGET static void walk_##W(const char *k, const char *v, size_t step, size_t shares, size_t mask, bool ask, \
                                       float sink[8]) {                                                                 \
@@ -48,18 +60,13 @@ const int overlap_work[OVERLAP_WORKS] = {0, 8, 12, 16, 20, 24, 36};
     _mm256_storeu_ps(sink, _mm256_add_ps(g0, _mm256_add_ps(g1, g2)));                                                  \
   }
 #define FMA12 FMA4(0), FMA4(1), FMA4(2)
-OVERLAP_WALK_FN(0, a00 = _mm256_add_ps(a00, _mm256_add_ps(_mm256_mul_ps(x0, c), x1)))
-OVERLAP_WALK_FN(8, FMA4(0); FMA4(1))
-OVERLAP_WALK_FN(12, FMA12)
-OVERLAP_WALK_FN(16, FMA12; FMA4(0))
-OVERLAP_WALK_FN(20, FMA12; FMA4(0); FMA4(1))
-OVERLAP_WALK_FN(24, FMA12; FMA12)
-OVERLAP_WALK_FN(36, FMA12; FMA12; FMA12)
+OVERLAP_LOADS(OVERLAP_WALK_FN)
+#define OVERLAP_WALK_NAME(W, FMAS) walk_##W,
 
 void overlap_walk(int w, const char *k, const char *v, size_t step, size_t shares, size_t mask, bool ask,
                   float sink[8]) {
-  static void (*const walk[OVERLAP_WORKS])(const char *, const char *, size_t, size_t, size_t, bool, float *) = {
-      walk_0, walk_8, walk_12, walk_16, walk_20, walk_24, walk_36};
+  static void (*const walk[OVERLAP_WORKS])(const char *, const char *, size_t, size_t, size_t, bool,
+                                           float *) = {OVERLAP_LOADS(OVERLAP_WALK_NAME)};
   walk[w](k, v, step, shares, mask, ask, sink);
 }
 

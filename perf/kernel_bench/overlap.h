@@ -6,13 +6,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-enum {
-  OVERLAP_WORKS = 7,
-  OVERLAP_SHARE = 4096 /* bytes of keys (and of values) a share: a head's 16 bf16 rows at
-                                                * head dim 128, as the fused walks take them */
-};
+/* OVERLAP_SHARE: bytes of keys (and of values) a share, a head's 16 bf16 rows at head dim 128, as the fused
+ * walks take them */
+enum { OVERLAP_WORKS = 7, OVERLAP_SHARE = 4096 };
 
-/* The compute loads: FMAs (ymm) a 64-byte line read, 0 first. */
+/* The compute loads: FMAs (ymm) a 64-byte line read, 0 first (overlap.c's OVERLAP_LOADS). */
 extern const int overlap_work[OVERLAP_WORKS];
 
 /* shares shares of a walk, each OVERLAP_SHARE bytes of keys at k + (c & mask) step, then as many of values at
