@@ -90,13 +90,83 @@ AVX2_INLINE void bf16_stage(uattn_dtype t, const char *src, size_t step, int32_t
   }
 }
 
+#if defined(AVX512_VEC_ZMM)
+/* 16 rows of 16 32-bit elements (a[k]: row k) transposed in place: a[j] then holds element j of every row.
+ * Pairs within 128-bit lanes (unpacks of 32 and of 64 bits), then the lanes across rows (vshufi32x4). */
+BF16_INLINE void transpose16_32(v16i a[16]) {
+  v16i t[16];
+  for (int k = 0; k < 16; k += 2) /* lane q of t[k]: elements 4q, 4q + 1 of rows k, k + 1; t[k + 1]: 4q + 2, 4q + 3 */
+    t[k] = _mm512_unpacklo_epi32(a[k], a[k + 1]), t[k + 1] = _mm512_unpackhi_epi32(a[k], a[k + 1]);
+  for (int k = 0; k < 16; k += 4) { /* lane q of a[k + e]: element 4q + e of rows k to k + 3 */
+    a[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]), a[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+    a[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]), a[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+  }
+  for (int e = 0; e < 4; e++) { /* element 4q + e: lane q of a[e], a[4 + e], a[8 + e], a[12 + e] */
+    const v16i t0 = _mm512_shuffle_i32x4(a[e], a[4 + e], 0x88), t1 = _mm512_shuffle_i32x4(a[e], a[4 + e], 0xdd);
+    const v16i t2 = _mm512_shuffle_i32x4(a[8 + e], a[12 + e], 0x88),
+               t3 = _mm512_shuffle_i32x4(a[8 + e], a[12 + e], 0xdd);
+    t[e] = _mm512_shuffle_i32x4(t0, t2, 0x88), t[8 + e] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+    t[4 + e] = _mm512_shuffle_i32x4(t1, t3, 0x88), t[12 + e] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+  }
+  for (int j = 0; j < 16; j++) a[j] = t[j];
+}
+
+/* bf16_load_body for bf16 rows of a head dim that is a multiple of 32, in zmm, without staging: 16 keys at a
+ * time, each 32 dims of the 16 rows (16 pairs) one 16 x 16 transpose of pairs into 16 key-pair lines, and
+ * each two value rows' 32 dims interleaved into pairs by two vpermt2w: the same panels as the staged path
+ * (tests/kernels: avx512bf16_load_is_its_twins). One Zen 5 core (uattn-kernel-bench 5 --bucket bf16:128:D:0,
+ * a 128-key block, hot, GB/s): the set's load at D 64 12.9 -> 53.5, at D 128 12.1 -> 37.5; the buckets' (whose
+ * staging copies were inlined) 34.7 -> 46.0 and 35.5 -> 40.5; cold NHD and HND 1.0-1.3x. */
+BF16_INLINE void bf16_load_rows_zmm(const char *k_src, const char *v_src, size_t step, int32_t count, const int32_t D,
+                                    int32_t P, int32_t Dv, uint32_t *kp, uint32_t *vp) {
+  static const uint16_t pair_lo[32]
+      __attribute__((aligned(64))) = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const uint16_t pair_hi[32]
+      __attribute__((aligned(64))) = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const v16i lo = _mm512_load_si512(pair_lo), hi = _mm512_load_si512(pair_hi);
+  const size_t row_bytes = 2 * (size_t)D;
+  const bool prefetch = step != row_bytes; /* bf16_load_body's prefetches, where rows are apart (NHD) */
+  const int32_t end = (count + 15) & ~15;
+  for (int32_t i = 0; i < end; i += 16) {
+    if (prefetch)
+      load_prefetch(k_src, v_src, step, i, count, row_bytes),
+          load_prefetch(k_src, v_src, step, i + 8, count, row_bytes);
+    const int32_t rows = count - i < 16 ? count - i : 16; /* rows past count are zeros */
+    for (int32_t d = 0; d < D; d += 32) {
+      v16i a[16];
+      for (int k = 0; k < 16; k++)
+        a[k] = k < rows ? v16i_load(k_src + (size_t)(i + k) * step + 2 * (size_t)d) : _mm512_setzero_si512();
+      transpose16_32(a);
+      for (int j = 0; j < 16; j++) _mm512_store_si512(kp + (size_t)(d / 2 + j) * P + i, a[j]);
+      for (int r = 0; r < 8; r++) {
+        const v16i x =
+            2 * r < rows ? v16i_load(v_src + (size_t)(i + 2 * r) * step + 2 * (size_t)d) : _mm512_setzero_si512();
+        const v16i y = 2 * r + 1 < rows ? v16i_load(v_src + (size_t)(i + 2 * r + 1) * step + 2 * (size_t)d)
+                                        : _mm512_setzero_si512();
+        uint32_t *o = vp + (size_t)(i / 2 + r) * Dv + d;
+        _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x, lo, y));
+        _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x, hi, y));
+      }
+    }
+  }
+}
+#endif
+
 /* keys and values [0, count) of head_dim D into the panels (see the header comment), count rounded up to 16
  * with zeros. */
-AVX2_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_src, size_t stride, int32_t count,
+BF16_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_src, size_t stride, int32_t count,
                                 const int32_t D, int32_t panel_keys, float *keys, float *values) {
   const size_t step = stride * uattn_dtype_size(t);
   const int32_t P = key_stride(panel_keys), Dv = value_stride(D), end = (count + 15) & ~15;
   uint32_t *kp = (uint32_t *)align64(keys), *vp = (uint32_t *)align64(values);
+#if defined(AVX512_VEC_ZMM)
+  if (t == UATTN_BF16 && D % 32 == 0) {
+    bf16_load_rows_zmm(k_src, v_src, step, count, D, P, Dv, kp, vp);
+    return;
+  }
+#endif
   _Alignas(64) uint16_t kb[8][BF16_STAGE_DIMS], vb[8][BF16_STAGE_DIMS];
   /* avx2_load_body's prefetches, where rows are apart (NHD). On a cold NHD block (uattn-kernel-bench):
    * 4.3 GB/s (this bucket) and 6.3 (the set's generic load), against 3.6 and 2.7 with the same prefetches

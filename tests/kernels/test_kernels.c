@@ -1170,6 +1170,47 @@ Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = 300
   }
 }
 
+/* iters loads of set against its twin's (the staged path, which the tests above hold to the portable
+ * widening) on random bits, shapes and strides, every dtype the set loads: the same panel buffers, bit for
+ * bit, canary included (set's load of bf16 rows at whole 32s of dims is its own zmm transpose). fixed_D,
+ * fixed_dtype: a bucket's (0 / -1: random). */
+static void check_load_against_twin(const uattn_kernels *set, const char *what, int32_t fixed_D, int fixed_dtype,
+                                    int iters, uint64_t seed) {
+  static const uattn_dtype dtypes[] = {UATTN_BF16, UATTN_F32, UATTN_F16, UATTN_FP8_E4M3, UATTN_FP8_E5M2};
+  static const int32_t dims[] = {32, 64, 96, 128, 160, 256, 512, 16, 48, 80, 8, 2};
+  test_rng rng = {seed};
+  for (int it = 0; it < iters; it++) {
+    const uattn_dtype t = fixed_dtype >= 0 ? (uattn_dtype)fixed_dtype : it % 2 ? UATTN_BF16 : dtypes[it / 2 % 5];
+    const int32_t D = fixed_D ? fixed_D : dims[test_rng_range(&rng, 0, (int32_t)(sizeof dims / sizeof *dims) - 1)];
+    const int32_t count = test_rng_range(&rng, 0, 300), panel = count + test_rng_range(&rng, 0, 40);
+    const size_t stride = (size_t)D * test_rng_range(&rng, 1, 3) + (size_t)(test_rng_range(&rng, 0, 2) * 32);
+    const size_t esz = uattn_dtype_size(t), n = (size_t)(count ? count - 1 : 0) * stride + D;
+    uint8_t *k = malloc(n * esz), *v = malloc(n * esz);
+    for (size_t i = 0; i < n * esz; i++) k[i] = (uint8_t)test_rng_next(&rng), v[i] = (uint8_t)test_rng_next(&rng);
+    const size_t floats = (set->panel_floats(panel, D) + 15) & ~(size_t)15, bytes = sizeof(float) * (floats + 64);
+    float *want_k = aligned_alloc(64, bytes), *want_v = aligned_alloc(64, bytes), *got_k = aligned_alloc(64, bytes),
+          *got_v = aligned_alloc(64, bytes);
+    for (size_t i = 0; i < floats + 64; i++) want_k[i] = want_v[i] = got_k[i] = got_v[i] = NAN;
+    uattn_kernels_avx512bf16_twin.load(t, k, v, stride, count, D, panel, want_k, want_v);
+    set->load(t, k, v, stride, count, D, panel, got_k, got_v);
+    cr_assert(!memcmp(want_k, got_k, bytes) && !memcmp(want_v, got_v, bytes),
+              "%s, load %d (dtype %d, D %d, %d keys, stride %zu, panel %d): the panels differ from the twin's", what,
+              it, (int)t, D, count, stride, panel);
+    free(want_k), free(want_v), free(got_k), free(got_v), free(k), free(v);
+  }
+}
+
+Test(kernels, avx512bf16_load_is_its_twins, .timeout = 300) {
+  need_avx2();
+  if (!uattn_avx512bf16_runs_here()) return; /* the twin is the staged path itself */
+  check_load_against_twin(&uattn_kernels_avx512bf16, "avx512bf16", 0, -1, 1200 / SPARSE, 20261129);
+  for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
+    const uattn_bucket_kernels *b = uattn_bucket_registry[i];
+    if (!strcmp(b->isa, "avx512bf16") && b->runs_here())
+      check_load_against_twin(&b->set, b->part_names[0], b->head_dim, (int)b->dtype, 200 / SPARSE, 20261130 + i);
+  }
+}
+
 /* Every fp8 code of both formats through the avx2 loads (the 8 x 8 byte tiles and the row widening) and
  * the decode kernels' widenings (avx2 widen8; avx512 v16_widen, zmm where the CPU has it): exactly
  * convert.h's value, NaN for NaN. */
