@@ -111,14 +111,27 @@ BF16_INLINE void transpose16_32(v16i a[16]) {
   for (int j = 0; j < 16; j++) a[j] = t[j];
 }
 
-/* bf16_load_body for bf16 rows of a head dim that is a multiple of 32, in zmm, without staging: 16 keys at a
- * time, each 32 dims of the 16 rows (16 pairs) one 16 x 16 transpose of pairs into 16 key-pair lines, and
- * each two value rows' 32 dims interleaved into pairs by two vpermt2w: the same panels as the staged path
- * (tests/kernels: avx512bf16_load_is_its_twins). One Zen 5 core (uattn-kernel-bench 5 --bucket bf16:128:D:0,
- * a 128-key block, hot, GB/s): the set's load at D 64 12.9 -> 53.5, at D 128 12.1 -> 37.5; the buckets' (whose
- * staging copies were inlined) 34.7 -> 46.0 and 35.5 -> 40.5; cold NHD and HND 1.0-1.3x. */
-BF16_INLINE void bf16_load_rows_zmm(const char *k_src, const char *v_src, size_t step, int32_t count, const int32_t D,
-                                    int32_t P, int32_t Dv, uint32_t *kp, uint32_t *vp) {
+/* 32 dims of a row from p as bf16, in order: bf16 codes, or (tab: fp8_bf16_tables') fp8 ones widened exactly */
+BF16_INLINE v16i bf16_dims32(const uint8_t *tab, const char *p) {
+  if (!tab) return v16i_load(p);
+  v16i a, b; /* b: codes 32-63, zeros here, unused */
+  v16i_fp8_widen_in_order(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p)), tab, &a, &b);
+  return a;
+}
+
+/* bf16_load_body for bf16 or fp8 rows (tab: fp8_bf16_tables') of a head dim that is a multiple of 32, in zmm,
+ * without staging: 16 keys at a time, each 32 dims of the 16 rows (16 pairs; fp8 codes widened by
+ * v16i_fp8_widen_in_order's lookups) one 16 x 16 transpose of pairs into 16 key-pair lines, and each two value
+ * rows' 32 dims interleaved into pairs by two vpermt2w: the same panels as the staged path, an fp8 NaN
+ * another NaN of its sign (tests/kernels: avx512bf16_load_is_its_twins). One Zen 5 core (uattn-kernel-bench 5
+ * --bucket DTYPE:128:D:0, a 128-key block, GB/s of the cache's bytes), hot: bf16, the set's load at D 64
+ * 12.9 -> 53.5, at D 128 12.1 -> 37.5, the buckets' (whose staging copies were inlined) 34.7 -> 46.0 and
+ * 35.5 -> 40.5, cold NHD and HND 1.0-1.3x; fp8 at D 128, the buckets' E4M3 4.6 -> 25.5 and E5M2 7.4 -> 20.5,
+ * cold NHD 2.6-3.3 -> 7.9, HND 2.8-4.0 -> 5.5-7.5 (the staged path widens 8 dims of a row at a time through
+ * F16C). Through the forward on fp8 E4M3 caches (uattn-bench --cache-dtype fp8_e4m3, two rounds alternated,
+ * 1 / 2 threads): spec decode 16x8 1.2-1.5x / 1.3-1.4x, Falcon-7B decode-long 1 x 32k 1.1-1.3x / 1.1-1.4x. */
+BF16_INLINE void bf16_load_rows_zmm(const uint8_t *tab, const char *k_src, const char *v_src, size_t step,
+                                    int32_t count, const int32_t D, int32_t P, int32_t Dv, uint32_t *kp, uint32_t *vp) {
   static const uint16_t pair_lo[32]
       __attribute__((aligned(64))) = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
@@ -126,9 +139,10 @@ BF16_INLINE void bf16_load_rows_zmm(const char *k_src, const char *v_src, size_t
       __attribute__((aligned(64))) = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const v16i lo = _mm512_load_si512(pair_lo), hi = _mm512_load_si512(pair_hi);
-  const size_t row_bytes = 2 * (size_t)D;
+  const size_t esz = tab ? 1 : 2, row_bytes = esz * (size_t)D;
   const bool prefetch = step != row_bytes; /* bf16_load_body's prefetches, where rows are apart (NHD) */
   const int32_t end = (count + 15) & ~15;
+  const v16i zero = _mm512_setzero_si512();
   for (int32_t i = 0; i < end; i += 16) {
     if (prefetch)
       load_prefetch(k_src, v_src, step, i, count, row_bytes),
@@ -136,15 +150,12 @@ BF16_INLINE void bf16_load_rows_zmm(const char *k_src, const char *v_src, size_t
     const int32_t rows = count - i < 16 ? count - i : 16; /* rows past count are zeros */
     for (int32_t d = 0; d < D; d += 32) {
       v16i a[16];
-      for (int k = 0; k < 16; k++)
-        a[k] = k < rows ? v16i_load(k_src + (size_t)(i + k) * step + 2 * (size_t)d) : _mm512_setzero_si512();
+      for (int k = 0; k < 16; k++) a[k] = k < rows ? bf16_dims32(tab, k_src + (size_t)(i + k) * step + esz * d) : zero;
       transpose16_32(a);
       for (int j = 0; j < 16; j++) _mm512_store_si512(kp + (size_t)(d / 2 + j) * P + i, a[j]);
       for (int r = 0; r < 8; r++) {
-        const v16i x =
-            2 * r < rows ? v16i_load(v_src + (size_t)(i + 2 * r) * step + 2 * (size_t)d) : _mm512_setzero_si512();
-        const v16i y = 2 * r + 1 < rows ? v16i_load(v_src + (size_t)(i + 2 * r + 1) * step + 2 * (size_t)d)
-                                        : _mm512_setzero_si512();
+        const v16i x = 2 * r < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r) * step + esz * d) : zero;
+        const v16i y = 2 * r + 1 < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r + 1) * step + esz * d) : zero;
         uint32_t *o = vp + (size_t)(i / 2 + r) * Dv + d;
         _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x, lo, y));
         _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x, hi, y));
@@ -162,8 +173,14 @@ BF16_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_
   const int32_t P = key_stride(panel_keys), Dv = value_stride(D), end = (count + 15) & ~15;
   uint32_t *kp = (uint32_t *)align64(keys), *vp = (uint32_t *)align64(values);
 #if defined(AVX512_VEC_ZMM)
-  if (t == UATTN_BF16 && D % 32 == 0) {
-    bf16_load_rows_zmm(k_src, v_src, step, count, D, P, Dv, kp, vp);
+  if (t == UATTN_BF16 && D % 32 == 0) { /* a constant NULL: the bf16 instance has no widening */
+    bf16_load_rows_zmm(NULL, k_src, v_src, step, count, D, P, Dv, kp, vp);
+    return;
+  }
+  if (uattn_dtype_is_fp8(t) && D % 32 == 0) {
+    _Alignas(64) uint8_t tab[256];
+    fp8_bf16_tables(t, tab);
+    bf16_load_rows_zmm(tab, k_src, v_src, step, count, D, P, Dv, kp, vp);
     return;
   }
 #endif
