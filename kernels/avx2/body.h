@@ -278,9 +278,11 @@ AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void
 /* e^x in fp32, Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact enough),
  * e^r by its degree-7 minimax form 1 + r + r^2 P(r), then 2^n. 2^n is applied in two halves so results down
  * to the subnormals are right (a single 2^n would need an exponent field below 1). Inputs below -110 give 0
- * (so do -inf, the masked scores), inputs above 88 are taken as 88. */
+ * (so do -inf, the masked scores), inputs above 88 are taken as 88; a NaN stays NaN (max_ps and min_ps give
+ * their second operand where either is NaN: x is that operand), as the portable set's expf keeps it: a NaN
+ * key's score must make its row NaN, not e^-110. */
 AVX2_INLINE __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-110.0f)), _mm256_set1_ps(88.0f));
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-110.0f), x));
   const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x); /* exact: the high part has 9 bits */
@@ -321,7 +323,8 @@ AVX2_INLINE __m256d exp4d(__m256d y) {
  * 20, where tanh is 1 in fp64 already. */
 AVX2_INLINE __m256d tanh4d(__m256d x) {
   const __m256d sign = _mm256_set1_pd(-0.0);
-  const __m256d a = _mm256_min_pd(_mm256_andnot_pd(sign, x), _mm256_set1_pd(20.0));
+  /* min_pd's second operand where either is NaN: |x|, so a NaN score stays NaN (exp8's comment) */
+  const __m256d a = _mm256_min_pd(_mm256_set1_pd(20.0), _mm256_andnot_pd(sign, x));
   const __m256d one = _mm256_set1_pd(1.0), two = _mm256_set1_pd(2.0);
   const __m256d big = _mm256_sub_pd(one, _mm256_div_pd(two, _mm256_add_pd(exp4d(_mm256_add_pd(a, a)), one)));
   const __m256d a2 = _mm256_mul_pd(a, a);

@@ -19,6 +19,10 @@
  * and a mask the odd ones (one instruction per 8 floats, where widen8 takes two). The query vectors are put
  * in that even/odd order once a call, and the outputs are turned into it (and rescaled) before P V and
  * back after, so every dot product and sum has the same terms as in natural order.
+ * fp8 rows are widened 32 codes at a time, a quarter of them per vector (fp8_quarter: two shifts and a mask
+ * per 8 codes, where widen8_fp8 takes a dozen instructions), in the same way: the query vectors and outputs
+ * in "quarter" order, and the codes' rebias (2^120 for E4M3, 2^112 for E5M2) folded into the query vectors,
+ * P, the scores and the outputs rather than multiplied into every code.
  * Needs a head dim that is a multiple of 8 (every generated bucket's); the forward uses load + attend
  * otherwise. Include after avx2/body.h. */
 #ifndef UATTN_AVX2_DECODE_H
@@ -31,6 +35,10 @@ enum {
   PV_TILE = 8,             /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
   DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
 };
+
+/* The order a call's query vectors and outputs take (decode_shape.order): natural, bf16's even/odd halves
+ * of 16, fp8's quarters of 32. */
+typedef enum { DECODE_NATURAL, DECODE_EO, DECODE_Q4 } decode_order;
 
 /* The 8 sums of a[0..7], in order. */
 AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
@@ -76,6 +84,77 @@ AVX2_INLINE void from_eo(__m256 e, __m256 o, float *a) {
   _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* ---- fp8, quarters ---------------------------------------------------------------------------------- */
+
+/* 32 floats in natural order to quarter order (quarter c: elements c, 4 + c, .., 28 + c), and back. */
+AVX2_INLINE void to_q4(const float *a, __m256 x[4]) {
+  __m128 r[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm_loadu_ps(a + 4 * i);
+  _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+  _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
+  for (int c = 0; c < 4; c++) x[c] = _mm256_set_m128(r[4 + c], r[c]);
+}
+AVX2_INLINE void from_q4(const __m256 x[4], float *a) {
+  __m128 r[8];
+  for (int c = 0; c < 4; c++) r[c] = _mm256_castps256_ps128(x[c]), r[4 + c] = _mm256_extractf128_ps(x[c], 1);
+  _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+  _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
+  for (int i = 0; i < 8; i++) _mm_storeu_ps(a + 4 * i, r[i]);
+}
+
+/* Half the rebias of fp8 dtype t, H: a code's exponent and mantissa moved under an f32's read as its value
+ * times 2^-2H (E4M3's exponent bias 7 against f32's 127: H = 60; E5M2's 15: H = 56). The query vectors and
+ * P are multiplied by 2^H, the scores and the P V sums (kept times 2^-H) by 2^H back: powers of two, exact
+ * while nothing leaves f32's normal range (the call's queries are checked, q_fits_fold; a running output or a
+ * partial score below 2^-66 in magnitude would lose low bits to f32's subnormals, far below fp8's). */
+static inline int fp8_fold(uattn_dtype t) { return t == UATTN_FP8_E4M3 ? 60 : 56; }
+
+/* The constants of fp8_quarter and fp8_special (E4M3's row, E5M2's), read from memory by the helpers below:
+ * held in registers (as GCC chooses for a constant used in a loop) they crowd out the scores' 8
+ * accumulators, which it then spills (fp8 decode 60 -> 54 ns a key and KV head, one thread). */
+static const uint32_t fp8_keep[2][8] __attribute__((aligned(32))) = {
+    {0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u},
+    {0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u}};
+static const uint32_t fp8_exponent[2][8] __attribute__((aligned(32))) = {
+    {0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu},
+    {0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu}};
+AVX2_INLINE __m256i and_from_memory(__m256i x, const uint32_t m[8]) {
+  __asm__("vpand %1, %0, %0" : "+x"(x) : "m"(*(const uint32_t(*)[8])m));
+  return x;
+}
+AVX2_INLINE __m256i cmpeq8_from_memory(__m256i x, const uint32_t m[8]) {
+  __asm__("vpcmpeqb %1, %0, %0" : "+x"(x) : "m"(*(const uint32_t(*)[8])m));
+  return x;
+}
+
+/* Quarter c of 32 fp8 codes x (the codes at byte c of its 32-bit lanes) as f32 times 2^-2H: the code moved
+ * to the lane's top byte, an arithmetic shift that puts its exponent and mantissa under an f32's (E4M3 4
+ * bits, E5M2 3) and smears its sign over the top of the exponent, a mask that keeps the sign and the code's
+ * bits. Subnormal codes become f32 subnormals of the same value; codes with every exponent bit set (E4M3's
+ * NaN, E5M2's infinities and NaN) do not read right: fp8_special finds them, fp8_patch mends them. */
+AVX2_INLINE __m256 fp8_quarter(uattn_dtype t, __m256i x, int c) {
+  const __m256i y = c == 3 ? x : _mm256_slli_epi32(x, 24 - 8 * c);
+  const bool e4m3 = t == UATTN_FP8_E4M3;
+  return _mm256_castsi256_ps(and_from_memory(_mm256_srai_epi32(y, e4m3 ? 4 : 3), fp8_keep[!e4m3]));
+}
+
+/* The bytes of x that are codes with every exponent bit set, as 0xff. */
+AVX2_INLINE __m256i fp8_special(uattn_dtype t, __m256i x) {
+  const uint32_t *e = fp8_exponent[t != UATTN_FP8_E4M3];
+  return cmpeq8_from_memory(and_from_memory(x, e), e);
+}
+
+/* fp8_quarter's quarter c (f) of codes x with its special codes made what they are: the exponent's top bits
+ * set (E4M3's NaN S.1111.111 reads 0x07f00000 | sign, E5M2's 0x0f800000 | sign and up), which makes an
+ * infinity of E5M2's S.11111.00 and a NaN of every other; 2^fold either way leaves them so. Registers only
+ * (a call in the loop would have every accumulator spilled around it), taken where fp8_special found one. */
+AVX2_INLINE __m256 fp8_patch(uattn_dtype t, __m256 f, __m256i x, int c) {
+  const __m256i sp = fp8_special(t, x);
+  const __m256i lane = _mm256_srai_epi32(c == 3 ? sp : _mm256_slli_epi32(sp, 24 - 8 * c), 24);
+  const __m256i top = _mm256_set1_epi32(t == UATTN_FP8_E4M3 ? 0x78000000 : 0x70000000);
+  return _mm256_or_ps(f, _mm256_castsi256_ps(_mm256_and_si256(lane, top)));
+}
+
 /* FN(NB, ...) with NB the constant 1, 2, 3 or 4 that n (a block's vectors) is: one instance of a step per
  * block size, each with its accumulators in registers. */
 #define DECODE_BY_NB(n, FN, ...)                                                                                       \
@@ -98,8 +177,9 @@ typedef struct decode_shape {
   int32_t LO, HI, j0, W;        /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
   size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
   size_t share;                 /* bytes of span each head asks for (whole lines) */
-  size_t hv, hq; /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
-  bool eo;       /* bf16 widened into even/odd halves */
+  size_t hv, hq;      /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
+  decode_order order; /* the query vectors' and outputs' (DECODE_Q4: times 2^fp8_fold's H) */
+  int fold;           /* DECODE_Q4: fp8_fold */
 } decode_shape;
 
 /* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
@@ -117,15 +197,46 @@ AVX2_INLINE void prefetch_share(const decode_shape *s, const char *row, int32_t 
 
 /* ---- scores and P V ----------------------------------------------------------------------------------- */
 
-/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. EO: bf16 keys
- * widened 16 at a time into even/odd halves, the vectors in that order (D a multiple of 16); else widen8,
- * the vectors in natural order. */
-AVX2_INLINE __m256 scores_pair(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
-                               const char *r0, const char *r1) {
+/* Quarters c of two keys' 32 codes into the 8 accumulators of NB vectors (q: quarter c of theirs). */
+AVX2_INLINE void fma_quarter(const int NB, const float *q, const int32_t D, __m256 k0, __m256 k1, __m256 a[8]) {
+  for (int i = 0; i < NB; i++) {
+    const __m256 qv = in_register(_mm256_loadu_ps(q + (size_t)i * D));
+    a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
+    a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
+  }
+}
+
+/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. ORDER: the
+ * vectors' (decode_order): DECODE_EO, bf16 keys widened 16 at a time into even/odd halves (D a multiple of
+ * 16); DECODE_Q4, fp8 keys 32 at a time into quarters (D a multiple of 32; the vectors and so the scores
+ * times 2^fold, undone here); else widen8. */
+AVX2_INLINE __m256 scores_pair(const int NB, const int ORDER, uattn_dtype t, const float *q, const int32_t D,
+                               const char *r0, const char *r1, int fold) {
   const size_t esz = uattn_dtype_size(t);
   __m256 a[8];
   for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
-  if (EO) {
+  if (ORDER == DECODE_Q4) {
+    __m256i sp = _mm256_setzero_si256(); /* the rows' special codes, looked for first: one test, not D / 32 */
+    for (int32_t d = 0; d < D; d += 32)
+      sp = _mm256_or_si256(sp, _mm256_or_si256(fp8_special(t, _mm256_loadu_si256((const void *)(r0 + d))),
+                                               fp8_special(t, _mm256_loadu_si256((const void *)(r1 + d)))));
+    if (__builtin_expect(_mm256_testz_si256(sp, sp), 1)) {
+      for (int32_t d = 0; d < D; d += 32) {
+        const __m256i x0 = _mm256_loadu_si256((const void *)(r0 + d)), x1 = _mm256_loadu_si256((const void *)(r1 + d));
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) fma_quarter(NB, q + d + 8 * c, D, fp8_quarter(t, x0, c), fp8_quarter(t, x1, c), a);
+      }
+    } else {
+      for (int32_t d = 0; d < D; d += 32) {
+        const __m256i x0 = _mm256_loadu_si256((const void *)(r0 + d)), x1 = _mm256_loadu_si256((const void *)(r1 + d));
+        for (int c = 0; c < 4; c++)
+          fma_quarter(NB, q + d + 8 * c, D, fp8_patch(t, fp8_quarter(t, x0, c), x0, c),
+                      fp8_patch(t, fp8_quarter(t, x1, c), x1, c), a);
+      }
+    }
+    return _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(ldexpf(1.0f, fold)));
+  }
+  if (ORDER == DECODE_EO) {
     for (int32_t d = 0; d < D; d += 16) {
       __m256 k0e, k0o, k1e, k1o;
       widen16_eo(r0 + 2 * (size_t)d, &k0e, &k0o);
@@ -167,9 +278,9 @@ AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W,
 }
 
 /* scores_pair of NB vectors into S (store_score_pairs). */
-AVX2_INLINE void score_pair_step(const int NB, const bool EO, uattn_dtype t, const float *q, const int32_t D,
-                                 const char *r0, const char *r1, float *Sb, int32_t W, bool both) {
-  store_score_pairs(NB, scores_pair(NB, EO, t, q, D, r0, r1), Sb, W, both);
+AVX2_INLINE void score_pair_step(const int NB, const int ORDER, uattn_dtype t, const float *q, const int32_t D,
+                                 const char *r0, const char *r1, int fold, float *Sb, int32_t W, bool both) {
+  store_score_pairs(NB, scores_pair(NB, ORDER, t, q, D, r0, r1, fold), Sb, W, both);
 }
 
 /* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
@@ -189,6 +300,44 @@ AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int
     }
   }
   for (int i = 0; i < NB; i++) _mm256_storeu_ps(o + (size_t)i * D, a[i][0]), _mm256_storeu_ps(o + i * D + 8, a[i][1]);
+}
+
+/* One pass of pv_q4: quarters 2 h and 2 h + 1 (PATCH: through fp8_patch). */
+AVX2_INLINE void pv_q4_pass(const int NB, uattn_dtype t, const bool PATCH, const int h, const float *S, int32_t ld,
+                            int32_t j0, int32_t lo, int32_t hi, const char *v, size_t step, float *o, const int32_t D) {
+  __m256 a[4][2];
+  for (int i = 0; i < NB; i++)
+    a[i][0] = _mm256_loadu_ps(o + (size_t)i * D + 16 * h), a[i][1] = _mm256_loadu_ps(o + i * D + 16 * h + 8);
+#pragma GCC unroll 8
+  for (int32_t j = lo; j < hi; j++) {
+    const __m256i x = _mm256_loadu_si256((const void *)(v + (size_t)j * step));
+    __m256 f0 = fp8_quarter(t, x, 2 * h), f1 = fp8_quarter(t, x, 2 * h + 1);
+    if (PATCH) f0 = fp8_patch(t, f0, x, 2 * h), f1 = fp8_patch(t, f1, x, 2 * h + 1);
+    for (int i = 0; i < NB; i++) {
+      const __m256 p = _mm256_broadcast_ss(S + (size_t)i * ld + (j - j0));
+      a[i][0] = _mm256_fmadd_ps(p, f0, a[i][0]);
+      a[i][1] = _mm256_fmadd_ps(p, f1, a[i][1]);
+    }
+  }
+  for (int i = 0; i < NB; i++)
+    _mm256_storeu_ps(o + (size_t)i * D + 16 * h, a[i][0]), _mm256_storeu_ps(o + i * D + 16 * h + 8, a[i][1]);
+}
+
+/* pv_eo's sum for fp8 values: 32 dims (from d) of NB vectors' outputs in quarter order, times 2^-fold (P
+ * times 2^fold), value j's codes at v + j * step bytes. Two quarters a pass over the keys: all four would
+ * take 16 accumulators, every register. The keys' special codes are looked for first, once. */
+AVX2_INLINE void pv_q4(const int NB, uattn_dtype t, const float *S, int32_t ld, int32_t j0, int32_t lo, int32_t hi,
+                       const char *v, size_t step, float *o, const int32_t D) {
+  __m256i sp = _mm256_setzero_si256();
+  for (int32_t j = lo; j < hi; j++)
+    sp = _mm256_or_si256(sp, fp8_special(t, _mm256_loadu_si256((const void *)(v + (size_t)j * step))));
+  if (__builtin_expect(_mm256_testz_si256(sp, sp), 1)) {
+    pv_q4_pass(NB, t, false, 0, S, ld, j0, lo, hi, v, step, o, D);
+    pv_q4_pass(NB, t, false, 1, S, ld, j0, lo, hi, v, step, o, D);
+  } else {
+    pv_q4_pass(NB, t, true, 0, S, ld, j0, lo, hi, v, step, o, D);
+    pv_q4_pass(NB, t, true, 1, S, ld, j0, lo, hi, v, step, o, D);
+  }
 }
 
 /* pv_eo in natural order, any dtype: 16 dims (W = 2) or 8 (W = 1), split over CHAINS(NB) chains of keys
@@ -228,6 +377,18 @@ AVX2_INLINE void pv_natural(const int NB, const int W, uattn_dtype t, const floa
 
 /* ---- the kernel ---------------------------------------------------------------------------------------- */
 
+/* Whether every query vector of the call times 2^H stays finite with room to spare (|q| < 2^(126 - H)), so
+ * that DECODE_Q4's folding is exact; else the call widens in natural order. */
+AVX2_INLINE bool q_fits_fold(const uattn_panel_job *job, int32_t heads, size_t head_vectors, int H, const int32_t D) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  const size_t n = (size_t)job->rows * (size_t)job->group * (size_t)D;
+  for (int32_t g = 0; g < heads; g++) /* max_ps(a, b) is b where a is NaN: a NaN query, NaN folded or not */
+    for (size_t x = 0; x < n; x += 8)
+      m = _mm256_max_ps(_mm256_and_ps(absmask, _mm256_loadu_ps(job->q + g * head_vectors * (size_t)D + x)), m);
+  return _mm256_movemask_ps(_mm256_cmp_ps(m, _mm256_set1_ps(ldexpf(1.0f, 126 - H)), _CMP_GE_OQ)) == 0;
+}
+
 /* The call's shape; false when no vector sees a key. */
 AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                  size_t stride, size_t head_stride, const int32_t D, decode_shape *s) {
@@ -252,7 +413,8 @@ AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size
   s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
   s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
   s->hv = head_vectors, s->hq = head_vectors * (size_t)D;
-  s->eo = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM;
+  s->fold = uattn_dtype_is_fp8(t) ? fp8_fold(t) : 0;
+  s->order = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM ? DECODE_EO : DECODE_NATURAL; /* Q4: the body's */
   return true;
 }
 
@@ -286,7 +448,7 @@ AVX2_INLINE void prefetch_ahead(const decode_shape *s, const char *k, const char
 /* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
  * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
  * head's share at a time. */
-AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
+AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
                                const char *k, const char *v, float *S, const int32_t D) {
   const int32_t heads = s->heads, n = s->n;
   const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
@@ -299,14 +461,14 @@ AVX2_INLINE void decode_scores(const bool EO, const decode_shape *s, uattn_dtype
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
         float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], score_pair_step, EO, t, qb, D, g0, g1, Sb, s->W, j + 1 < s->HI);
+        DECODE_BY_NB(s->nb[b], score_pair_step, ORDER, t, qb, D, g0, g1, s->fold, Sb, s->W, j + 1 < s->HI);
       }
     }
   }
 }
 
-/* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha and, for
- * even/odd P V, put in that order. */
+/* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha and put
+ * in the call's order; for DECODE_Q4, P times 2^fold and the outputs times 2^-fold. */
 AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
   for (int32_t g = 0; g < s->heads; g++) {
     const uattn_panel_job h = uattn_decode_head_job(job, g, s->hv);
@@ -315,12 +477,24 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
       int32_t lo, hi;
       float alpha[4];
       block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
-      block_softmax(&h, s->x0[b], s->nb[b], rule, S + ((size_t)g * s->n + s->x0[b]) * s->W, s->W, s->j0, s->j0 + s->W,
-                    alpha);
+      float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W;
+      block_softmax(&h, s->x0[b], s->nb[b], rule, Sb, s->W, s->j0, s->j0 + s->W, alpha);
+      if (s->order == DECODE_Q4) {
+        const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
+        for (size_t x = 0; x < (size_t)s->nb[b] * s->W; x += 8)
+          _mm256_storeu_ps(Sb + x, _mm256_mul_ps(up, _mm256_loadu_ps(Sb + x)));
+      }
       for (int i = 0; i < s->nb[b]; i++) {
         float *o = h.o + (size_t)(s->x0[b] + i) * D;
         const __m256 a = _mm256_set1_ps(alpha[i]);
-        if (s->eo)
+        if (s->order == DECODE_Q4) {
+          const __m256 down = _mm256_mul_ps(a, _mm256_set1_ps(ldexpf(1.0f, -s->fold)));
+          for (int32_t d = 0; d < D; d += 32) {
+            __m256 x[4];
+            to_q4(o + d, x);
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(o + d + 8 * c, _mm256_mul_ps(down, x[c]));
+          }
+        } else if (s->order == DECODE_EO)
           for (int32_t d = 0; d < D; d += 16) {
             __m256 e, od;
             to_eo(o + d, &e, &od);
@@ -378,7 +552,11 @@ AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_
 AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const int32_t D, const pv_step *p) {
   const size_t esz = uattn_dtype_size(t);
   int32_t d = 0;
-  if (s->eo) {
+  if (s->order == DECODE_Q4) {
+    for (; d < D; d += 32) pv_q4(NB, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + d, s->step, p->o + d, D);
+    return;
+  }
+  if (s->order == DECODE_EO) {
     for (; d < D; d += 16) pv_eo(NB, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
     return;
   }
@@ -387,11 +565,23 @@ AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, co
   if (d < D) pv_natural(NB, 1, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
 }
 
-/* P V of every head and block (DECODE_PV_TILES); even/odd outputs back in natural order at the end. */
+/* P V of every head and block (DECODE_PV_TILES); the outputs back in natural order at the end (and, for
+ * DECODE_Q4, times 2^fold). */
 AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
                            const float *S, const int32_t D) {
   DECODE_PV_TILES(job, s, v, S, D, pv_block, s, t, D);
-  if (s->eo)
+  if (s->order == DECODE_Q4) {
+    const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
+    for (int32_t g = 0; g < s->heads; g++)
+      for (int32_t x = 0; x < s->n; x++)
+        for (int32_t d = 0; d < D; d += 32) {
+          float *o = job->o + g * s->hq + (size_t)x * D + d;
+          __m256 y[4];
+          for (int c = 0; c < 4; c++) y[c] = _mm256_mul_ps(up, _mm256_loadu_ps(o + 8 * c));
+          from_q4(y, o);
+        }
+  }
+  if (s->order == DECODE_EO)
     for (int32_t g = 0; g < s->heads; g++)
       for (int32_t x = 0; x < s->n; x++)
         for (int32_t d = 0; d < D; d += 16) {
@@ -409,10 +599,24 @@ AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, siz
                                   float *scratch, const int32_t D) {
   decode_shape s;
   if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
-  /* scratch: the query vectors in even/odd order [heads][n][D], then the scores S [heads][n][W] */
+  /* scratch: the query vectors in the call's order [heads][n][D], then the scores S [heads][n][W] */
+  if (uattn_dtype_is_fp8(t) && D % 32 == 0 && D <= DECODE_EO_MAX_DIM &&
+      q_fits_fold(job, heads, head_vectors, s.fold, D))
+    s.order = DECODE_Q4;
   const int32_t n = s.n;
   float *qeo = scratch, *S = scratch + (size_t)heads * n * D;
-  if (s.eo) {
+  if (s.order == DECODE_Q4) {
+    const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s.fold));
+    for (int32_t g = 0; g < heads; g++)
+      for (int32_t x = 0; x < n; x++)
+        for (int32_t d = 0; d < D; d += 32) {
+          __m256 y[4];
+          to_q4(job->q + g * s.hq + (size_t)x * D + d, y);
+          float *dst = qeo + ((size_t)g * n + x) * D + d;
+          for (int c = 0; c < 4; c++) _mm256_store_ps(dst + 8 * c, _mm256_mul_ps(up, y[c]));
+        }
+    decode_scores(DECODE_Q4, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+  } else if (s.order == DECODE_EO) {
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++)
         for (int32_t d = 0; d < D; d += 16) {
@@ -421,9 +625,9 @@ AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, siz
           float *dst = qeo + ((size_t)g * n + x) * D + d;
           _mm256_store_ps(dst, e), _mm256_store_ps(dst + 8, o);
         }
-    decode_scores(true, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+    decode_scores(DECODE_EO, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
   } else {
-    decode_scores(false, &s, t, job->q, s.hq, k_src, v_src, S, D);
+    decode_scores(DECODE_NATURAL, &s, t, job->q, s.hq, k_src, v_src, S, D);
   }
   decode_softmax(job, &s, S, D);
   decode_pv(job, &s, t, v_src, S, D);

@@ -185,7 +185,7 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
     q = scratch, qstep = (size_t)n * D;
   }
   wide_scores(EO, s, t, q, qstep, k_src, v_src, S, D);
-  decode_softmax(job, s, S, D); /* s->eo is false: it only rescales the outputs, whatever their order */
+  decode_softmax(job, s, S, D); /* s->order is DECODE_NATURAL: it only rescales the outputs, whatever their order */
   wide_pv(EO, job, s, t, v_src, S, D);
   if (EO)
     for (int32_t g = 0; g < heads; g++)
@@ -491,7 +491,7 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
   }
   decode_shape s;
   if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
-  s.eo = false; /* avx2/decode.h's 16-dim even/odd order: this kernel keeps its own */
+  s.order = DECODE_NATURAL; /* avx2/decode.h's 16-dim even/odd order: this kernel keeps its own */
   if (t == UATTN_BF16 && D % 32 == 0)
     wide_decode_phases(true, job, &s, t, k_src, v_src, scratch, D);
   else

@@ -80,7 +80,7 @@ V16_INLINE v16 v16_max(v16 a, v16 b) { return _mm512_max_ps(a, b); }
 /* e^x: avx2/body.h's exp8 on 16 lanes, to the bit. Its 2^n as two multiplies (y 2^n1, exact, then 2^n2)
  * rounds once, which is what vscalefps does in one: the same result down to the subnormals. */
 V16_INLINE v16 v16_exp(v16 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-110.0f)), _mm512_set1_ps(88.0f));
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x)); /* NaN stays NaN, as exp8 */
   const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);

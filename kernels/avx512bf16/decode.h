@@ -421,7 +421,7 @@ BF16_INLINE bool bf16_decode_begin(const uattn_panel_job *job, int32_t heads, si
                                    size_t stride, size_t head_stride, float *scratch, const int32_t D, decode_shape *s,
                                    uint32_t **q, float **S) {
   if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, s)) return false;
-  s->eo = false; /* the scores read pairs; P V keeps its own order */
+  s->order = DECODE_NATURAL; /* the scores read pairs; P V keeps its own order */
   *q = (uint32_t *)scratch, *S = scratch + (size_t)heads * s->n * D;
   for (int32_t g = 0; g < heads; g++)
     for (int32_t x = 0; x < s->n; x++)
@@ -462,7 +462,7 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
   else
     WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
-  bf16_decode_softmax(job, &s, S, D); /* the outputs rescaled, in natural order (s.eo is false) */
+  bf16_decode_softmax(job, &s, S, D); /* the outputs rescaled, in natural order (s.order is DECODE_NATURAL) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
   if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
     decode_pv(job, &s, t, v_src, S, D);

@@ -96,6 +96,11 @@ typedef struct case_limits {
                     * and for a bucket's jobs (a block size) bf16 keys among them */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
   bool tiled;      /* decode jobs on a TILED copy of the keys (decode_tiled), where the set has the kernel */
+  bool every_code; /* fp8 caches of random codes, every finite one (subnormals, zeros of both signs, the
+                    * largest), mostly at head dims of whole 32s; a third of the jobs' queries 2^76 at a dim
+                    * where every key is zero */
+  bool specials;   /* with every_code: now and then a code with every exponent bit set (NaN; E5M2's infinities),
+                    * in jobs of one row and no window (every vector sees the same keys) */
 } case_limits;
 
 static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
@@ -107,6 +112,8 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     c->rows = test_rng_range(rng, 0, 1) ? 1 : test_rng_range(rng, 1, UATTN_DECODE_MAX_VECTORS / c->group);
   c->D = lim->head_dim ? lim->head_dim
                        : head_dims[test_rng_range(rng, 0, (int32_t)(sizeof head_dims / sizeof *head_dims) - 1)];
+  if (lim->every_code)
+    c->D = test_rng_range(rng, 0, 4) ? 32 * test_rng_range(rng, 1, 8) : 8 * test_rng_range(rng, 1, 40);
   /* what decode_tiled takes; past 256 its bf16 P V goes in 256-dim pieces */
   if (lim->tiled && !lim->head_dim) c->D = 32 * test_rng_range(rng, 1, 10);
   /* every cache dtype, fp8 ones included (raw codes) */
@@ -123,6 +130,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     const int32_t k = !lim->fp8 ? 2 : test_rng_range(rng, 0, lim->block_size ? 2 : 1);
     c->dtype = k == 2 ? UATTN_BF16 : k == 1 ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
   }
+  if (lim->every_code) c->dtype = test_rng_range(rng, 0, 1) ? UATTN_FP8_E4M3 : UATTN_FP8_E5M2;
   c->probs_fp32 = lim->probs_fp32;
   c->tiled = lim->tiled;
   /* panels as the forward sizes them: at least the keys, sometimes a causal-width panel */
@@ -147,6 +155,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     /* positions around the panel, so windows cut through it, before it and after it */
     c->query_pos[r] = c->key_pos0 + test_rng_range(rng, -20, c->num_keys + 80);
   }
+  if (lim->specials) c->rows = 1, c->window = 0;
   c->nhd = test_rng_range(rng, 0, 1);
   c->kv_heads = c->nhd ? test_rng_range(rng, 1, 4) : 1;
   c->stride = (size_t)c->kv_heads * c->D;
@@ -156,6 +165,15 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   for (size_t i = 0; i < n; i++) {
     store_elem(c->dtype, c->k_base, i, uniform(rng, -1.0f, 1.0f));
     store_elem(c->dtype, c->v_base, i, uniform(rng, -1.0f, 1.0f));
+  }
+  if (lim->every_code) { /* raw codes; one with every exponent bit set is drawn again unless specials allows it */
+    const int special = c->dtype == UATTN_FP8_E4M3 ? 0x7f : 0x7c;
+    for (size_t i = 0; i < 2 * n; i++) {
+      uint8_t b = (uint8_t)test_rng_range(rng, 0, 255);
+      while ((b & special) == special && !(lim->specials && test_rng_range(rng, 0, 3000) == 0))
+        b = (uint8_t)test_rng_range(rng, 0, 255);
+      ((uint8_t *)(i < n ? c->k_base : c->v_base))[i % n] = b;
+    }
   }
   const size_t head = (size_t)test_rng_range(rng, 0, c->kv_heads - 1) * c->D; /* the head the job reads */
   c->k_src = c->k_base + head * esz, c->v_src = c->v_base + head * esz;
@@ -168,6 +186,18 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   for (size_t i = 0; i < nx * c->D; i++) {
     c->qu[i] = uattn_bf16_to_f32(uattn_f32_to_bf16(uniform(rng, -1.0f, 1.0f)));
     c->q[i] = c->qu[i] * sharp;
+  }
+  if (lim->every_code) /* scores of the sizes of the other cases' (the largest codes: E4M3 448, E5M2 57344) */
+    for (size_t i = 0; i < nx * c->D; i++) {
+      const float f = c->dtype == UATTN_FP8_E4M3 ? 0x1p-9f : 0x1p-16f;
+      c->qu[i] *= f, c->q[i] *= f;
+    }
+  if (lim->every_code && test_rng_range(rng, 0, 2) == 0) { /* queries past what a kernel may fold in (2^76) at */
+    const int32_t d = test_rng_range(rng, 0, c->D - 1);    /* one dim, where every key is a zero of either sign */
+    for (size_t x = 0; x < nx; x++)
+      c->qu[x * c->D + d] = (x % 2 ? -0x1p76f : 0x1p76f), c->q[x * c->D + d] = c->qu[x * c->D + d] * sharp;
+    for (size_t i = (size_t)d; i < n; i += (size_t)c->D)
+      ((uint8_t *)c->k_base)[i] = test_rng_range(rng, 0, 1) ? 0x80 : 0;
   }
   const bool fresh = test_rng_range(rng, 0, 1);
   for (size_t x = 0; x < nx; x++) {
@@ -542,6 +572,53 @@ Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
+}
+
+/* The decode kernel on fp8 caches of every code: the avx2 kernel widens 32 codes at a time into quarters and
+ * folds the formats' rebias into the queries, P, the scores and the outputs (avx2/decode.h), which is exact
+ * only while they stay in f32's normal range: queries of 2^76 at a dim (too large to fold) take its
+ * natural-order path. The bound and the fp64 oracle are check_set_on_random_jobs'. */
+Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = 300) {
+  need_avx2();
+  const case_limits codes = {.decode = true, .every_code = true};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode, every fp8 code", &codes, 800 / SPARSE,
+                           20261129);
+}
+
+/* Codes with every exponent bit set (E4M3's NaN; E5M2's infinities and NaN) among them: each output the
+ * portable set makes NaN or infinite, the decode kernel makes the same (a NaN key makes its vectors' rows
+ * NaN, a NaN value its dim; an infinite score or value infinite outputs, or NaN ones), the rest within 1e-5
+ * of the format's largest value (a sum of values up to 57344 in another order). */
+Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = 300) {
+  need_avx2();
+  const case_limits specials = {.decode = true, .every_code = true, .specials = true};
+  test_rng rng = {20261130};
+  int nan_outputs = 0, inf_outputs = 0;
+  for (int i = 0; i < 600 / SPARSE; i++) {
+    job_case c;
+    make_case(&c, &rng, &specials);
+    job_result ref = run_set(&uattn_kernels_portable, UATTN_PART_UNIQUE, &c),
+               got = run_set(&uattn_kernels_avx2, UATTN_PART_UNIQUE, &c);
+    const size_t nx = (size_t)c.rows * c.group;
+    for (size_t k = 0; k < nx * c.D; k++) {
+      const float r = ref.o[k] / ref.l[k / c.D], g = got.o[k] / got.l[k / c.D];
+      nan_outputs += isnan(r), inf_outputs += isinf(r);
+      if (isnan(r) || isinf(r)) {
+        cr_assert(isnan(r) ? isnan(g) : g == r, "case %d (%s, D %d), output %zu: %g where the portable set has %g", i,
+                  uattn_dtype_name(c.dtype), c.D, k, (double)g, (double)r);
+        continue;
+      }
+      const double largest = c.dtype == UATTN_FP8_E4M3 ? 448 : 57344; /* the values' largest finite code */
+      cr_assert(fabs((double)g - r) <= 1e-5 * largest, "case %d (%s, D %d), output %zu: %.9g, portable %.9g", i,
+                uattn_dtype_name(c.dtype), c.D, k, (double)g, (double)r);
+    }
+    free_result(&ref), free_result(&got);
+    free_case(&c);
+  }
+  fprintf(stderr, "avx2 decode on fp8 specials: %d NaN and %d infinite outputs, each as the portable set's\n",
+          nan_outputs, inf_outputs);
+  cr_assert(nan_outputs > 0 && inf_outputs > 0, "the cases made %d NaN and %d infinite outputs", nan_outputs,
+            inf_outputs);
 }
 
 /* The decode kernel over several KV heads at once (an all-heads unit on an NHD cache) gives each head what
