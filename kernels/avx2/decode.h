@@ -209,9 +209,9 @@ AVX2_INLINE void fma_quarter(const int NB, const float *q, const int32_t D, __m2
 /* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. ORDER: the
  * vectors' (decode_order): DECODE_EO, bf16 keys widened 16 at a time into even/odd halves (D a multiple of
  * 16); DECODE_Q4, fp8 keys 32 at a time into quarters (D a multiple of 32; the vectors and so the scores
- * times 2^fold, undone here); else widen8. */
+ * times 2^fp8_fold, undone here); else widen8. */
 AVX2_INLINE __m256 scores_pair(const int NB, const int ORDER, uattn_dtype t, const float *q, const int32_t D,
-                               const char *r0, const char *r1, int fold) {
+                               const char *r0, const char *r1) {
   const size_t esz = uattn_dtype_size(t);
   __m256 a[8];
   for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
@@ -234,7 +234,7 @@ AVX2_INLINE __m256 scores_pair(const int NB, const int ORDER, uattn_dtype t, con
                       fp8_patch(t, fp8_quarter(t, x1, c), x1, c), a);
       }
     }
-    return _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(ldexpf(1.0f, fold)));
+    return _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(ldexpf(1.0f, fp8_fold(t))));
   }
   if (ORDER == DECODE_EO) {
     for (int32_t d = 0; d < D; d += 16) {
@@ -279,8 +279,8 @@ AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W,
 
 /* scores_pair of NB vectors into S (store_score_pairs). */
 AVX2_INLINE void score_pair_step(const int NB, const int ORDER, uattn_dtype t, const float *q, const int32_t D,
-                                 const char *r0, const char *r1, int fold, float *Sb, int32_t W, bool both) {
-  store_score_pairs(NB, scores_pair(NB, ORDER, t, q, D, r0, r1, fold), Sb, W, both);
+                                 const char *r0, const char *r1, float *Sb, int32_t W, bool both) {
+  store_score_pairs(NB, scores_pair(NB, ORDER, t, q, D, r0, r1), Sb, W, both);
 }
 
 /* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
@@ -461,7 +461,7 @@ AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dty
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
         float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], score_pair_step, ORDER, t, qb, D, g0, g1, s->fold, Sb, s->W, j + 1 < s->HI);
+        DECODE_BY_NB(s->nb[b], score_pair_step, ORDER, t, qb, D, g0, g1, Sb, s->W, j + 1 < s->HI);
       }
     }
   }
