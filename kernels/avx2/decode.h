@@ -48,20 +48,6 @@ AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-/* x, kept in a register: the empty asm hides where x came from. Else GCC folds a load that several
- * instructions use into each of them as a memory operand: a query vector meant for both keys of a pair read
- * twice, a key row twice (a load, then an and from memory): 20 32-byte loads for 16 FMAs, more than this
- * machine's two a cycle feed. In a register: 10, and the scores 12% faster on cached blocks (in-process A/B,
- * one thread). */
-AVX2_INLINE __m256 in_register(__m256 x) {
-  __asm__("" : "+x"(x));
-  return x;
-}
-AVX2_INLINE __m256i in_register_si(__m256i x) {
-  __asm__("" : "+x"(x));
-  return x;
-}
-
 /* ---- bf16, even/odd --------------------------------------------------------------------------------- */
 
 /* 16 bf16 elements as f32: e = elements 0, 2, .., 14, o = 1, 3, .., 15. */
@@ -206,7 +192,11 @@ AVX2_INLINE void fma_quarter(const int NB, const float *q, const int32_t D, __m2
   }
 }
 
-/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. ORDER: the
+/* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. The query
+ * vectors and key rows are loaded through in_register: else GCC folds a load that several instructions use into
+ * each of them as a memory operand (a query vector meant for both keys of a pair read twice, a key row twice: a
+ * load, then an and from memory), 20 32-byte loads for 16 FMAs, more than this machine's two a cycle feed; in
+ * registers 10, and the scores 12% faster on cached blocks (in-process A/B, one thread). ORDER: the
  * vectors' (decode_order): DECODE_EO, bf16 keys widened 16 at a time into even/odd halves (D a multiple of
  * 16); DECODE_Q4, fp8 keys 32 at a time into quarters (D a multiple of 32; the vectors and so the scores
  * times 2^fp8_fold, undone here); else widen8. */
