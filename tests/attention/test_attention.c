@@ -1,6 +1,7 @@
 /* uattn_forward against the dense double-precision oracle: every kind of batch, block sizes 16-256, head
  * dims 64-256, GQA 1-8 and MQA, three dtypes, the three layouts (NHD, HND and uattn's TILED), soft cap,
- * sliding window, sinks, ALiBi, encoder and cross attention, the empty batch and a row with no key.
+ * sliding window, sinks, ALiBi, encoder and cross attention, the empty batch and a row with no key; and all of
+ * it again over caches whose entries no query sees are NaN.
  * Tolerances: attention_case.c. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -523,4 +524,45 @@ Test(attention, tiled_holds_what_nhd_holds, .timeout = 300) {
     attention_run_free(&nhd);
     attention_run_free(&tiled);
   }
+}
+
+/* ---- what no query sees never matters ------------------------------------------------------------------- */
+
+/* Every table above, with every cache entry no query of the step can see set to NaN keys and NaN / -inf
+ * values (attention_run_poison_unseen: the tails of requests' last blocks, keys before a sliding window,
+ * blocks nobody holds), on each kernel set this CPU runs (UATTN_ISA) and the portable one. An engine's cache
+ * holds whatever its earlier steps or allocator left there; a kernel that scores such a key, or multiplies
+ * such a value by its zero weight, returns NaN here. The tolerance is the oracle comparison's, as above. */
+static void run_poisoned(const attention_case *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    attention_run_poison_unseen(&run);
+    attention_run_check(&run);
+    attention_run_free(&run);
+  }
+}
+
+Test(attention, unseen_cache_entries_never_matter, .timeout = 600) {
+  static const char *const isas[] = {"portable", "avx2", "avx512", "avx512bf16"};
+  const char *forced = getenv("UATTN_ISA");
+  const char *ran[sizeof isas / sizeof *isas];
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    setenv("UATTN_ISA", isas[k], 1);
+    ran[k] = uattn_kernel_set(NULL);
+    bool again = false; /* a level this CPU lacks runs its best set, which ran already */
+    for (size_t e = 0; e < k; e++) again |= strcmp(ran[e], ran[k]) == 0;
+    fprintf(stderr, "unseen entries poisoned: UATTN_ISA=%s runs %s%s\n", isas[k], ran[k],
+            again ? " (again: skipped)" : "");
+    if (again) continue;
+#define POISONED(table) run_poisoned(table, sizeof table / sizeof *table)
+    POISONED(kinds), POISONED(shapes), POISONED(dtypes), POISONED(features), POISONED(fp8_cases);
+    POISONED(tiled_kinds), POISONED(tiled_shapes), POISONED(tiled_dtypes), POISONED(tiled_features);
+    POISONED(tiled_fp8);
+#undef POISONED
+  }
+  if (forced)
+    setenv("UATTN_ISA", forced, 1);
+  else
+    unsetenv("UATTN_ISA");
 }

@@ -194,6 +194,43 @@ void attention_run_build(attention_run *run, const attention_case *c) {
   run->value_cache0 = random_array(c->cache_dtype, slots * c->num_kv_heads * D, &rng);
 }
 
+/* Whether a key position of request r can be seen by one of its queries: below its length after the step
+ * and, with a sliding window, inside the first query's window (later queries' windows start later). */
+static bool position_seen(const attention_run *run, int32_t r, int32_t p, const int32_t *effective) {
+  const int32_t nc = run->batch.num_computed[r], w = run->c.sliding_window;
+  return p < nc + effective[r] && (w <= 0 || p > nc - w);
+}
+
+void attention_run_poison_unseen(attention_run *run) {
+  const attention_case *c = &run->c;
+  const int32_t bs = c->block_size, H = c->num_kv_heads, D = c->head_dim;
+  const size_t slots = (size_t)run->num_blocks * bs;
+  bool *seen = calloc(slots + 1, 1);
+  int32_t effective[RB_MAX_REQS];
+  attention_oracle_step(run, effective);
+  const rb_batch *b = &run->batch;
+  for (int32_t r = 0; r < b->num_reqs; r++) {
+    for (int32_t i = 0; i < b->stride; i++) {
+      const int32_t id = b->block_table[(size_t)r * b->stride + i];
+      if (id < 0) continue;
+      for (int32_t o = 0; o < bs; o++) seen[(size_t)id * bs + o] |= position_seen(run, r, i * bs + o, effective);
+    }
+    for (int32_t p = 0; p < run->encoder_lens[r]; p++) /* cross attention: keys [0, encoder_lens[r]) */
+      seen[(size_t)run->cross_table[r * 64 + p / bs] * bs + p % bs] = true;
+  }
+  for (size_t s = 0; s < slots; s++) {
+    if (seen[s]) continue;
+    for (int32_t h = 0; h < H; h++)
+      for (int32_t d = 0; d < D; d++) {
+        oracle_store(run->key_cache0, c->cache_dtype, oracle_cache_index(&run->layer, bs, (int64_t)s, h, d, false),
+                     d % 2 ? NAN : -NAN);
+        oracle_store(run->value_cache0, c->cache_dtype, oracle_cache_index(&run->layer, bs, (int64_t)s, h, d, true),
+                     d % 2 ? NAN : -INFINITY);
+      }
+  }
+  free(seen);
+}
+
 void attention_run_free(attention_run *run) {
   uattn_plan_destroy(run->plan);
   free(run->q);

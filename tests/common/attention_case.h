@@ -53,6 +53,10 @@ typedef struct attention_run {
 /* Builds the batch, the plan and random inputs. */
 void attention_run_build(attention_run *run, const attention_case *c);
 void attention_run_free(attention_run *run);
+/* Fills every cache entry no query of the step can see (slots past a request's end, before its window,
+ * blocks no table holds) with NaN keys and NaN / -inf values: only what the step may read can matter, and
+ * a kernel that multiplies a masked value by its zero weight (0 x NaN) or scores a masked key shows. */
+void attention_run_poison_unseen(attention_run *run);
 /* Tensors over fresh copies of the caches and a fresh output (caller frees with attention_tensors_free). */
 uattn_tensors attention_tensors(const attention_run *run);
 void attention_tensors_free(uattn_tensors *t);
