@@ -22,10 +22,11 @@
  *
  * --decode: the decode kernel the forward runs on the bucket's shape (the bucket's; without --bucket, where
  * the default bucket was not generated, the generic avx2 set's: a few rows straight from the cache, every KV
- * head of a block a call, as the forward's all-heads unit) on 1, 2 and 4 rows of GQA 4, in ns per key and KV
- * head: hot (one block again and again), cold (a walk over a 256 MiB cache) and a plain read of the same walk,
- * interleaved. Hot against the FMA peak says how fast its compute is; the read against cold, what share of the
- * bandwidth it reaches; cold against hot + read, how much of the memory time it hides.
+ * head of a block a call on NHD, as the forward's all-heads unit, and a call a head on HND) on 1, 2 and 4 rows
+ * of GQA 4, in ns per key and KV head: hot (one block again and again), cold (a walk over a 256 MiB cache)
+ * and a plain read of the same walk, interleaved. Hot against the FMA peak says how fast its compute is; the
+ * read against cold, what share of the bandwidth it reaches; cold against hot + read, how much of the memory
+ * time it hides.
  *
  * --decode-layouts: that decode kernel's cold walk over the same blocks in three layouts (NHD in one call a
  * block, HND and a head-major layout with each head's keys then its values, one call a head), against a
@@ -334,7 +335,8 @@ static void decode_rows_free(decode_rows *d) { free(d->q), free(d->m), free(d->l
 
 typedef struct decode_case {
   const uattn_kernels *set; /* NULL: a plain read of the blocks the kernel would read, no compute */
-  const char *k, *v;        /* NHD cache: [blocks][block_keys][KV_HEADS][head_dim] */
+  const char *k, *v;        /* cache: [blocks][block_keys][KV_HEADS][head_dim] (NHD) or [blocks][KV_HEADS][..] */
+  bool hnd;                 /* the blocks as HND: a call a KV head (the forward's units on an HND cache) */
   long blocks;              /* 1: the same block each call (hot) */
   uattn_panel_job job;      /* every KV head's vectors, head after head */
   float *scratch;
@@ -356,15 +358,26 @@ static void run_decode(void *arg, long call) {
     read_block(c->k + off, c->v + off, c->sink);
     return;
   }
-  c->set->decode(&c->job, KV_HEADS, (size_t)c->job.rows * GROUP, cache_dtype, c->k + off, c->v + off,
-                 (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
+  const size_t hv = (size_t)c->job.rows * GROUP;
+  if (!c->hnd) {
+    c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, c->k + off, c->v + off, (size_t)KV_HEADS * head_dim, head_dim,
+                   c->scratch);
+    return;
+  }
+  const size_t head_keys = (size_t)block_keys * head_dim * uattn_dtype_size(cache_dtype);
+  for (int32_t g = 0; g < KV_HEADS; g++) {
+    const uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
+    c->set->decode(&h, 1, hv, cache_dtype, c->k + off + g * head_keys, c->v + off + g * head_keys, (size_t)head_dim, 0,
+                   c->scratch);
+  }
 }
 
-/* --decode: the set's decode kernel over every KV head of a 128-key bf16 block of an NHD cache (the forward's
- * all-heads unit), for 1, 2 and 4 rows of GQA 4: hot (the same block each call), cold (a walk over a 256 MiB
- * cache) and the plain read of the same walk. Cold against hot + read says how much of the memory time the
- * kernel hides behind its compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none)
- * the set (A) and B, hot and cold, and B's speedup. */
+/* --decode: the set's decode kernel over every KV head of a 128-key bf16 block, for 1, 2 and 4 rows of GQA 4,
+ * on an NHD cache (one call a block: the forward's all-heads unit) and on an HND one (a call a KV head, as the
+ * forward's units there): hot (the same block each call), cold (a walk over a 256 MiB cache) and the plain
+ * read of the same walk. Cold against hot + read says how much of the memory time the kernel hides behind its
+ * compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none) the set (A) and B, hot
+ * and cold, and B's speedup. */
 static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
   if (!uattn_decode_fits(set, block_keys, head_dim, GROUP) || (variant && !variant->decode)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n",
@@ -373,44 +386,46 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
   }
   const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
   char *k = random_cache(block * cold_blocks), *v = random_cache(block * cold_blocks);
-  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key %s NHD block a call; ns per key and KV head\n", which,
+  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key %s block; ns per key and KV head\n", which,
          variant ? " (A) against the variant's (B)" : ",", KV_HEADS, block_keys, uattn_dtype_name(cache_dtype));
   if (variant)
-    printf("  %-28s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
+    printf("  %-34s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
            "speedup [quartiles]");
   else
-    printf("  %-28s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
-  for (int32_t rows = 1; rows <= 4; rows *= 2) {
-    decode_rows d;
-    decode_rows_init(&d, rows);
-    const uattn_panel_job job = d.job;
-    float *scratch = d.scratch;
-    const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
-    char name[48];
-    snprintf(name, sizeof name, "%d row%s x %d heads (%2d vectors)", rows, rows > 1 ? "s" : "", GROUP, rows * GROUP);
-    if (variant) { /* A hot, B hot, A cold, B cold */
-      decode_case c[4] = {{set, k, v, 1, job, scratch, {0}},
-                          {variant, k, v, 1, job, scratch, {0}},
-                          {set, k, v, cold_blocks, job, scratch, {0}},
-                          {variant, k, v, cold_blocks, job, scratch, {0}}};
-      double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
-      time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
-      speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
-      printf("  %-28s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
-             sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
-             cold[2]);
-    } else {
-      decode_case c[3] = {{set, k, v, 1, job, scratch, {0}},
-                          {set, k, v, cold_blocks, job, scratch, {0}},
-                          {NULL, k, v, cold_blocks, job, scratch, {0}}};
-      double sec[3];
-      time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
-      printf("  %-28s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
-             100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
-             sec[1] / (sec[0] + sec[2]));
+    printf("  %-34s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
+  for (int hnd = 0; hnd < 2; hnd++)
+    for (int32_t rows = 1; rows <= 4; rows *= 2) {
+      decode_rows d;
+      decode_rows_init(&d, rows);
+      const uattn_panel_job job = d.job;
+      float *scratch = d.scratch;
+      const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
+      char name[48];
+      snprintf(name, sizeof name, "%s, %d row%s x %d heads (%2d vectors)", hnd ? "HND" : "NHD", rows,
+               rows > 1 ? "s" : "", GROUP, rows * GROUP);
+      if (variant) { /* A hot, B hot, A cold, B cold */
+        decode_case c[4] = {{set, k, v, hnd, 1, job, scratch, {0}},
+                            {variant, k, v, hnd, 1, job, scratch, {0}},
+                            {set, k, v, hnd, cold_blocks, job, scratch, {0}},
+                            {variant, k, v, hnd, cold_blocks, job, scratch, {0}}};
+        double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
+        time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
+        speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
+        printf("  %-34s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
+               sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
+               cold[2]);
+      } else {
+        decode_case c[3] = {{set, k, v, hnd, 1, job, scratch, {0}},
+                            {set, k, v, hnd, cold_blocks, job, scratch, {0}},
+                            {NULL, k, v, hnd, cold_blocks, job, scratch, {0}}};
+        double sec[3];
+        time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
+        printf("  %-34s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
+               100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
+               sec[1] / (sec[0] + sec[2]));
+      }
+      decode_rows_free(&d);
     }
-    decode_rows_free(&d);
-  }
   if (variant)
     printf(
         "\n  speedup: B's, the median of the runs' (A's time over B's; above 1: B is faster), and their quartiles\n");
