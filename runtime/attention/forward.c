@@ -1009,11 +1009,14 @@ PART_FN void merge_tile(const step_ctx *c) {
 
 /* ---- the call ---------------------------------------------------------------------------------------- */
 
-/* One forward call, shared by its workers. Work units are (item, KV head, split) triples, handed out
- * largest item first (an item is a request, or a prefix run of decodes: plan/schedule.h); a
- * unit writes only its own rows and heads, or, for a split of a long decode, its own slot of partial
- * states, which a second pass merges in split order. Items and splits are the plan's, so the answer does
- * not depend on which worker runs a unit, or on how many workers there are. */
+/* One forward call, shared by its workers. Work units are (item, piece, KV head) triples, handed out
+ * largest item first (an item is a request, or a prefix run of decodes: plan/schedule.h); an item's pieces
+ * are its splits (a long decode's key ranges) or its row tiles (a prompt of more than one tile, each tile
+ * a unit: a prefill on one KV head, an MQA model's or a tensor-parallel rank's, no longer runs on one
+ * worker). A unit writes only its own rows and heads, or, for a split, its own slot of partial states,
+ * which a second pass merges in split order. Items and splits are the plan's, and each tile computes
+ * alone (its states cleared, its rows merged into out at its end) as it did in its item's loop, so the
+ * answer does not depend on which worker runs a unit, or on how many workers there are. */
 typedef struct forward_job {
   uattn_schedule sched;
   const uattn_layer *L;
@@ -1031,8 +1034,9 @@ typedef struct forward_job {
   atomic_int next_unit;
   atomic_int out_of_memory;
   atomic_llong part_calls[UATTN_NUM_PARTS], decode_calls[UATTN_NUM_PARTS];
-  int32_t max_workers; /* workers that take units (a tuning file may ask for fewer than the runtime has) */
-  int32_t head_group;  /* KV heads an all-heads unit takes (all_heads_group) */
+  int32_t max_workers;  /* workers that take units (a tuning file may ask for fewer than the runtime has) */
+  int32_t head_group;   /* KV heads an all-heads unit takes (all_heads_group) */
+  int32_t *piece_begin; /* [num_items + 1]: item pos's pieces are [piece_begin[pos], piece_begin[pos + 1]) */
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
@@ -1041,7 +1045,7 @@ static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
 static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
   const int32_t Hkv = job->L->num_kv_heads, n = job->num_nodes;
   const int32_t heads = Hkv / n + (node < Hkv % n); /* g = node, node + n, ... */
-  if (heads == 0 || j >= job->sched.split_begin[job->sched.num_items] * heads) return -1;
+  if (heads == 0 || j >= job->piece_begin[job->sched.num_items] * heads) return -1;
   return (j / heads) * Hkv + node + (j % heads) * n;
 }
 
@@ -1065,20 +1069,24 @@ static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_h
 }
 
 /* First pass: every worker gets its scratch before anything is written, so a failure changes nothing.
- * Worker 0's also holds the split slots, which every worker writes. Each worker reserves its own (a fresh
- * page is first touched on its NUMA node), in a run of its own only where one must grow (other_scratch_fits):
- * otherwise the caller, worker 0, reserves its own alone, and sleeping workers are not woken for nothing
- * (tens of microseconds a forward on a VM). */
+ * Worker 0's also holds the split slots, which every worker writes, and piece_begin. Each worker reserves
+ * its own (a fresh page is first touched on its NUMA node), in a run of its own only where one must grow
+ * (other_scratch_fits): otherwise the caller, worker 0, reserves its own alone, and sleeping workers are not
+ * woken for nothing (tens of microseconds a forward on a VM). */
 static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
   forward_job *job = ctx;
   const size_t slots = (size_t)job->sched.split_slot[job->sched.num_items] * job->L->num_kv_heads;
-  const size_t bytes = job->scratch_bytes + (worker == 0 ? slots * job->split_floats * sizeof(float) : 0);
+  const size_t split_bytes = slots * job->split_floats * sizeof(float);
+  const size_t bytes =
+      job->scratch_bytes + (worker == 0 ? split_bytes + sizeof(int32_t) * ((size_t)job->sched.num_items + 1) : 0);
   char *p = uattn_worker_scratch(job->rt, worker, bytes);
-  if (!p)
+  if (!p) {
     atomic_store(&job->out_of_memory, 1);
-  else if (worker == 0)
+  } else if (worker == 0) {
     job->splits = (float *)(p + job->scratch_bytes);
+    job->piece_begin = (int32_t *)(p + job->scratch_bytes + split_bytes);
+  }
 }
 
 /* Whether every worker but the caller already has its scratch (reserve_scratch would not grow it). */
@@ -1182,9 +1190,10 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
   return c;
 }
 
-/* Rows of the item's requests [first, end) on KV head g, tile by tile. */
-static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first,
-                     int32_t end) {
+/* Rows of the item's requests [first, end) on KV head g: the tile of rows from qs + tile * w->tile, or with
+ * tile -1 every tile in turn. */
+static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int32_t split, int32_t first, int32_t end,
+                     int32_t tile) {
   const uattn_plan_info *in = job->sched.info;
   const uattn_layer *L = job->L;
   const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
@@ -1193,7 +1202,8 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   const bool causal = L->attn_type != UATTN_ATTENTION_ENCODER_DECODER && end - first == 1 &&
                       (L->attn_type != UATTN_ATTENTION_DECODER || in->is_prompt[first]);
   const bool rescale = causal && uattn_dtype_is_fp8(L->cache_dtype);
-  for (int32_t row0 = qs; row0 < qe; row0 += w->tile) {
+  const int32_t from = tile < 0 ? qs : qs + tile * w->tile, to = tile < 0 ? qe : from + 1;
+  for (int32_t row0 = from; row0 < to; row0 += w->tile) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
     begin_tile(job, &c, causal ? L->scale : cache_score_scale(L), !causal || c.num_computed > 0);
     if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
@@ -1246,16 +1256,31 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
          rows * L->num_kv_heads <= job->shape.slots;
 }
 
-/* The step's (item, split) pairs that run as all-heads units (*all), and its other units, one a KV head
+/* The row tiles of item pos that are units of their own: a lone request's (a prompt longer than a tile,
+ * or any request under a causal width below its rows); 1 for an all-heads item and for a prefix run, whose
+ * unit takes its tiles in turn. */
+static int32_t item_tiles(const forward_job *job, int32_t pos) {
+  if (job->sched.item_reqs[pos] != 1 || all_heads_item(job, pos)) return 1;
+  const uattn_plan_info *in = job->sched.info;
+  const int32_t r = job->sched.item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
+  return rows > job->shape.tile ? (rows + job->shape.tile - 1) / job->shape.tile : 1;
+}
+
+/* Item pos's pieces: its splits times its tiles (both above 1 only where a causal width below a split
+ * decode's few rows tiles it). */
+static int32_t item_pieces(const forward_job *job, int32_t pos) {
+  return (job->sched.split_begin[pos + 1] - job->sched.split_begin[pos]) * item_tiles(job, pos);
+}
+
+/* The step's (item, piece) pairs that run as all-heads units (*all), and its other units, one a KV head
  * (*other). */
 static void count_units(const forward_job *job, int32_t *all, int32_t *other) {
   *all = *other = 0;
   for (int32_t pos = 0; pos < job->sched.num_items; pos++) {
-    const int32_t splits = job->sched.split_begin[pos + 1] - job->sched.split_begin[pos];
     if (all_heads_item(job, pos))
-      *all += splits;
+      *all += item_pieces(job, pos);
     else
-      *other += splits * job->L->num_kv_heads;
+      *other += item_pieces(job, pos) * job->L->num_kv_heads;
   }
 }
 
@@ -1282,9 +1307,10 @@ static int32_t working_units(const forward_job *job) {
   return other + all * (job->L->num_kv_heads / job->head_group);
 }
 
-/* Unit u: the item's position (by cost), the KV head and the split it stands for. */
-static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split) {
-  const int32_t *begin = job->sched.split_begin, x = u / job->L->num_kv_heads;
+/* Unit u: the item's position (by cost), the KV head, and the split and tile it stands for (tile -1: the
+ * item's every tile). An item's last tile, the one that sees the most keys, goes first. */
+static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv_head, int32_t *split, int32_t *tile) {
+  const int32_t *begin = job->piece_begin, x = u / job->L->num_kv_heads;
   int32_t lo = 0, hi = job->sched.num_items; /* the last pos with begin[pos] <= x */
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
@@ -1293,26 +1319,28 @@ static void unit_of(const forward_job *job, int32_t u, int32_t *pos, int32_t *kv
     else
       hi = mid;
   }
+  const int32_t tiles = item_tiles(job, lo), piece = x - begin[lo];
   *pos = lo;
   *kv_head = u % job->L->num_kv_heads;
-  *split = x - begin[lo];
+  *split = piece / tiles;
+  *tile = tiles > 1 ? tiles - 1 - piece % tiles : -1;
 }
 
 static void run_unit(forward_job *job, workspace *w, int32_t unit) {
   const uattn_schedule *sched = &job->sched;
-  int32_t pos, g, split;
-  unit_of(job, unit, &pos, &g, &split);
+  int32_t pos, g, split, tile;
+  unit_of(job, unit, &pos, &g, &split, &tile);
   const int32_t first = sched->item_first[pos], end = first + sched->item_reqs[pos];
   if (all_heads_item(job, pos)) {
     if (g % job->head_group == 0) run_all_heads(job, w, pos, split, first, g); /* the group's other units: here */
     return;
   }
   if (job->L->attn_type == UATTN_ATTENTION_DECODER) {
-    run_rows(job, w, pos, g, split, first, end);
+    run_rows(job, w, pos, g, split, first, end, tile);
     return;
   }
   /* groups serve decoder self-attention; other types take the group's requests one at a time */
-  for (int32_t r = first; r < end; r++) run_rows(job, w, pos, g, split, r, r + 1);
+  for (int32_t r = first; r < end; r++) run_rows(job, w, pos, g, split, r, r + 1, tile);
 }
 
 static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
@@ -1438,6 +1466,9 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
                       job.scratch_bytes);
   }
 
+  job.piece_begin[0] = 0;
+  for (int32_t pos = 0; pos < sched.num_items; pos++)
+    job.piece_begin[pos + 1] = job.piece_begin[pos] + item_pieces(&job, pos);
   /* the cache first: a decode row reads its own new key back from it */
   if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
   if (working_units(&job) <= 1)

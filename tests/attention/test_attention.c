@@ -125,6 +125,11 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
       {"threads: NHD decodes, bf16", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 67},
       {"threads: NHD decodes, f16, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
        68},
+      /* one KV head: a prompt's row tiles (causal width) are units of their own (forward.c's item_tiles) */
+      {"threads: MQA prefills in tiles", BATCH_PREFILL, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 16, 69},
+      {"threads: MQA mixed in tiles, window", BATCH_MIXED, 16, 8, 1, 64, F32, F32, HND, DEC, 0, 40, 1, 0, 0, 24, 70},
+      {"threads: MQA verifications in tiles, split-K", BATCH_SPEC_DECODE, 16, 8, 1, 64, F32, F32, NHD, DEC, 0, 0, 0, 0,
+       0, 3, 71, 100, 200},
       /* clang-format off */
       {"threads: TILED shared prefix, fp8", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, UATTN_FP8_E4M3, TILED, DEC, 0, 0, 0, 1,
        2, 0, 66, 0, 0, 0.5f, 3.0f},
@@ -170,6 +175,9 @@ Test(attention, split_k_decodes, .timeout = 300) {
        100, 200},
       {"split-K shared prefix, chunked, TILED", BATCH_SHARED_PREFIX, 32, 8, 1, 128, F16, F16, TILED, DEC, 0, 40, 0, 0,
        2, 0, 78, 128, 96},
+      /* verifications of up to 8 rows in tiles of 3 (causal width): each (split, tile) a unit of its own */
+      {"split-K spec decode in tiles, MQA", BATCH_SPEC_DECODE, 16, 8, 1, 64, F32, F32, NHD, DEC, 0, 0, 1, 0, 0, 3, 79,
+       100, 200},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     attention_run run;
