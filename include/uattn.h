@@ -481,7 +481,9 @@ typedef struct uattn_layer {
   uattn_attention_type attn_type;
   const float *sinks;        /* optional [num_q_heads]: a logit that enters each head's denominator only */
   const float *alibi_slopes; /* optional [num_q_heads]: score += slope * (key position - query position) */
-  int32_t causal_width;      /* query rows per causal slice (the seed's 512); 0 = 512 */
+  int32_t causal_width;      /* query rows per tile (the seed's causal slice); 0 = 64 x num_kv_heads, at most
+                              * the seed's 512 (fewer KV heads: smaller tiles, so a prompt is work for
+                              * several workers; forward.c's default_query_tile says what it was chosen on) */
   int32_t chunk_size;        /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
    * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU
@@ -912,7 +914,7 @@ typedef struct uattn_tuning_entry {
   int32_t head_dim;        /* 1..UATTN_TUNING_MAX_HEAD_DIM */
   uattn_dtype cache_dtype; /* of the KV caches */
   int32_t chunk_size;      /* uattn_layer.chunk_size: shared blocks per online-merge chunk, 0 = whole */
-  int32_t query_tile;      /* uattn_layer.causal_width: query rows per tile, 0 = 512 */
+  int32_t query_tile;      /* uattn_layer.causal_width: query rows per tile, 0 = its default */
   int32_t split_min_keys;  /* uattn_plan_config.split_min_keys, >= 0 (0 = 8192) */
   int32_t split_keys;      /* uattn_plan_config.split_keys, >= 0 (0 = 4096) */
   int32_t num_threads;     /* workers a call of this bucket runs on, 0..UATTN_RUNTIME_MAX_THREADS, 0 = all */

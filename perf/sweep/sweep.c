@@ -34,7 +34,7 @@ static void usage(FILE *f) {
       "is at least --min-gain faster; the winner is then timed against the defaults and kept only when it is\n"
       "--min-gain faster there too:\n"
       "  threads      workers of the runtime (uattn_runtime_config.num_threads; default 0: all, one per core)\n"
-      "  query_tile   query rows per tile (uattn_layer.causal_width; default 0: 512)\n"
+      "  query_tile   query rows per tile (uattn_layer.causal_width; default 0: 64 a KV head, at most 512)\n"
       "  chunk_size   shared blocks per online-merge chunk (uattn_layer.chunk_size; default 0: whole)\n"
       "  split        split-K for long decodes, split_min_keys/split_keys (uattn_plan_config; default 0:\n"
       "               8192/4096)\n"
@@ -427,7 +427,7 @@ typedef struct bucket_result {
 } bucket_result;
 
 /* The defaults are 0 in a config and a tuning file; they are shown as what they stand for. */
-static const char *const default_labels[NUM_TUNABLES] = {"all", "512", "whole", "8192/4096"};
+static const char *const default_labels[NUM_TUNABLES] = {"all", "auto", "whole", "8192/4096"};
 
 static void value_label(const options *o, int t, int index, char *buf, size_t cap) {
   if (index == 0)

@@ -47,9 +47,9 @@
 #include "threads/pool.h"
 #include "tuning/tuning.h"
 
-#define UATTN_DEFAULT_CAUSAL_WIDTH 512
-#define UATTN_MAX_NODES 16      /* NUMA nodes the work handout distinguishes; more share queues */
-#define UATTN_MAX_HEAD_DIM 4096 /* validate_layer's bound, which sizes the per-row buffers on the stack */
+#define UATTN_SEED_CAUSAL_WIDTH 512 /* the seed's query rows per causal slice */
+#define UATTN_MAX_NODES 16          /* NUMA nodes the work handout distinguishes; more share queues */
+#define UATTN_MAX_HEAD_DIM 4096     /* validate_layer's bound, which sizes the per-row buffers on the stack */
 
 uattn_layer uattn_layer_default(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, uattn_dtype dtype) {
   uattn_layer l;
@@ -410,10 +410,24 @@ static uattn_part kernel_part(int acc) {
   return acc == ACC_CAUSAL ? UATTN_PART_CAUSAL : acc == ACC_UNIQUE ? UATTN_PART_UNIQUE : UATTN_PART_SHARED;
 }
 
+/* Query rows per tile where the layer leaves causal_width at 0: the seed's 512 on 8 KV heads or more, 64 a
+ * KV head below (Falcon-7B's one: 64; Qwen2-7B's four: 256). A prompt is a unit a (tile, KV head), so 512
+ * rows made a 512-token chunk one unit on a model with one KV head, one worker's work; 64 x Hkv makes it 8
+ * units whatever the heads, and a tile's queries and states (5 x rows x group x head_dim floats, 9 MB for
+ * Falcon's 512 rows) stay nearer the core's L2. uattn-bench --scenario prefill, 3 rounds alternated, the
+ * tile set through a tuning file, 2-vCPU Zen 4 (AVX2 kernels), against 512: Llama-3-70B TP8 and Falcon-7B
+ * chunked-prefill 512/8k 0.83-1.00x on one thread, 0.40-0.58x on two; prefill 2048 0.88-1.01x and
+ * 0.81-1.04x (64 and 128 alike); Qwen2-7B at 256 0.83-1.10x and 0.56-1.02x. On 8 KV heads (Llama-3-8B,
+ * Gemma-2-9B) 128 and 256 were level with 512 within the noise (0.79-1.10x), so 512 stays there. */
+static int32_t default_query_tile(const uattn_layer *L) {
+  const int32_t tile = 64 * L->num_kv_heads;
+  return tile < UATTN_SEED_CAUSAL_WIDTH ? tile : UATTN_SEED_CAUSAL_WIDTH;
+}
+
 static void workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k,
                             bool cp) {
   w->kern = k;
-  w->tile = L->causal_width > 0 ? L->causal_width : UATTN_DEFAULT_CAUSAL_WIDTH;
+  w->tile = L->causal_width > 0 ? L->causal_width : default_query_tile(L);
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
   w->slots = w->tile;
   if (all_heads_layout(L, k, in->block_size) && L->num_kv_heads * all_heads_max_rows(L) > w->slots)
