@@ -111,7 +111,7 @@ BF16_INLINE void transpose16_32(v16i a[16]) {
   for (int j = 0; j < 16; j++) a[j] = t[j];
 }
 
-/* 32 dims of a row from p as bf16, in order: bf16 codes, or (tab: fp8_bf16_tables') fp8 ones widened exactly */
+/* 32 dims of a row from p as bf16, in order: bf16 codes, or (tab: fp8_bf16_table's) fp8 ones widened exactly */
 BF16_INLINE v16i bf16_dims32(const uint8_t *tab, const char *p) {
   if (!tab) return v16i_load(p);
   v16i a, b; /* b: codes 32-63, zeros here, unused */
@@ -119,7 +119,7 @@ BF16_INLINE v16i bf16_dims32(const uint8_t *tab, const char *p) {
   return a;
 }
 
-/* bf16_load_body for bf16 or fp8 rows (tab: fp8_bf16_tables') of a head dim that is a multiple of 32, in zmm,
+/* bf16_load_body for bf16 or fp8 rows (tab: fp8_bf16_table's) of a head dim that is a multiple of 32, in zmm,
  * without staging: 16 keys at a time, each 32 dims of the 16 rows (16 pairs; fp8 codes widened by
  * v16i_fp8_widen_in_order's lookups) one 16 x 16 transpose of pairs into 16 key-pair lines, and each two value
  * rows' 32 dims interleaved into pairs by two vpermt2w: the same panels as the staged path, an fp8 NaN
@@ -178,9 +178,7 @@ BF16_INLINE void bf16_load_body(uattn_dtype t, const void *k_src, const void *v_
     return;
   }
   if (uattn_dtype_is_fp8(t) && D % 32 == 0) {
-    _Alignas(64) uint8_t tab[256];
-    fp8_bf16_tables(t, tab);
-    bf16_load_rows_zmm(tab, k_src, v_src, step, count, D, P, Dv, kp, vp);
+    bf16_load_rows_zmm(fp8_bf16_table(t), k_src, v_src, step, count, D, P, Dv, kp, vp);
     return;
   }
 #endif

@@ -441,9 +441,8 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
   const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
-  _Alignas(64) uint8_t tab[256];
+  const uint8_t *tab = fp8 ? fp8_bf16_table(t) : NULL;
   if (fp8) {
-    fp8_bf16_tables(t, tab);
     /* the query pairs in a widened key row's order: lane 4 j + m of each 16 is pair 8 j + m, then 8 j + 4 + m
      * (v16i_fp8_widen), which is unpack32_to's order of 32 elements */
     unpack32_apply((float *)q, heads * n * (D / 2), unpack32_to);

@@ -359,9 +359,7 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
     tiled_fused(job, &s, &src, NULL, q, S, D);
     return;
   }
-  _Alignas(64) uint8_t tab[256];
-  fp8_bf16_tables(t, tab);
-  tiled_fused(job, &s, &src, tab, q, S, D);
+  tiled_fused(job, &s, &src, fp8_bf16_table(t), q, S, D);
 }
 
 #endif

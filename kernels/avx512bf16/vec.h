@@ -58,7 +58,7 @@ BF16_INLINE __m256i v16_pairs_bf16(v16 x) { return (__m256i)_mm512_cvtneps_pbh(x
 BF16_INLINE v16i v16i_unpacklo8(v16i a, v16i b) { return _mm512_unpacklo_epi8(a, b); }
 BF16_INLINE v16i v16i_unpackhi8(v16i a, v16i b) { return _mm512_unpackhi_epi8(a, b); }
 /* 64 fp8 codes (bytes of x) as bf16, by two vpermi2b lookups on the 7-bit magnitude (vpermi2b ignores index
- * bit 7) into tab (fp8_bf16_tables: the low bytes, then the high bytes, 128 each), the sign OR'd into the
+ * bit 7) into tab (fp8_bf16_table: the low bytes, then the high bytes, 128 each), the sign OR'd into the
  * high byte, the bytes then unpacked within each 128-bit lane: *a holds codes 16 j + [0, 8) of lane j, *b
  * codes 16 j + [8, 16), as pairs (lane 4 j + m of *a: codes 16 j + 2 m, + 1; of *b: 16 j + 8 + 2 m, + 1). */
 BF16_INLINE void v16i_fp8_widen(v16i x, const uint8_t *tab, v16i *a, v16i *b) {
@@ -225,14 +225,46 @@ BF16_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
   for (; i < n; i += 2) out[i / 2] = pair_bf16(a[i], a[i + 1]);
 }
 
-/* The tables of v16i_fp8_widen for fp8 dtype t: the low bytes of the bf16 of each magnitude code, then the
- * high bytes (every fp8 value is exact in bf16: 3 or 2 mantissa bits, exponents and subnormals within bf16's
- * normal range; NaN stays NaN, E5M2's infinities infinities). */
-static inline void fp8_bf16_tables(uattn_dtype t, uint8_t tab[256]) {
-  for (int c = 0; c < 128; c++) {
-    const uint16_t h = uattn_f32_to_bf16(uattn_fp8_to_f32(t, (uint8_t)c));
-    tab[c] = (uint8_t)h, tab[128 + c] = (uint8_t)(h >> 8);
-  }
+/* The tables of v16i_fp8_widen: the low bytes of the bf16 of each fp8 magnitude code c (0-127), then the high
+ * bytes. Every fp8 value is exact in bf16 (3 or 2 mantissa bits; exponents and subnormals within bf16's normal
+ * range), so each entry is a constant expression of c, as convert.c's fp32 tables are: data from the start,
+ * where building them in each decode call (128 conversions, 40 ns on a Zen 3 core) cost 4% of an HND call
+ * (one head's 32 KB of a 128-key fp8 block: about 1 us at 35 GB/s).
+ *   E4M3 (bias 7): e = 1..15: exponent e + 120, mantissa m << 4; e = 0: m * 2^-9; S.1111.111 NaN (0x7fc0).
+ *   E5M2 (bias 15): e = 1..30: exponent e + 112, mantissa m << 5; e = 0: m * 2^-16; e = 31: inf (m = 0),
+ *   else NaN. A subnormal m * 2^-s is 2^lg(m) * (m / 2^lg(m)): exponent 127 - s + lg(m), mantissa m's bits
+ *   below its leading one. The test avx512bf16_fp8_widening_is_exact_for_every_code holds them to convert.h. */
+#define FP8_LG(m) ((m) >= 4 ? 2 : (m) >= 2 ? 1 : 0)
+#define FP8_SUB_BF16(m, s) ((m) ? (127 - (s) + FP8_LG(m)) << 7 | (((m) << (7 - FP8_LG(m))) & 0x7f) : 0)
+#define E4M3_BF16(c) ((c) == 0x7f ? 0x7fc0 : (c) >> 3 ? (((c) >> 3) + 120) << 7 | ((c)&7) << 4 : FP8_SUB_BF16((c)&7, 9))
+#define E5M2_BF16(c)                                                                                                   \
+  ((c) >> 2 == 31 ? ((c)&3 ? 0x7fc0 : 0x7f80)                                                                          \
+   : (c) >> 2     ? (((c) >> 2) + 112) << 7 | ((c)&3) << 5                                                             \
+                  : FP8_SUB_BF16((c)&3, 16))
+#define FP8_LO(F, c) (uint8_t)(F(c) & 0xff)
+#define FP8_HI(F, c) (uint8_t)(F(c) >> 8)
+#define FP8_BYTES4(B, F, c) B(F, c), B(F, (c) + 1), B(F, (c) + 2), B(F, (c) + 3)
+#define FP8_BYTES16(B, F, c)                                                                                           \
+  FP8_BYTES4(B, F, c), FP8_BYTES4(B, F, (c) + 4), FP8_BYTES4(B, F, (c) + 8), FP8_BYTES4(B, F, (c) + 12)
+#define FP8_BYTES64(B, F, c)                                                                                           \
+  FP8_BYTES16(B, F, c), FP8_BYTES16(B, F, (c) + 16), FP8_BYTES16(B, F, (c) + 32), FP8_BYTES16(B, F, (c) + 48)
+#define FP8_TABLE(F)                                                                                                   \
+  FP8_BYTES64(FP8_LO, F, 0), FP8_BYTES64(FP8_LO, F, 64), FP8_BYTES64(FP8_HI, F, 0), FP8_BYTES64(FP8_HI, F, 64)
+static const uint8_t fp8_bf16_e4m3[256] __attribute__((aligned(64))) = {FP8_TABLE(E4M3_BF16)};
+static const uint8_t fp8_bf16_e5m2[256] __attribute__((aligned(64))) = {FP8_TABLE(E5M2_BF16)};
+#undef FP8_LG
+#undef FP8_SUB_BF16
+#undef E4M3_BF16
+#undef E5M2_BF16
+#undef FP8_LO
+#undef FP8_HI
+#undef FP8_BYTES4
+#undef FP8_BYTES16
+#undef FP8_BYTES64
+#undef FP8_TABLE
+/* v16i_fp8_widen's table for fp8 dtype t */
+static inline const uint8_t *fp8_bf16_table(uattn_dtype t) {
+  return t == UATTN_FP8_E4M3 ? fp8_bf16_e4m3 : fp8_bf16_e5m2;
 }
 
 /* n floats rounded to bf16 in place (P kept as floats for a P V in fp32 FMAs, avx512/decode.h's). */

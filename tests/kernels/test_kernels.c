@@ -1251,7 +1251,7 @@ Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = 300
  * widening) on random bits, shapes and strides, every dtype the set loads: the same panel buffers, 16 bits at
  * a time, canary included (set's load of bf16 and fp8 rows at whole 32s of dims is its own zmm transpose). An
  * fp8 NaN need only stay a NaN of the same sign: the staged path widens an fp8 NaN by F16C, the zmm one by
- * fp8_bf16_tables (0x7ff0 and 0x7fc0 for E4M3's). fixed_D, fixed_dtype: a bucket's (0 / -1: random). */
+ * fp8_bf16_table (0x7ff0 and 0x7fc0 for E4M3's). fixed_D, fixed_dtype: a bucket's (0 / -1: random). */
 static void check_load_against_twin(const uattn_kernels *set, const char *what, int32_t fixed_D, int fixed_dtype,
                                     int iters, uint64_t seed) {
   static const uattn_dtype dtypes[] = {UATTN_BF16, UATTN_F32, UATTN_F16, UATTN_FP8_E4M3, UATTN_FP8_E5M2};
@@ -1343,8 +1343,7 @@ Test(kernels, avx512bf16_fp8_widening_is_exact_for_every_code) {
   need_avx2();
 #if defined(__x86_64__)
   for (int t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
-    _Alignas(64) uint8_t tab[256];
-    fp8_bf16_tables((uattn_dtype)t, tab);
+    const uint8_t *tab = fp8_bf16_table((uattn_dtype)t);
     for (int shift = 0; shift < 256; shift++) {
       uint8_t src[64];
       uint16_t out[64];
