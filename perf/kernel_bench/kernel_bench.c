@@ -351,25 +351,35 @@ static void read_block(const char *k, const char *v, float *sink) {
   overlap_read(v, n, sink);
 }
 
-static void run_decode(void *arg, long call) {
-  decode_case *c = arg;
-  const size_t off = walk_offset(c->blocks, call);
-  if (!c->set) {
-    read_block(c->k + off, c->v + off, c->sink);
-    return;
-  }
-  const size_t hv = (size_t)c->job.rows * GROUP;
-  if (!c->hnd) {
-    c->set->decode(&c->job, KV_HEADS, hv, cache_dtype, c->k + off, c->v + off, (size_t)KV_HEADS * head_dim, head_dim,
-                   c->scratch);
+/* The set's decode kernel over every KV head of the block at k, v as the forward calls it, each call told
+ * where the next one reads (uattn_panel_job.next_k): on NHD one call (told the next block, next_k / next_v);
+ * on HND a call a head (forward.c: decode_hnd_heads), each told the next head's rows, the last the next
+ * block's first head's. */
+static void decode_block(const uattn_kernels *set, bool hnd, const uattn_panel_job *job, const char *k, const char *v,
+                         const char *next_k, const char *next_v, float *scratch) {
+  const size_t hv = (size_t)job->rows * GROUP;
+  if (!hnd) {
+    uattn_panel_job all = *job;
+    all.next_k = next_k, all.next_v = next_v;
+    set->decode(&all, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, scratch);
     return;
   }
   const size_t head_keys = (size_t)block_keys * head_dim * uattn_dtype_size(cache_dtype);
   for (int32_t g = 0; g < KV_HEADS; g++) {
-    const uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
-    c->set->decode(&h, 1, hv, cache_dtype, c->k + off + g * head_keys, c->v + off + g * head_keys, (size_t)head_dim, 0,
-                   c->scratch);
+    uattn_panel_job h = uattn_decode_head_job(job, g, hv);
+    const bool last = g + 1 == KV_HEADS;
+    h.next_k = last ? next_k : k + (g + 1) * head_keys, h.next_v = last ? next_v : v + (g + 1) * head_keys;
+    set->decode(&h, 1, hv, cache_dtype, k + g * head_keys, v + g * head_keys, (size_t)head_dim, 0, scratch);
   }
+}
+
+static void run_decode(void *arg, long call) {
+  decode_case *c = arg;
+  const size_t off = walk_offset(c->blocks, call), next = walk_offset(c->blocks, call + 1);
+  if (!c->set)
+    read_block(c->k + off, c->v + off, c->sink);
+  else
+    decode_block(c->set, c->hnd, &c->job, c->k + off, c->v + off, c->k + next, c->v + next, c->scratch);
 }
 
 /* --decode: the set's decode kernel over every KV head of a 128-key bf16 block, for 1, 2 and 4 rows of GQA 4,
@@ -464,17 +474,14 @@ static void run_layout(void *arg, long call) {
   layout_case *c = arg;
   const size_t esz = uattn_dtype_size(cache_dtype), half = (size_t)block_keys * KV_HEADS * head_dim * esz;
   const char *k = c->kv + 2 * walk_offset(c->blocks, call), *v = k + half;
-  const size_t head_keys = (size_t)block_keys * head_dim * esz, hv = (size_t)c->job.rows * GROUP;
+  const char *next = c->kv + 2 * walk_offset(c->blocks, call + 1); /* the next call's block */
+  const size_t hv = (size_t)c->job.rows * GROUP;
   switch (c->layout) {
-  case LAYOUT_NHD: { /* told the next call's block, as the forward tells it */
-    uattn_panel_job job = c->job;
-    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + half;
-    c->set->decode(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, c->scratch);
-    return;
-  }
+  case LAYOUT_NHD:
+  case LAYOUT_HND: decode_block(c->set, c->layout == LAYOUT_HND, &c->job, k, v, next, next + half, c->scratch); return;
   case LAYOUT_TILED: { /* told the next call's block, as the forward tells it */
     uattn_panel_job job = c->job;
-    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + half;
+    job.next_k = next, job.next_v = next + half;
     c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim,
                          (size_t)UATTN_TILED_KEYS * head_dim, c->scratch);
     return;
@@ -482,26 +489,22 @@ static void run_layout(void *arg, long call) {
   case LAYOUT_TILED_KV: { /* the strides of both caches doubled, the values a head's share after the keys */
     uattn_panel_job job = c->job;
     const size_t share = (size_t)UATTN_TILED_KEYS * head_dim * esz;
-    job.next_k = c->kv + 2 * walk_offset(c->blocks, call + 1), job.next_v = (const char *)job.next_k + share;
+    job.next_k = next, job.next_v = next + share;
     c->set->decode_tiled(&job, KV_HEADS, hv, cache_dtype, k, k + share,
                          2 * (size_t)KV_HEADS * UATTN_TILED_KEYS * head_dim, 2 * (size_t)UATTN_TILED_KEYS * head_dim,
                          c->scratch);
     return;
   }
   case LAYOUT_READ: read_block(k, v, c->sink); return;
-  case LAYOUT_HND:
-  case LAYOUT_HEAD_KV:
+  case LAYOUT_HEAD_KV: { /* no hints: the layout is one ascending stream */
+    const size_t head_keys = (size_t)block_keys * head_dim * esz;
     for (int32_t g = 0; g < KV_HEADS; g++) {
-      uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
-      const char *kg = c->layout == LAYOUT_HND ? k + g * head_keys : k + 2 * g * head_keys;
-      const char *vg = c->layout == LAYOUT_HND ? v + g * head_keys : kg + head_keys;
-      if (c->layout == LAYOUT_HND) { /* the next call's rows: the next head's, past the last the next block's */
-        h.next_k = g + 1 < KV_HEADS ? kg + head_keys : c->kv + 2 * walk_offset(c->blocks, call + 1);
-        h.next_v = (const char *)h.next_k + half;
-      }
-      c->set->decode(&h, 1, hv, cache_dtype, kg, vg, (size_t)head_dim, 0, c->scratch);
+      const uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
+      const char *kg = k + 2 * g * head_keys;
+      c->set->decode(&h, 1, hv, cache_dtype, kg, kg + head_keys, (size_t)head_dim, 0, c->scratch);
     }
     return;
+  }
   }
 }
 
