@@ -887,11 +887,39 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
   return u->block_start >= c->key_lo && u->block_start < c->key_hi ? u->block : -1;
 }
 
-static void decode_unique_block(const step_ctx *c, int32_t row, int32_t k) {
+/* How many of the row's unique blocks from its k-th one decode call takes: on an NHD cache, a run of blocks
+ * that follow each other in the cache (ids and positions consecutive: one stretch of slots) and that the row
+ * sees whole but for the last, up to UATTN_DECODE_MAX_KEYS keys; else 1. The decode kernel's fixed cost a
+ * call (the query vectors and outputs put into its order and back, each vector's softmax steps) is then paid
+ * once a run: on 16-key blocks it was a third of a call (README, Performance: block size). Which blocks run
+ * together depends on the block table alone, so the answer does not depend on the threads. */
+static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k) {
+  if (c->cache.layout != UATTN_LAYOUT_NHD) return 1;
+  const uattn_unique_block *u = c->in->unique_blocks;
+  const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
+  int32_t m = 1;
+  while ((m + 1) * bs <= UATTN_DECODE_MAX_KEYS && k + m < end && u[k + m].block == u[k].block + m &&
+         u[k + m].block_start == u[k].block_start + m * bs && u[k + m].block_start < c->key_hi &&
+         context_usage(c, row, u[k + m - 1].block_start) == bs)
+    m++;
+  return m;
+}
+
+/* The keys a row sees of a run of `blocks` blocks from block_start (unique_run): the whole of all but the last. */
+static int32_t run_usage(const step_ctx *c, int32_t row, int32_t block_start, int32_t blocks) {
+  const int32_t bs = c->in->block_size;
+  return (blocks - 1) * bs + context_usage(c, row, block_start + (blocks - 1) * bs);
+}
+
+/* The decode kernel on the row's unique blocks from its k-th, a run of them (unique_run) in one call; returns
+ * how many it took. */
+static int32_t decode_unique_run(const step_ctx *c, int32_t row, int32_t k) {
   const uattn_unique_block *u = &c->in->unique_blocks[k];
-  c->w->visible[tile_slot(c, row)] = context_usage(c, row, u->block_start);
-  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, c->in->block_size, 1,
-                    next_unique_block(c, row, k));
+  const int32_t blocks = unique_run(c, row, k);
+  c->w->visible[tile_slot(c, row)] = run_usage(c, row, u->block_start, blocks);
+  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, blocks * c->in->block_size, 1,
+                    next_unique_block(c, row, k + blocks - 1));
+  return blocks;
 }
 
 PART_FN void unique_part(const step_ctx *c) {
@@ -902,26 +930,49 @@ PART_FN void unique_part(const step_ctx *c) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (direct) {
-        decode_unique_block(c, row, k);
+        k += decode_unique_run(c, row, k) - 1;
         continue;
       }
       attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
     }
 }
 
-/* Rows [row_lo, row_hi) of an all-heads unit (c: its first KV head's tile) against a cache block, into `acc`:
- * one decode call for the unit's heads, which reads the block's rows in the cache's order. */
+/* Rows [row_lo, row_hi) of an all-heads unit (c: its first KV head's tile) against a cache block, or a run of
+ * `blocks` of them (unique_run, shared_run), into `acc`: one decode call for the unit's heads, which reads the blocks'
+ * rows in the cache's order. */
 static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
-                            int32_t block_start, int32_t next_block) {
+                            int32_t block_start, int32_t blocks, int32_t next_block) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   int32_t keys = 0; /* the most any of the rows sees */
   for (int32_t row = row_lo; row < row_hi; row++) {
-    const int32_t u = context_usage(c, row, block_start);
+    const int32_t u = run_usage(c, row, block_start, blocks);
     c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
   if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->heads, next_block);
+}
+
+/* unique_run for the request's shared spans from its k-th (spans_by_req order, up to end): spans of the same
+ * rows whose blocks follow each other in an NHD cache, which the tile's rows see whole but for the last. */
+static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end) {
+  if (c->cache.layout != UATTN_LAYOUT_NHD) return 1;
+  const uattn_shared_span *spans = c->in->shared_spans;
+  const int32_t *order = c->sched->spans_by_req, *blocks = c->in->shared_blocks, bs = c->in->block_size;
+  const uattn_shared_span *a = &spans[order[k]];
+  const int32_t row_lo = a->token_begin > c->row0 ? a->token_begin : c->row0,
+                row_hi = a->token_end < c->row0 + c->rows ? a->token_end : c->row0 + c->rows;
+  int32_t m = 1;
+  for (; (m + 1) * bs <= UATTN_DECODE_MAX_KEYS && k + m < end; m++) {
+    const uattn_shared_span *b = &spans[order[k + m]];
+    if (b->token_begin != a->token_begin || b->token_end != a->token_end || b->block_start != a->block_start + m * bs ||
+        b->block_start >= c->key_hi || blocks[b->shared_index] != blocks[a->shared_index] + m)
+      break;
+    bool whole = true;
+    for (int32_t row = row_lo; row < row_hi && whole; row++) whole = context_usage(c, row, b->block_start - bs) == bs;
+    if (!whole) break;
+  }
+  return m;
 }
 
 /* The shared and unique parts of an all-heads unit (c: its first KV head's tile). */
@@ -929,12 +980,14 @@ PART_FN void shared_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t *order = c->sched->spans_by_req, end = c->sched->span_req_begin[c->req + 1];
   for (int32_t k = c->sched->span_req_begin[c->req]; k < end; k++) {
-    const uattn_shared_span *sp = &in->shared_spans[order[k]],
-                            *next = k + 1 < end ? &in->shared_spans[order[k + 1]] : NULL;
+    const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
+    const int32_t blocks = shared_run(c, k, end);
+    const uattn_shared_span *next = k + blocks < end ? &in->shared_spans[order[k + blocks]] : NULL;
     const bool ahead = next && next->block_start >= c->key_lo && next->block_start < c->key_hi;
     all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index], sp->block_start,
-                    ahead ? in->shared_blocks[next->shared_index] : -1);
+                    blocks, ahead ? in->shared_blocks[next->shared_index] : -1);
+    k += blocks - 1;
   }
 }
 
@@ -944,7 +997,10 @@ PART_FN void unique_part_all_heads(const step_ctx *c) {
     for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, next_unique_block(c, row, k));
+      const int32_t blocks = unique_run(c, row, k);
+      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, blocks,
+                      next_unique_block(c, row, k + blocks - 1));
+      k += blocks - 1;
     }
 }
 
@@ -1237,10 +1293,11 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
 
 /* A decode or a short verification (request r, its rows all reading the cache) on a cache of several heads,
  * the KV heads [g0, g0 + head_group) in one unit (every head, unless the step has few units: all_heads_group),
- * head g's rows from slot g * rows. Each block goes through one decode call for the unit's heads, which reads
- * the block in address order (an NHD row holds every head, where a unit of one head would read 256 bytes of
- * every 2 KB row; a TILED tile every head in turn), or on HND one call a head, head after head
- * (decode_hnd_heads); the decode kernel takes them straight from the cache, without panels. */
+ * head g's rows from slot g * rows. Each block (on NHD each run of blocks that follow each other in the
+ * cache: unique_run, shared_run) goes through one decode call for the unit's heads, which reads it in address
+ * order (an NHD row holds every head, where a unit of one head would read 256 bytes of every 2 KB row; a TILED
+ * tile every head in turn), or on HND one call a head, head after head (decode_hnd_heads); the decode kernel
+ * takes them straight from the cache, without panels. */
 static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r, int32_t g0) {
   const uattn_plan_info *in = job->sched.info;
   const int32_t g1 = g0 + job->head_group, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;

@@ -157,6 +157,20 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
   }
 }
 
+/* The run's output on each of `n` thread counts is the one thread's, bit for bit. */
+static void check_output_on_threads(const attention_run *run, const int32_t *threads, size_t n) {
+  uattn_tensors ref = attention_run_forward(run, NULL);
+  for (size_t k = 0; k < n; k++) {
+    uattn_runtime *rt;
+    uattn_tensors t = forward_on_threads(run, threads[k], &rt);
+    cr_assert_eq(memcmp(t.out, ref.out, run->out_bytes), 0, "%s: %d threads change the output", run->c.name,
+                 threads[k]);
+    attention_tensors_free(&t);
+    uattn_runtime_destroy(rt);
+  }
+  attention_tensors_free(&ref);
+}
+
 /* Split-K: long decodes computed as key ranges and merged in split order. Small thresholds here so that
  * the test batches split often, including ranges that hold no block and verification rows. */
 Test(attention, split_k_decodes, .timeout = 300) {
@@ -184,16 +198,49 @@ Test(attention, split_k_decodes, .timeout = 300) {
     attention_run_build(&run, &cases[i]);
     attention_run_check(&run);
     /* and the split answer is the same on any number of threads */
-    uattn_tensors ref = attention_run_forward(&run, NULL);
-    for (int32_t threads = 2; threads <= 3; threads++) {
-      uattn_runtime *rt;
-      uattn_tensors t = forward_on_threads(&run, threads, &rt);
-      cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
-                   threads);
-      attention_tensors_free(&t);
-      uattn_runtime_destroy(rt);
-    }
-    attention_tensors_free(&ref);
+    check_output_on_threads(&run, (const int32_t[]){2, 3}, 2);
+    attention_run_free(&run);
+  }
+}
+
+/* A request's blocks that follow each other in an NHD cache go to the decode kernel as one call of up to
+ * UATTN_DECODE_MAX_KEYS keys (forward.c's unique_run): decodes and verifications over such runs against the
+ * oracle, with split-K cutting runs, windows, sinks, fp8 and caches whose unseen entries are NaN, and the
+ * same bits on any number of threads. HND and TILED (no runs) ride along. */
+Test(attention, decodes_over_blocks_in_order, .timeout = 300) {
+  /* clang-format off */
+  const attention_case cases[] = {
+      {"in order: decodes, block 16", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 81,
+       .blocks_in_order = true},
+      {"in order: decodes, MQA, bf16", BATCH_DECODE, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 82,
+       .blocks_in_order = true},
+      {"in order: split-K decodes, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
+       83, 64, 48, .blocks_in_order = true},
+      {"in order: spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 84, 100,
+       200, .blocks_in_order = true},
+      {"in order: decodes, block 128, D 128", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 85,
+       .blocks_in_order = true},
+      {"in order: mixed, soft cap, ALiBi", BATCH_MIXED, 32, 8, 2, 80, F32, F32, NHD, DEC, 20.0f, 0, 0, 1, 0, 0, 86,
+       .blocks_in_order = true},
+      {"in order: decodes, fp8", BATCH_DECODE, 16, 8, 2, 128, BF16, UATTN_FP8_E4M3, NHD, DEC, 0, 0, 0, 0, 0, 0, 87,
+       .k_scale = 0.5f, .v_scale = 2.0f, .blocks_in_order = true},
+      {"in order: shared prefix", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 88,
+       .blocks_in_order = true},
+      {"in order: split-K spec decode, window, f16", BATCH_SPEC_DECODE, 16, 8, 2, 64, F16, F16, NHD, DEC, 0, 40, 0, 0,
+       0, 0, 90, 100, 200, .blocks_in_order = true},
+      {"in order: shared prefix, HND", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 91,
+       .blocks_in_order = true},
+      {"in order: decodes, TILED", BATCH_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 89,
+       .blocks_in_order = true},
+  };
+  /* clang-format on */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    attention_run run;
+    attention_run_build(&run, &cases[i]);
+    attention_run_check(&run);
+    check_output_on_threads(&run, (const int32_t[]){2, 4, 8}, 3);
+    attention_run_poison_unseen(&run);
+    attention_run_check(&run);
     attention_run_free(&run);
   }
 }

@@ -118,13 +118,13 @@ static void *copy_of(const void *x, size_t bytes) {
 }
 
 /* The pool hands out ids from the whole id space; a cache that large would dwarf the test. Renames the ids
- * handed out to a random permutation of [0, used + 3), so the cache holds what the step uses and a few
- * blocks nobody does. */
+ * handed out to a random permutation of [0, used + 3) (blocks_in_order: to [0, used) in the order they were
+ * handed out), so the cache holds what the step uses and a few blocks nobody does. */
 static void compact_block_ids(attention_run *run, test_rng *rng) {
   static int32_t rename[RB_MAX_BLOCKS], perm[RB_MAX_BLOCKS];
   run->num_blocks = pool.next + 3;
   for (int32_t i = 0; i < run->num_blocks; i++) perm[i] = i;
-  for (int32_t i = run->num_blocks - 1; i > 0; i--) {
+  for (int32_t i = run->num_blocks - 1; i > 0 && !run->c.blocks_in_order; i--) {
     const int32_t j = test_rng_range(rng, 0, i), x = perm[i];
     perm[i] = perm[j];
     perm[j] = x;

@@ -33,6 +33,8 @@ typedef struct attention_case {
   uint64_t seed;
   int32_t split_min_keys, split_keys; /* plan tunables; 0 = defaults */
   float k_scale, v_scale;             /* the layer's, for fp8 caches; 0 = the default, 1 */
+  bool blocks_in_order;               /* block ids in the order they are handed out (a request's blocks
+                                       * follow each other in the cache), not shuffled */
 } attention_case;
 
 /* Everything one case builds; kept so a test can run uattn_forward again with other settings. */
