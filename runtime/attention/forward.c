@@ -887,6 +887,16 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
   return u->block_start >= c->key_lo && u->block_start < c->key_hi ? u->block : -1;
 }
 
+/* Whether cache block `block` at position block_start is the next of a run of m blocks from block `first` at
+ * first_start (unique_run, shared_run): the next id at the next position, within the unit's keys and the
+ * decode kernel's UATTN_DECODE_MAX_KEYS. */
+static bool continues_run(const step_ctx *c, int32_t first, int32_t first_start, int32_t m, int32_t block,
+                          int32_t block_start) {
+  const int32_t bs = c->in->block_size;
+  return (m + 1) * bs <= UATTN_DECODE_MAX_KEYS && block == first + m && block_start == first_start + m * bs &&
+         block_start < c->key_hi;
+}
+
 /* How many of the row's unique blocks from its k-th one decode call takes: on an NHD cache, a run of blocks
  * that follow each other in the cache (ids and positions consecutive: one stretch of slots) and that the row
  * sees whole but for the last, up to UATTN_DECODE_MAX_KEYS keys; else 1. The decode kernel's fixed cost a
@@ -898,9 +908,8 @@ static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k) {
   const uattn_unique_block *u = c->in->unique_blocks;
   const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
   int32_t m = 1;
-  while ((m + 1) * bs <= UATTN_DECODE_MAX_KEYS && k + m < end && u[k + m].block == u[k].block + m &&
-         u[k + m].block_start == u[k].block_start + m * bs && u[k + m].block_start < c->key_hi &&
-         context_usage(c, row, u[k + m - 1].block_start) == bs)
+  while (k + m < end && continues_run(c, u[k].block, u[k].block_start, m, u[k + m].block, u[k + m].block_start) &&
+         context_usage(c, row, u[k + m].block_start - bs) == bs)
     m++;
   return m;
 }
@@ -963,10 +972,10 @@ static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end) {
   const int32_t row_lo = a->token_begin > c->row0 ? a->token_begin : c->row0,
                 row_hi = a->token_end < c->row0 + c->rows ? a->token_end : c->row0 + c->rows;
   int32_t m = 1;
-  for (; (m + 1) * bs <= UATTN_DECODE_MAX_KEYS && k + m < end; m++) {
+  for (; k + m < end; m++) {
     const uattn_shared_span *b = &spans[order[k + m]];
-    if (b->token_begin != a->token_begin || b->token_end != a->token_end || b->block_start != a->block_start + m * bs ||
-        b->block_start >= c->key_hi || blocks[b->shared_index] != blocks[a->shared_index] + m)
+    if (b->token_begin != a->token_begin || b->token_end != a->token_end ||
+        !continues_run(c, blocks[a->shared_index], a->block_start, m, blocks[b->shared_index], b->block_start))
       break;
     bool whole = true;
     for (int32_t row = row_lo; row < row_hi && whole; row++) whole = context_usage(c, row, b->block_start - bs) == bs;
