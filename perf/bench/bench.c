@@ -7,7 +7,7 @@
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
  *               [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]
- *               [--layout nhd|hnd|tiled] [--probs-fp32] [--json] [--plot FILE.png] [--list] */
+ *               [--layout nhd|hnd|tiled] [--probs-fp32] [--scatter] [--json] [--plot FILE.png] [--list] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@
 #include "bench/limits.h"
 #include "bench/plot.h"
 #include "bench/scenarios.h"
+#include "common/random.h"
 #include "common/timing.h"
 #include "convert.h"
 #include "uattn.h"
@@ -29,6 +30,7 @@ typedef struct options {
   bool cache_dtype_set;
   uattn_kv_layout layout;
   bool probs_fp32;      /* uattn_layer.probs_fp32: P kept in fp32 for P V (the bf16 level rounds it to bf16) */
+  bool scatter;         /* the fixed batches' blocks numbered in a shuffled order (bench_step_build) */
   const char *scenario; /* a part of the case names to run; NULL: all */
   const char *plot;
   bool preset[16];
@@ -113,16 +115,20 @@ static int parse_args(int argc, char **argv, options *o) {
       o->json = 1;
     else if (!strcmp(a, "--probs-fp32"))
       o->probs_fp32 = true;
+    else if (!strcmp(a, "--scatter"))
+      o->scatter = true;
     else if (!strcmp(a, "--list"))
       return print_list(), 0;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf(
           "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
           "                   [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]\n"
-          "                   [--layout nhd|hnd|tiled] [--probs-fp32] [--json] [--plot FILE.png] [--list]\n"
+          "                   [--layout nhd|hnd|tiled] [--probs-fp32] [--scatter] [--json] [--plot FILE.png] [--list]\n"
           "--dtype: q, k, v and out (default bf16); --cache-dtype: the KV caches (default: --dtype's), whose\n"
           "element size the read bytes count; --probs-fp32: the layers keep P in fp32 for P V (uattn_layer's\n"
-          "probs_fp32; the bf16 kernels round it to bf16 by default)\n");
+          "probs_fp32; the bf16 kernels round it to bf16 by default); --scatter: the fixed batches' blocks in a\n"
+          "shuffled order, as an engine's cache holds them after a while (default: numbered as handed out; the\n"
+          "serving-trace step's always are shuffled)\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -181,9 +187,7 @@ static int parse_args(int argc, char **argv, options *o) {
  * exponent field is the bias minus 1..4, the mantissa's bits random; never a NaN). */
 static void fill_random(void *x, size_t n, uattn_dtype dt, uint64_t *rng) {
   for (size_t i = 0; i < n; i++) {
-    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const uint64_t z = perf_random_next(rng);
     const uint32_t sign = (uint32_t)(z >> 63), exponent = (uint32_t)((z >> 60) & 3) + 1; /* 2^-4 .. 2^-1 */
     const uint32_t f32 = sign << 31 | (127 - exponent) << 23 | (uint32_t)(z & 0x7fffff);
     if (dt == UATTN_F32)
@@ -249,7 +253,7 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
   const options *o = env->o;
   char err[160] = "out of memory";
   bench_step s;
-  if (bench_step_build(c, o->block_size, &s, err, sizeof err)) {
+  if (bench_step_build(c, o->block_size, o->scatter, &s, err, sizeof err)) {
     fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
     return -1;
   }
@@ -369,11 +373,11 @@ static void load_average(char *buf, size_t size) {
 static void print_table(const options *o, const bench_limits *lim, const uattn_topology *topo, const case_result *res,
                         int n, const char *load0, const char *load1) {
   printf(
-      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v, %s caches, block %d, %s%s; medians of %d "
+      "uattn %s, %s kernels, %d threads on %d cores; %s q/k/v, %s caches, block %d%s, %s%s; medians of %d "
       "cold-cache runs\n",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, topo->usable.cores, uattn_dtype_name(o->dtype),
-      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? ", fp32 P" : "",
-      o->runs);
+      uattn_dtype_name(o->cache_dtype), o->block_size, o->scatter ? " (scattered)" : "", layout_names[o->layout],
+      o->probs_fp32 ? ", fp32 P" : "", o->runs);
   printf(
       "machine (best of %d): read %.1f GB/s on 1 thread, %.1f on %d; fp32 FMA (%d lanes) %.1f GFLOP/s on 1, %.1f "
       "on %d\n",
@@ -443,7 +447,7 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
   char b1[32], b2[32];
   printf(
       "{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
-      "\"cache_dtype\": \"%s\", \"block_size\": %d, \"layout\": \"%s\", \"probs_fp32\": %s, "
+      "\"cache_dtype\": \"%s\", \"block_size\": %d, \"scatter\": %s, \"layout\": \"%s\", \"probs_fp32\": %s, "
       "\"load_average\": [\"%s\", \"%s\"],\n "
       "\"limits\": {\"read_gbs_1\": "
       "%.2f, "
@@ -451,9 +455,10 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
       "\"bf16_dot_gflops_1\": %s, "
       "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype),
-      uattn_dtype_name(o->cache_dtype), o->block_size, layout_names[o->layout], o->probs_fp32 ? "true" : "false", load0,
-      load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_lanes, lim->fma_gflops_1, lim->fma_gflops_all,
-      lim->bf16_dot ? "true" : "false", json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
+      uattn_dtype_name(o->cache_dtype), o->block_size, o->scatter ? "true" : "false", layout_names[o->layout],
+      o->probs_fp32 ? "true" : "false", load0, load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_lanes,
+      lim->fma_gflops_1, lim->fma_gflops_all, lim->bf16_dot ? "true" : "false",
+      json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
       json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];

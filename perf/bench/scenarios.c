@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/random.h"
+
 const bench_preset bench_presets[] = {
     {"llama3-8b", "Llama-3-8B: 32 query heads, 8 KV heads, head dim 128", 32, 8, 128, 0},
     {"llama3-70b-tp8", "Llama-3-70B, one rank of tensor parallel 8: 8 query heads, 1 KV head, head dim 128", 8, 1, 128,
@@ -97,14 +99,28 @@ const int bench_num_cases = (int)(sizeof bench_cases / sizeof *bench_cases);
 
 static int32_t blocks_for(int32_t keys, int32_t block_size) { return (keys + block_size - 1) / block_size; }
 
+/* Renumbers the ids [first, end) of a table of n entries in a shuffled order (fixed seed): a block table as
+ * an engine's cache holds it once requests have come and gone. Returns -1 when out of memory. */
+static int scatter_blocks(int32_t *table, size_t n, int32_t first, int32_t end) {
+  int32_t *id = malloc(sizeof(int32_t) * (size_t)(end > first ? end - first : 1));
+  if (!id) return -1;
+  for (int32_t i = first; i < end; i++) id[i - first] = i;
+  uint64_t rng = 11;
+  perf_random_shuffle(id, end - first, &rng);
+  for (size_t i = 0; i < n; i++)
+    if (table[i] >= first) table[i] = id[table[i] - first];
+  free(id);
+  return 0;
+}
+
 static int32_t group_context(const bench_group *g, int32_t i) {
   return g->count > 1 ? g->context_lo + (int32_t)((int64_t)(g->context_hi - g->context_lo) * i / (g->count - 1))
                       : g->context_lo;
 }
 
-/* A fixed batch: requests in group order, blocks numbered as they are handed out, the shared prefix's
- * blocks first and in every request's row. */
-static int build_groups(const bench_case *c, int32_t bs, bench_step *out) {
+/* A fixed batch: requests in group order, the shared prefix's blocks first and in every request's row, the
+ * other blocks numbered as they are handed out, or (scatter) in a shuffled order. */
+static int build_groups(const bench_case *c, int32_t bs, bool scatter, bench_step *out) {
   int32_t reqs = 0, stride = 1, tokens = 0, max_len = 1;
   for (int g = 0; g < 2; g++) {
     const bench_group *gr = &c->groups[g];
@@ -131,6 +147,10 @@ static int build_groups(const bench_case *c, int32_t bs, bench_step *out) {
       for (int32_t b = 0; b < stride; b++)
         table[(size_t)r * stride + b] = b >= need ? -1 : b < prefix_blocks ? b : next++;
     }
+  }
+  if (scatter && scatter_blocks(table, (size_t)reqs * (size_t)stride, prefix_blocks, next)) {
+    free(a);
+    return -1;
   }
   out->arrays = a;
   out->num_blocks = next;
@@ -178,10 +198,11 @@ static int build_trace(const bench_case *c, int32_t bs, bench_step *out, char *e
   return -1;
 }
 
-int bench_step_build(const bench_case *c, int32_t block_size, bench_step *out, char *err, size_t err_size) {
+int bench_step_build(const bench_case *c, int32_t block_size, bool scatter, bench_step *out, char *err,
+                     size_t err_size) {
   memset(out, 0, sizeof *out);
   if (c->from_trace) return build_trace(c, block_size, out, err, err_size);
-  if (build_groups(c, block_size, out) == 0) return 0;
+  if (build_groups(c, block_size, scatter, out) == 0) return 0;
   snprintf(err, err_size, "out of memory");
   return -1;
 }

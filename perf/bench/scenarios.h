@@ -54,8 +54,11 @@ typedef struct bench_step {
   trace *tr;       /* owned; holds the step's arrays for a trace case */
 } bench_step;
 
-/* Returns 0, or -1 with a message in err (out of memory, a block size too large for the trace). */
-int bench_step_build(const bench_case *c, int32_t block_size, bench_step *out, char *err, size_t err_size);
+/* scatter: a fixed batch's blocks (but a shared prefix's) numbered in a shuffled order, not as handed out
+ * (a trace step's always are). Returns 0, or -1 with a message in err (out of memory, a block size too large
+ * for the trace). */
+int bench_step_build(const bench_case *c, int32_t block_size, bool scatter, bench_step *out, char *err,
+                     size_t err_size);
 void bench_step_free(bench_step *s);
 
 /* What a planned step must cost at the least. */

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/random.h"
+
 typedef struct request {
   int32_t prompt_len, output_len, num_computed, generated, spec;
 } request;
@@ -45,15 +47,8 @@ trace_config trace_config_default(int32_t block_size, int32_t num_blocks, int32_
   return c;
 }
 
-static uint64_t next_u64(trace *t) {
-  uint64_t z = (t->rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 static int32_t uniform(trace *t, int32_t lo, int32_t hi) {
-  return hi <= lo ? lo : lo + (int32_t)(next_u64(t) % (uint64_t)(hi - lo + 1));
+  return hi <= lo ? lo : lo + (int32_t)(perf_random_next(&t->rng) % (uint64_t)(hi - lo + 1));
 }
 
 static int32_t random_token(trace *t) { return uniform(t, 0, 127999); }
@@ -91,11 +86,7 @@ trace *trace_create(const trace_config *c) {
   }
   /* free blocks in a shuffled order, so tables are not trivially sequential */
   for (int32_t i = t->shared_blocks; i < c->num_blocks; i++) t->free_blocks[t->num_free++] = i;
-  for (int32_t i = t->num_free - 1; i > 0; i--) {
-    int32_t j = uniform(t, 0, i), x = t->free_blocks[i];
-    t->free_blocks[i] = t->free_blocks[j];
-    t->free_blocks[j] = x;
-  }
+  perf_random_shuffle(t->free_blocks, t->num_free, &t->rng);
   return t;
 }
 
@@ -124,7 +115,7 @@ static int admit(trace *t) {
   request r = {0};
   r.prompt_len = c->system_prompt_len + uniform(t, c->prompt_min, c->prompt_max);
   r.output_len = uniform(t, c->output_min, c->output_max);
-  r.spec = (double)(next_u64(t) >> 11) * 0x1.0p-53 < c->spec_decode_share;
+  r.spec = (double)(perf_random_next(&t->rng) >> 11) * 0x1.0p-53 < c->spec_decode_share;
   const int32_t len = r.prompt_len + r.output_len + c->num_spec_tokens;
   const int32_t need = (len + c->block_size - 1) / c->block_size - t->shared_blocks;
   if (need > t->num_free) return 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ref/dense_oracle.h"
+#include "common/random.h"
 #include "common/timing.h"
 #include "common/trace.h"
 #include "uattn.h"
@@ -29,12 +30,7 @@ static uattn_status alloc_cache(const uattn_runtime *rt, size_t bytes, void **ou
 }
 
 static uint64_t rng_state = 12345;
-static double unit(void) {
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
+static double unit(void) { return (double)(perf_random_next(&rng_state) >> 11) * 0x1.0p-53; }
 
 static void fill_bf16(uint16_t *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = oracle_float_to_bf16((float)(2.0 * unit() - 1.0));

@@ -64,6 +64,7 @@
 #include "convert.h"
 #include "kernels.h"
 #include "portable/portable.h"
+#include "common/random.h"
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 #include "avx512bf16/avx512bf16.h"
@@ -96,12 +97,7 @@ static double now(void) {
 }
 
 static uint64_t rng = 42;
-static float unit(void) {
-  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (float)((z ^ (z >> 31)) >> 40) * 0x1.0p-24f * 2.0f - 1.0f;
-}
+static float unit(void) { return (float)(perf_random_next(&rng) >> 40) * 0x1.0p-24f * 2.0f - 1.0f; }
 
 enum { MAX_CASES = PIPES_KINDS > 4 * OVERLAP_WORKS + 1 ? PIPES_KINDS : 4 * OVERLAP_WORKS + 1, MAX_RUNS = 64 };
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sweep/sweep.h"
+#include "common/random.h"
 #include "common/timing.h"
 #include "convert.h"
 #include "uattn.h"
@@ -278,10 +279,7 @@ typedef struct bench {
 /* Values in [-1, 1) in the dtype. */
 static void fill_random(void *p, size_t n, uattn_dtype d, uint64_t *rng) {
   for (size_t i = 0; i < n; i++) {
-    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const uint64_t z = perf_random_next(rng);
     const float f = (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
     uint32_t bits;
     memcpy(&bits, &f, 4);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/random.h"
 
 static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t cap, const char *fmt, ...) {
@@ -238,18 +239,11 @@ int sweep_layout_build(sweep_layout *l, const sweep_workload *w, int32_t bs) {
     free(pool);
     return -1;
   }
-  /* the private blocks in a shuffled order (splitmix64, fixed seed): an engine's cache is not in order */
+  /* the private blocks in a shuffled order (fixed seed): an engine's cache is not in order */
   const int32_t free_blocks = l->num_blocks - shared;
   for (int32_t i = 0; i < free_blocks; i++) pool[i] = shared + i;
   uint64_t rng = 7;
-  for (int32_t i = free_blocks - 1; i > 0; i--) {
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    const int32_t j = (int32_t)((z ^ (z >> 31)) % (uint64_t)(i + 1)), x = pool[i];
-    pool[i] = pool[j];
-    pool[j] = x;
-  }
+  perf_random_shuffle(pool, free_blocks, &rng);
   l->num_steps = w->num_steps;
   int rc = 0;
   for (int32_t i = 0; i < w->num_steps && rc == 0; i++) {
