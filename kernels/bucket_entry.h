@@ -64,18 +64,16 @@ BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const
 /* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
  * uattn_decode_fits), with the dtype constant too. */
 #if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
-void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
-                   const void *v_src, size_t stride, size_t head_stride, float *scratch);
+void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                   const uattn_decode_src *src, float *scratch);
 
 BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
-                                 const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                 float *scratch) {
+                                 const uattn_decode_src *src, float *scratch) {
   if (dtype == BUCKET_DTYPE)
-    BUCKET_DECODE_BODY(job, heads, head_vectors, BUCKET_DTYPE, k_src, v_src, stride, head_stride, scratch,
-                       BUCKET_HEAD_DIM);
+    BUCKET_DECODE_BODY(job, heads, head_vectors, BUCKET_DTYPE, src, scratch, BUCKET_HEAD_DIM);
   else /* a cache of another dtype, which the dispatch never gives a bucket: the generic set's kernel, so that
         * the body is compiled once a bucket (a second instance made a bucket source 1.3-1.8x slower to build) */
-    BUCKET_GENERIC.decode(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch);
+    BUCKET_GENERIC.decode(job, heads, head_vectors, dtype, src, scratch);
 }
 #define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
 #else

@@ -30,10 +30,24 @@ typedef struct uattn_panel_job {
   float scale;                /* the layer's score scale, for the sets that take unscaled queries
                                * (uattn_kernels.unscaled_q) */
   bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
-  const void *next_k;         /* decode, decode_tiled: the next call's k_src (NULL: none, or not known), whose first
-                               * keys a kernel may ask for as it ends */
-  const void *next_v;         /* decode, decode_tiled: the next call's v_src, the same for its first values */
+  const void *next_k;         /* decode, decode_tiled: the next call's first key row (decode: its first block's, head
+                               * 0's; NULL: none, or not known), whose first keys a kernel may ask for as it ends */
+  const void *next_v;         /* decode, decode_tiled: the next call's first value row, the same for its first values */
 } uattn_panel_job;
+
+/* Where a decode call's keys and values lie: its cache blocks in the order of their keys, block_keys keys each
+ * (the last may hold fewer): key i of head g at k[i / block_keys] + (i % block_keys) * stride + g * head_stride
+ * elements of the cache's dtype, value i the same from v. One block (block_keys a power of two, at least the
+ * call's keys), or several (uattn_decode_list_fits: block_keys a power of two and a multiple of
+ * UATTN_DECODE_TILE, so that no P V tile of the avx2 kernel straddles two blocks): a decode call's fixed cost
+ * (its query vectors and outputs put in its order, each vector's softmax steps) paid once for up to
+ * UATTN_DECODE_MAX_KEYS keys of a request's blocks wherever they lie, and the next block's rows asked for
+ * as the walk nears them. */
+typedef struct uattn_decode_src {
+  const void *const *k, *const *v;
+  int32_t block_keys;
+  size_t stride, head_stride;
+} uattn_decode_src;
 
 typedef struct uattn_kernels {
   const char *name; /* e.g. "portable", "avx2" */
@@ -56,14 +70,14 @@ typedef struct uattn_kernels {
   size_t (*panel_floats)(int32_t panel_keys, int32_t head_dim);
   /* Optional (NULL: load, then attend): jobs of a few rows (decodes, short verifications) straight from
    * the cache, without panels (job->keys, values and scores unused), for `heads` KV heads at once: head g's
-   * key and value i at k_src / v_src + i * stride + g * head_stride elements of dtype, its query vectors
-   * and states head_vectors vectors after head g - 1's (q and o + g * head_vectors * head_dim, m and l + g *
+   * keys and values where src says (uattn_decode_src), elements of dtype, its query vectors and states
+   * head_vectors vectors after head g - 1's (q and o + g * head_vectors * head_dim, m and l + g *
    * head_vectors), its slopes at alibi + g * group; every head's rows see the same keys. Each head's result
    * is the one a call for that head alone gives, bit for bit. scratch: uattn_decode_scratch_floats floats,
    * 32-byte aligned. Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <= UATTN_DECODE_MAX_KEYS
    * and a head dim that is a multiple of 8. */
-  void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype, const void *k_src,
-                 const void *v_src, size_t stride, size_t head_stride, float *scratch);
+  void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
+                 const uattn_decode_src *src, float *scratch);
   /* Optional (NULL: the forward gathers a TILED cache's blocks into rows for decode): decode's job on a
    * UATTN_LAYOUT_TILED cache, where uattn_decode_tiled_fits says so. k_src / v_src: the block's first tile,
    * the first head's share of it; stride: elements from a tile to the next; head_stride: from a head's share
@@ -77,7 +91,9 @@ typedef struct uattn_kernels {
   bool unscaled_q;
 } uattn_kernels;
 
-#define UATTN_DECODE_MAX_KEYS 256
+#define UATTN_DECODE_MAX_KEYS 256 /* a power of two: a one-block call's block_keys (uattn_decode_one_block) */
+/* Keys of the avx2 decode kernel's P V tile: a list's blocks hold whole tiles (uattn_decode_src). */
+#define UATTN_DECODE_TILE 8
 /* Keys of a tile of the TILED layout (uattn.h): a 64-byte line holds a dim pair of this many bf16 keys. */
 #define UATTN_TILED_KEYS 16
 #define UATTN_DECODE_MAX_VECTORS 16
@@ -102,6 +118,52 @@ static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors,
  * cache dtype: the decode kernels widen each, fp8 included). */
 static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
   return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
+}
+
+/* Whether a decode call may take several blocks of block_size keys (uattn_decode_src). */
+static inline bool uattn_decode_list_fits(int32_t block_size) {
+  return block_size % UATTN_DECODE_TILE == 0 && (block_size & (block_size - 1)) == 0;
+}
+
+/* A decode call's source of one block (uattn_decode_src): k[0] and v[0] the call's first rows. */
+static inline uattn_decode_src uattn_decode_one_block(const void *const *k, const void *const *v, size_t stride,
+                                                      size_t head_stride) {
+  return (uattn_decode_src){k, v, UATTN_DECODE_MAX_KEYS, stride, head_stride};
+}
+
+/* A stretch of a decode call's blocks that follow each other in the cache, taken as one block
+ * (uattn_decode_next_stretch), with its own job: its keys, their positions, the rows' visible counts among
+ * them, and the next stretch's rows as the next call's. For the kernels that walk one stretch of rows a call
+ * (the avx512 sets' fused walks): blocks in order are one stretch, scattered ones one each. */
+typedef struct uattn_decode_stretch {
+  uattn_panel_job job;
+  int32_t visible[UATTN_DECODE_MAX_VECTORS];
+  const void *k, *v; /* its first rows */
+} uattn_decode_stretch;
+
+/* The stretch of job's keys (src: where they lie) from key *at into st, *at moved past it; false when none
+ * is left. */
+static inline bool uattn_decode_next_stretch(const uattn_panel_job *job, const uattn_decode_src *src, uattn_dtype dtype,
+                                             int32_t *at, uattn_decode_stretch *st) {
+  if (*at >= job->num_keys) return false;
+  const int32_t bk = src->block_keys, blocks = (job->num_keys + bk - 1) / bk, b = *at / bk;
+  const size_t bytes = (size_t)bk * src->stride * uattn_dtype_size(dtype);
+  int32_t end = b + 1;
+  while (end < blocks && (const char *)src->k[end] == (const char *)src->k[end - 1] + bytes &&
+         (const char *)src->v[end] == (const char *)src->v[end - 1] + bytes)
+    end++;
+  const int32_t lo = b * bk, hi = end * bk < job->num_keys ? end * bk : job->num_keys;
+  st->job = *job;
+  st->job.num_keys = hi - lo, st->job.key_pos0 = job->key_pos0 + lo;
+  for (int32_t r = 0; r < job->rows; r++) {
+    const int32_t seen = job->visible[r] - lo;
+    st->visible[r] = seen < 0 ? 0 : seen < hi - lo ? seen : hi - lo;
+  }
+  st->job.visible = st->visible;
+  if (end < blocks) st->job.next_k = src->k[end], st->job.next_v = src->v[end];
+  st->k = src->k[b], st->v = src->v[b];
+  *at = hi;
+  return true;
 }
 
 /* Whether a set's decode_tiled takes a layer's TILED cache blocks: the decode kernel's limits, bf16 or fp8 codes

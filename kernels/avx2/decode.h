@@ -31,9 +31,10 @@
 #include "avx2/body.h"
 
 enum {
-  DECODE_AHEAD = 8,        /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
-  PV_TILE = 8,             /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part */
-  DECODE_EO_MAX_DIM = 256, /* larger head dims: widen8 */
+  DECODE_AHEAD = 8,            /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
+  PV_TILE = UATTN_DECODE_TILE, /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part;
+                                * tiles start at multiples of 8, so none straddles two of a call's blocks */
+  DECODE_EO_MAX_DIM = 256,     /* larger head dims: widen8 */
 };
 
 /* The order a call's query vectors and outputs take (decode_shape.order): natural, bf16's even/odd halves
@@ -160,13 +161,23 @@ AVX2_INLINE __m256 fp8_patch(uattn_dtype t, __m256 f, __m256i x, int c) {
  * heads' data lie. */
 typedef struct decode_shape {
   int32_t heads, n, blocks, nb[4], x0[4], lo[4], hi[4];
-  int32_t LO, HI, j0, W;        /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
+  int32_t LO, HI, j0, W;             /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
+  const void *const *kb, *const *vb; /* the call's cache blocks (uattn_decode_src), 2^shift keys each */
+  int32_t shift;
   size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
   size_t share;                 /* bytes of span each head asks for (whole lines) */
   size_t hv, hq;      /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
   decode_order order; /* the query vectors' and outputs' (DECODE_Q4: times 2^fp8_fold's H) */
   int fold;           /* DECODE_Q4: fp8_fold */
 } decode_shape;
+
+/* Key j's row of the call (its first head's) and value j's. */
+AVX2_INLINE const char *decode_key_row(const decode_shape *s, int32_t j) {
+  return (const char *)s->kb[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
+}
+AVX2_INLINE const char *decode_value_row(const decode_shape *s, int32_t j) {
+  return (const char *)s->vb[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
+}
 
 /* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
  * every head in turn is asked for a share at a time, as each head runs, so the requests go out in the row's
@@ -381,7 +392,7 @@ AVX2_INLINE bool q_fits_fold(const uattn_panel_job *job, int32_t heads, size_t h
 
 /* The call's shape; false when no vector sees a key. */
 AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                 size_t stride, size_t head_stride, const int32_t D, decode_shape *s) {
+                                 const uattn_decode_src *src, const int32_t D, decode_shape *s) {
   const size_t esz = uattn_dtype_size(t);
   s->heads = heads, s->n = job->rows * job->group;
   s->blocks = (s->n + 3) / 4;
@@ -399,7 +410,8 @@ AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size
   }
   if (s->LO >= s->HI) return false;
   s->j0 = s->LO & ~7, s->W = ((s->HI + 7) & ~7) - s->j0;
-  s->step = stride * esz, s->head_step = head_stride * esz;
+  s->kb = src->k, s->vb = src->v, s->shift = __builtin_ctz((unsigned)src->block_keys);
+  s->step = src->stride * esz, s->head_step = src->head_stride * esz;
   s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
   s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
   s->hv = head_vectors, s->hq = head_vectors * (size_t)D;
@@ -418,35 +430,49 @@ AVX2_INLINE int32_t decode_rows_ahead(const decode_shape *s, int32_t rows) {
 
 /* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first `ahead` rows
  * of keys asked for. */
-AVX2_INLINE void begin_scores(const decode_shape *s, const char *k, float *S, int32_t ahead) {
+AVX2_INLINE void begin_scores(const decode_shape *s, float *S, int32_t ahead) {
   for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
     float *row = S + x * s->W;
     for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
     for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
   }
   for (int32_t j = s->LO; j < s->LO + ahead && j < s->HI; j++)
-    for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, k + (size_t)j * s->step, g);
+    for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, decode_key_row(s, j), g);
 }
 
-/* Head g's share of the rows [x0, x1) of keys ahead asked for (past the last key, the first values). */
-AVX2_INLINE void prefetch_ahead(const decode_shape *s, const char *k, const char *v, int32_t x0, int32_t x1,
-                                int32_t g) {
-  for (int32_t x = x0; x < x1; x++)
-    prefetch_share(s, x < s->HI ? k + (size_t)x * s->step : v + (size_t)(x - s->HI + s->LO) * s->step, g);
+/* The rows [x0, x1) of the walk the scores ask for ahead, the keys' and past the last key the values' first,
+ * into r; returns how many (none past the values' last). Found once a step, asked for a head's share at a
+ * time (prefetch_rows). */
+AVX2_INLINE int32_t ahead_rows(const decode_shape *s, int32_t x0, int32_t x1, const char **r) {
+  int32_t n = 0;
+  for (int32_t x = x0; x < x1; x++) {
+    if (x < s->HI)
+      r[n++] = decode_key_row(s, x);
+    else if (x - s->HI + s->LO < s->HI)
+      r[n++] = decode_value_row(s, x - s->HI + s->LO);
+  }
+  return n;
+}
+
+/* Head g's share of the n rows r. */
+AVX2_INLINE void prefetch_rows(const decode_shape *s, const char *const *r, int32_t n, int32_t g) {
+  for (int32_t i = 0; i < n; i++) prefetch_share(s, r[i], g);
 }
 
 /* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
  * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
  * head's share at a time. */
 AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
-                               const char *k, const char *v, float *S, const int32_t D) {
+                               float *S, const int32_t D) {
   const int32_t heads = s->heads, n = s->n;
   const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
-  begin_scores(s, k, S, ahead);
+  begin_scores(s, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 2) {
-    const char *r0 = k + (size_t)j * s->step, *r1 = j + 1 < s->HI ? r0 + s->step : r0; /* an odd last key: twice */
+    const char *r0 = decode_key_row(s, j), *r1 = j + 1 < s->HI ? decode_key_row(s, j + 1) : r0; /* odd last: twice */
+    const char *a[2];
+    const int32_t na = ahead_rows(s, j + ahead, j + ahead + 2, a);
     for (int32_t g = 0; g < heads; g++) {
-      prefetch_ahead(s, k, v, j + ahead, j + ahead + 2, g);
+      prefetch_rows(s, a, na, g);
       const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
@@ -498,44 +524,51 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
 }
 
 /* What block b of head g does in the P V tile of keys from jt: keys [lo, hi) (false when none), its P and
- * outputs, the head's values. */
+ * outputs, the head's values: value j's row at v + j * step and its P at column j - j0, j counted from the
+ * start of the cache block that holds the tile. */
 typedef struct pv_step {
-  int32_t lo, hi;
+  int32_t lo, hi, j0;
   const float *S;
   const char *v;
   float *o;
 } pv_step;
 
-AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const char *v, const float *S,
-                            int32_t jt, int32_t g, int32_t b, const int32_t D, pv_step *p) {
-  p->lo = jt > s->lo[b] ? jt : s->lo[b], p->hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
+AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const float *S, int32_t jt, int32_t g,
+                            int32_t b, const int32_t D, pv_step *p) {
+  const int32_t at = jt >> s->shift << s->shift; /* the tile's block's first key */
+  p->lo = (jt > s->lo[b] ? jt : s->lo[b]) - at, p->hi = (jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b]) - at;
+  p->j0 = s->j0 - at;
   p->S = S + ((size_t)g * s->n + s->x0[b]) * s->W;
-  p->v = v + (size_t)g * s->head_step;
+  p->v = (const char *)s->vb[jt >> s->shift] + (size_t)g * s->head_step;
   p->o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
   return p->lo < p->hi;
 }
 
-/* Head g's share of the P V tile decode_rows_ahead rows after the one from jt asked for (the scores asked
- * for the values' first rows that far). */
-AVX2_INLINE void prefetch_next_tile(const decode_shape *s, const char *v, int32_t jt, int32_t g) {
+/* The rows of the P V tile decode_rows_ahead rows after the one from jt, into r (the scores asked for the
+ * values' first rows that far); returns how many. */
+AVX2_INLINE int32_t next_tile_rows(const decode_shape *s, int32_t jt, const char **r) {
   const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
-  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++)
-    prefetch_share(s, v + (size_t)x * s->step, g);
+  int32_t n = 0;
+  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++) r[n++] = decode_value_row(s, x);
+  return n;
 }
 
-/* The P V walk of every decode kernel: PV_TILE rows at a time, every head in turn (the next tile asked for a
- * head's share at a time), every block with keys in the tile: STEP(NB, ..., &p), p the block's pv_step and NB
- * its vectors, a constant. */
-#define DECODE_PV_TILES(job, s, v, S, D, STEP, ...)                                                                    \
+/* The P V walk of every decode kernel: PV_TILE rows at a time from j0 (a multiple of PV_TILE), every head in
+ * turn (the next tile asked for a head's share at a time), every block with keys in the tile: STEP(NB, ...,
+ * &p), p the block's pv_step and NB its vectors, a constant. */
+#define DECODE_PV_TILES(job, s, S, D, STEP, ...)                                                                       \
   do {                                                                                                                 \
-    for (int32_t jt_ = (s)->LO; jt_ < (s)->HI; jt_ += PV_TILE)                                                         \
+    for (int32_t jt_ = (s)->j0; jt_ < (s)->HI; jt_ += PV_TILE) {                                                       \
+      const char *next_[PV_TILE];                                                                                      \
+      const int32_t nn_ = next_tile_rows(s, jt_, next_);                                                               \
       for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
-        prefetch_next_tile(s, v, jt_, g_);                                                                             \
+        prefetch_rows(s, next_, nn_, g_);                                                                              \
         for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
           pv_step p_;                                                                                                  \
-          if (pv_step_of(job, s, v, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_);        \
+          if (pv_step_of(job, s, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_);           \
         }                                                                                                              \
       }                                                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 /* One block's P V step p: keys [p->lo, p->hi) of NB vectors of one head into its outputs (P at p->S). */
@@ -543,23 +576,23 @@ AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, co
   const size_t esz = uattn_dtype_size(t);
   int32_t d = 0;
   if (s->order == DECODE_Q4) {
-    for (; d < D; d += 32) pv_q4(NB, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + d, s->step, p->o + d, D);
+    for (; d < D; d += 32) pv_q4(NB, t, p->S, s->W, p->j0, p->lo, p->hi, p->v + d, s->step, p->o + d, D);
     return;
   }
   if (s->order == DECODE_EO) {
-    for (; d < D; d += 16) pv_eo(NB, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+    for (; d < D; d += 16) pv_eo(NB, p->S, s->W, p->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
     return;
   }
   for (; d + 16 <= D; d += 16)
-    pv_natural(NB, 2, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
-  if (d < D) pv_natural(NB, 1, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+    pv_natural(NB, 2, t, p->S, s->W, p->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
+  if (d < D) pv_natural(NB, 1, t, p->S, s->W, p->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D);
 }
 
 /* P V of every head and block (DECODE_PV_TILES); the outputs back in natural order at the end (and, for
  * DECODE_Q4, times 2^fold). */
-AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
-                           const float *S, const int32_t D) {
-  DECODE_PV_TILES(job, s, v, S, D, pv_block, s, t, D);
+AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const float *S,
+                           const int32_t D) {
+  DECODE_PV_TILES(job, s, S, D, pv_block, s, t, D);
   if (s->order == DECODE_Q4) {
     const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
     for (int32_t g = 0; g < s->heads; g++)
@@ -580,15 +613,15 @@ AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, ua
         }
 }
 
-/* decode in kernels.h: `heads` KV heads of the job, head g's key and value i at k_src / v_src + i * stride +
- * g * head_stride elements of dtype, its vectors and states head_vectors after head g - 1's; scratch:
- * uattn_decode_scratch_floats, 32-byte aligned. D: the head dim (a multiple of 8), constant where the
- * caller is specialized. */
+/* decode in kernels.h: `heads` KV heads of the job, their keys and values where src says, elements of dtype,
+ * head g's vectors and states head_vectors after head g - 1's; scratch: uattn_decode_scratch_floats, 32-byte
+ * aligned. D: the head dim (a multiple of 8), constant where the caller is specialized. A list of blocks is
+ * walked as one stretch of keys (decode_key_row, decode_value_row): the same arithmetic, bit for bit, as on
+ * the same keys in one block. */
 AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                  float *scratch, const int32_t D) {
+                                  const uattn_decode_src *src, float *scratch, const int32_t D) {
   decode_shape s;
-  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
+  if (!decode_shape_of(job, heads, head_vectors, t, src, D, &s)) return; /* no vector sees a key */
   /* scratch: the query vectors in the call's order [heads][n][D], then the scores S [heads][n][W] */
   if (uattn_dtype_is_fp8(t) && D % 32 == 0 && D <= DECODE_EO_MAX_DIM &&
       q_fits_fold(job, heads, head_vectors, s.fold, D))
@@ -605,7 +638,7 @@ AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, siz
           float *dst = qeo + ((size_t)g * n + x) * D + d;
           for (int c = 0; c < 4; c++) _mm256_store_ps(dst + 8 * c, _mm256_mul_ps(up, y[c]));
         }
-    decode_scores(DECODE_Q4, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+    decode_scores(DECODE_Q4, &s, t, qeo, (size_t)n * D, S, D);
   } else if (s.order == DECODE_EO) {
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++)
@@ -615,12 +648,12 @@ AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, siz
           float *dst = qeo + ((size_t)g * n + x) * D + d;
           _mm256_store_ps(dst, e), _mm256_store_ps(dst + 8, o);
         }
-    decode_scores(DECODE_EO, &s, t, qeo, (size_t)n * D, k_src, v_src, S, D);
+    decode_scores(DECODE_EO, &s, t, qeo, (size_t)n * D, S, D);
   } else {
-    decode_scores(DECODE_NATURAL, &s, t, job->q, s.hq, k_src, v_src, S, D);
+    decode_scores(DECODE_NATURAL, &s, t, job->q, s.hq, S, D);
   }
   decode_softmax(job, &s, S, D);
-  decode_pv(job, &s, t, v_src, S, D);
+  decode_pv(job, &s, t, S, D);
 }
 
 #endif

@@ -74,9 +74,8 @@ AVX2_TARGET void uattn_avx2_exp(const float *x, float *y, size_t n) { map8(MAP_E
 AVX2_TARGET void uattn_avx2_tanh(const float *x, float *y, size_t n) { map8(MAP_TANH, x, y, n); }
 
 AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
-                                    const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                    float *scratch) {
-  avx2_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+                                    const uattn_decode_src *src, float *scratch) {
+  avx2_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
 }
 
 const uattn_kernels uattn_kernels_avx2 = {.name = "avx2",

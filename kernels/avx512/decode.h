@@ -84,17 +84,19 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
  * STEP(NB, ..., qb, r, out) with NB the block's vectors (a constant), qb its query vectors (head g's block
  * at q + g qstep + x0 qlen elements), r the WIDE_KEYS rows and out 4 WIDE_KEYS floats, vector i's scores at
  * out + WIDE_KEYS i. */
-#define WIDE_SCORES(s, k, v, S, q, qstep, qlen, STEP, ...)                                                             \
+#define WIDE_SCORES(s, S, q, qstep, qlen, STEP, ...)                                                                   \
   do {                                                                                                                 \
     const int32_t ahead_ = decode_rows_ahead(s, DECODE_AHEAD);                                                         \
-    begin_scores(s, k, S, ahead_);                                                                                     \
+    begin_scores(s, S, ahead_);                                                                                        \
     for (int32_t j_ = (s)->LO; j_ < (s)->HI; j_ += WIDE_KEYS) {                                                        \
       const int32_t keys_ = (s)->HI - j_ < WIDE_KEYS ? (s)->HI - j_ : WIDE_KEYS;                                       \
+      const char *a_[WIDE_KEYS];                                                                                       \
+      const int32_t na_ = ahead_rows(s, j_ + ahead_, j_ + ahead_ + WIDE_KEYS, a_);                                     \
       for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
-        prefetch_ahead(s, k, v, j_ + ahead_, j_ + ahead_ + WIDE_KEYS, g_);                                             \
+        prefetch_rows(s, a_, na_, g_);                                                                                 \
         const char *r_[WIDE_KEYS];                                                                                     \
         for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                         \
-          r_[x_] = (k) + (size_t)(j_ + (x_ < keys_ ? x_ : keys_ - 1)) * (s)->step + (size_t)g_ * (s)->head_step;       \
+          r_[x_] = decode_key_row(s, j_ + (x_ < keys_ ? x_ : keys_ - 1)) + (size_t)g_ * (s)->head_step;                \
         for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
           _Alignas(32) float p_[4 * WIDE_KEYS];                                                                        \
           DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, (q) + (size_t)g_ * (qstep) + (size_t)(s)->x0[b_] * (qlen), r_,  \
@@ -108,9 +110,9 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
   } while (0)
 
 /* The scores of every head and block (WIDE_SCORES; q: head g's vectors at q + g * qstep). */
-V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
-                            const char *k, const char *v, float *S, const int32_t D) {
-  WIDE_SCORES(s, k, v, S, q, qstep, D, wide_scores_step, EO, t, D);
+V16_INLINE void wide_scores(const bool EO, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep, float *S,
+                            const int32_t D) {
+  WIDE_SCORES(s, S, q, qstep, D, wide_scores_step, EO, t, D);
 }
 
 /* U (<= 4; even with EO) 16-float parts of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at
@@ -150,25 +152,25 @@ V16_INLINE void wide_pv_block(const int NB, const bool EO, const decode_shape *s
   const size_t esz = uattn_dtype_size(t);
   int32_t d = 0;
   for (; d + 64 <= D; d += 64)
-    wide_pv_step(NB, 4, EO, t, p->S, s->W, s->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D, 0);
+    wide_pv_step(NB, 4, EO, t, p->S, s->W, p->j0, p->lo, p->hi, p->v + (size_t)d * esz, s->step, p->o + d, D, 0);
   const char *vd = p->v + (size_t)d * esz;
   switch ((D - d) / 16) { /* EO: D is a multiple of 32, so 0 or 2 */
-  case 1: wide_pv_step(NB, 1, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
-  case 2: wide_pv_step(NB, 2, EO, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
-  case 3: wide_pv_step(NB, 3, false, t, p->S, s->W, s->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
+  case 1: wide_pv_step(NB, 1, false, t, p->S, s->W, p->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
+  case 2: wide_pv_step(NB, 2, EO, t, p->S, s->W, p->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
+  case 3: wide_pv_step(NB, 3, false, t, p->S, s->W, p->j0, p->lo, p->hi, vd, s->step, p->o + d, D, 0); break;
   default: break;
   }
 }
 
 /* P V of every head and block (DECODE_PV_TILES, decode_pv's walk). */
-V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *v,
-                        const float *S, const int32_t D) {
-  DECODE_PV_TILES(job, s, v, S, D, wide_pv_block, EO, s, t, D);
+V16_INLINE void wide_pv(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const float *S,
+                        const int32_t D) {
+  DECODE_PV_TILES(job, s, S, D, wide_pv_block, EO, s, t, D);
 }
 
 /* The three phases in the kernel's order of dims (EO: [evens | odds] each 32). */
 V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, const decode_shape *s, uattn_dtype t,
-                                   const void *k_src, const void *v_src, float *scratch, const int32_t D) {
+                                   float *scratch, const int32_t D) {
   /* scratch: the query vectors in the kernel's order [heads][n][D] (EO), then the scores S [heads][n][W] */
   const int32_t heads = s->heads, n = s->n;
   float *S = scratch + (size_t)heads * n * D;
@@ -184,9 +186,9 @@ V16_INLINE void wide_decode_phases(const bool EO, const uattn_panel_job *job, co
       }
     q = scratch, qstep = (size_t)n * D;
   }
-  wide_scores(EO, s, t, q, qstep, k_src, v_src, S, D);
+  wide_scores(EO, s, t, q, qstep, S, D);
   decode_softmax(job, s, S, D); /* s->order is DECODE_NATURAL: it only rescales the outputs, whatever their order */
-  wide_pv(EO, job, s, t, v_src, S, D);
+  wide_pv(EO, job, s, t, S, D);
   if (EO)
     for (int32_t g = 0; g < heads; g++)
       for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s->hq + (size_t)x * D, D, false);
@@ -339,8 +341,8 @@ V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape
 }
 
 /* Bytes from each row of head g's share of chunk c (keys [Z c, Z c + Z); chunks to C1) to its place in the
- * walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's k_src, whose first
- * keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
+ * walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's first key row, whose
+ * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
  * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). Other ways of
  * asking, on a 2-vCPU Zen 5 (one NHD row at GQA 4, a cold walk, the two builds alternated and pinned,
  * ratios of speed): fp8 E4M3 two shares ahead 0.96-0.97x; into L2 (prefetcht1) 0.78-0.80x; not asking at
@@ -481,21 +483,29 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
   }
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body). */
+/* decode in kernels.h (the arguments of avx2_decode_body). The phases walk takes a list of blocks as it is;
+ * the fused walk, whose shares are stretches of rows, a stretch of blocks at a time (blocks in order as one,
+ * scattered ones one a call). */
 V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                   const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                   float *scratch, const int32_t D) {
+                                   const uattn_decode_src *src, float *scratch, const int32_t D) {
   if (D % 16) { /* 16-float vectors need whole 16s of the head dim */
-    avx2_decode_body(job, heads, head_vectors, t, k_src, v_src, stride, head_stride, scratch, D);
+    avx2_decode_body(job, heads, head_vectors, t, src, scratch, D);
     return;
   }
   decode_shape s;
-  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, &s)) return; /* no vector sees a key */
-  s.order = DECODE_NATURAL; /* avx2/decode.h's 16-dim even/odd order: this kernel keeps its own */
-  if (t == UATTN_BF16 && D % 32 == 0)
-    wide_decode_phases(true, job, &s, t, k_src, v_src, scratch, D);
-  else
-    wide_fused(job, &s, t, k_src, v_src, scratch + (size_t)heads * s.n * D, D);
+  if (t == UATTN_BF16 && D % 32 == 0) {
+    if (!decode_shape_of(job, heads, head_vectors, t, src, D, &s)) return; /* no vector sees a key */
+    s.order = DECODE_NATURAL; /* avx2/decode.h's 16-dim even/odd order: this kernel keeps its own */
+    wide_decode_phases(true, job, &s, t, scratch, D);
+    return;
+  }
+  uattn_decode_stretch st;
+  for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
+    const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+    if (!decode_shape_of(&st.job, heads, head_vectors, t, &one, D, &s)) continue; /* no vector sees a key */
+    s.order = DECODE_NATURAL;
+    wide_fused(&st.job, &s, t, st.k, st.v, scratch + (size_t)heads * s.n * D, D);
+  }
 }
 
 #endif

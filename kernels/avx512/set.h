@@ -5,9 +5,8 @@
 #include "avx512/decode.h"
 
 AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
-                                        uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
-                                        size_t head_stride, float *scratch) {
-  avx512_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+                                        uattn_dtype dtype, const uattn_decode_src *src, float *scratch) {
+  avx512_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
 }
 
 const uattn_kernels AVX512_SET = {.name = "avx512",

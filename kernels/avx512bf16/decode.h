@@ -136,17 +136,18 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
 /* The scores of every head and block, 4 rows at a time in the cache's order (avx512/decode.h's WIDE_SCORES
  * walk): S[g][x][j - j0] for keys [LO, HI) (past the last key, the last again); q: head g's pairs at
  * q + g * n * Dh; tab: fp8 rows (bf16_score4). */
-BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, const char *k,
-                             const char *v, float *S, const int32_t D) {
+BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, float *S,
+                             const int32_t D) {
   const int32_t Dh = D / 2, ahead = decode_rows_ahead(s, BF16_AHEAD); /* 64 for one head, 16 for 4 or more */
-  begin_scores(s, k, S, ahead);
+  begin_scores(s, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 4) {
     const int32_t keys = s->HI - j < 4 ? s->HI - j : 4;
+    const char *a[4];
+    const int32_t na = ahead_rows(s, j + ahead, j + ahead + 4, a);
     for (int32_t g = 0; g < s->heads; g++) {
-      prefetch_ahead(s, k, v, j + ahead, j + ahead + 4, g);
+      prefetch_rows(s, a, na, g);
       const char *r[4];
-      for (int x = 0; x < 4; x++)
-        r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)g * s->head_step;
+      for (int x = 0; x < 4; x++) r[x] = decode_key_row(s, j + (x < keys ? x : keys - 1)) + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
         DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, 0, Sb,
@@ -418,9 +419,9 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
  * sees a key) and the query vectors as bf16 pairs in scratch ([heads][n][D / 2]: half the floats decode
  * scratch has for the vectors), the score rows S after them. */
 BF16_INLINE bool bf16_decode_begin(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                   size_t stride, size_t head_stride, float *scratch, const int32_t D, decode_shape *s,
+                                   const uattn_decode_src *src, float *scratch, const int32_t D, decode_shape *s,
                                    uint32_t **q, float **S) {
-  if (!decode_shape_of(job, heads, head_vectors, t, stride, head_stride, D, s)) return false;
+  if (!decode_shape_of(job, heads, head_vectors, t, src, D, s)) return false;
   s->order = DECODE_NATURAL; /* the scores read pairs; P V keeps its own order */
   *q = (uint32_t *)scratch, *S = scratch + (size_t)heads * s->n * D;
   for (int32_t g = 0; g < heads; g++)
@@ -429,51 +430,59 @@ BF16_INLINE bool bf16_decode_begin(const uattn_panel_job *job, int32_t heads, si
   return true;
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. */
+/* The query pairs of an fp8 call in a widened key row's order: lane 4 j + m of each 16 is pair 8 j + m, then
+ * 8 j + 4 + m (v16i_fp8_widen), which is unpack32_to's order of 32 elements. */
+BF16_INLINE void bf16_fp8_pairs_order(uint32_t *q, const decode_shape *s, const int32_t D) {
+  unpack32_apply((float *)q, s->heads * s->n * (D / 2), unpack32_to);
+}
+
+/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. The fused walks (bf16 and fp8
+ * rows, P in bf16), whose shares are stretches of rows, take a stretch of blocks at a time (blocks in order
+ * as one, scattered ones one a call); the phases walk takes a list of blocks as it is. */
 BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                  const void *k_src, const void *v_src, size_t stride, size_t head_stride,
-                                  float *scratch, const int32_t D) {
-  decode_shape s;
-  uint32_t *q;
-  float *S;
-  if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
-  const int32_t n = s.n;
+                                  const uattn_decode_src *src, float *scratch, const int32_t D) {
   /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
   const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
   const uint8_t *tab = fp8 ? fp8_bf16_table(t) : NULL;
+  decode_shape s;
+  uint32_t *q;
+  float *S;
+  if (bf16 && !job->probs_fp32) {
+    uattn_decode_stretch st;
+    for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
+      const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+      if (!bf16_decode_begin(&st.job, heads, head_vectors, t, &one, scratch, D, &s, &q, &S)) continue;
+      if (fp8) {
+        bf16_fp8_pairs_order(q, &s, D);
+        bf16_fused(&st.job, &s, tab, q, st.k, st.v, S, D);
+      } else /* a constant NULL: the bf16 instance has no fp8 branch */
+        bf16_fused(&st.job, &s, NULL, q, st.k, st.v, S, D);
+    }
+    return;
+  }
+  if (!bf16_decode_begin(job, heads, head_vectors, t, src, scratch, D, &s, &q, &S)) return;
+  const int32_t n = s.n;
   if (fp8) {
-    /* the query pairs in a widened key row's order: lane 4 j + m of each 16 is pair 8 j + m, then 8 j + 4 + m
-     * (v16i_fp8_widen), which is unpack32_to's order of 32 elements */
-    unpack32_apply((float *)q, heads * n * (D / 2), unpack32_to);
-  }
-  if (fp8 && !job->probs_fp32) {
-    bf16_fused(job, &s, tab, q, k_src, v_src, S, D);
-    return;
-  }
-  if (bf16 && !job->probs_fp32) { /* a constant NULL: the bf16 instance has no fp8 branch */
-    bf16_fused(job, &s, NULL, q, k_src, v_src, S, D);
-    return;
-  }
-  if (fp8)
-    bf16_scores(&s, q, tab, job->scale, k_src, v_src, S, D);
-  else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
-    bf16_scores(&s, q, NULL, job->scale, k_src, v_src, S, D);
+    bf16_fp8_pairs_order(q, &s, D);
+    bf16_scores(&s, q, tab, job->scale, S, D);
+  } else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
+    bf16_scores(&s, q, NULL, job->scale, S, D);
   else
-    WIDE_SCORES(&s, k_src, v_src, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
+    WIDE_SCORES(&s, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
   bf16_decode_softmax(job, &s, S, D); /* the outputs rescaled, in natural order (s.order is DECODE_NATURAL) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
   if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
-    decode_pv(job, &s, t, v_src, S, D);
+    decode_pv(job, &s, t, S, D);
     return;
   }
   const bool eo = t == UATTN_BF16 && D % 32 == 0;
   for (int32_t g = 0; eo && g < heads; g++)
     for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, true);
   if (eo)
-    wide_pv(true, job, &s, t, v_src, S, D);
+    wide_pv(true, job, &s, t, S, D);
   else
-    wide_pv(false, job, &s, t, v_src, S, D);
+    wide_pv(false, job, &s, t, S, D);
   for (int32_t g = 0; eo && g < heads; g++)
     for (int32_t x = 0; x < n; x++) eo32_order(job->o + g * s.hq + (size_t)x * D, D, false);
 }

@@ -351,7 +351,8 @@ BF16_INLINE void bf16_decode_tiled_body(const uattn_panel_job *job, int32_t head
   decode_shape s;
   uint32_t *q;
   float *S;
-  if (!bf16_decode_begin(job, heads, head_vectors, t, stride, head_stride, scratch, D, &s, &q, &S)) return;
+  const uattn_decode_src tiles = uattn_decode_one_block(&k_src, &v_src, stride, head_stride); /* steps: a tile's */
+  if (!bf16_decode_begin(job, heads, head_vectors, t, &tiles, scratch, D, &s, &q, &S)) return;
   const tiled_src src = {
       k_src,       v_src,      s.step, s.head_step, s.LO / TILED_KEYS, (s.HI + TILED_KEYS - 1) / TILED_KEYS,
       job->next_k, job->next_v};

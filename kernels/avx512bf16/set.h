@@ -20,9 +20,8 @@ BF16_TARGET static void BF16_FN(attend)(const uattn_panel_job *job, int32_t pane
 }
 
 BF16_TARGET static void BF16_FN(decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
-                                        uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
-                                        size_t head_stride, float *scratch) {
-  bf16_decode_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+                                        uattn_dtype dtype, const uattn_decode_src *src, float *scratch) {
+  bf16_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
 }
 
 BF16_TARGET static void BF16_FN(decode_tiled)(const uattn_panel_job *job, int32_t heads, size_t head_vectors,

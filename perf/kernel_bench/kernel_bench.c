@@ -357,7 +357,9 @@ static void decode_block(const uattn_kernels *set, bool hnd, const uattn_panel_j
   if (!hnd) {
     uattn_panel_job all = *job;
     all.next_k = next_k, all.next_v = next_v;
-    set->decode(&all, KV_HEADS, hv, cache_dtype, k, v, (size_t)KV_HEADS * head_dim, head_dim, scratch);
+    const void *kb = k, *vb = v;
+    const uattn_decode_src src = uattn_decode_one_block(&kb, &vb, (size_t)KV_HEADS * head_dim, head_dim);
+    set->decode(&all, KV_HEADS, hv, cache_dtype, &src, scratch);
     return;
   }
   const size_t head_keys = (size_t)block_keys * head_dim * uattn_dtype_size(cache_dtype);
@@ -365,7 +367,9 @@ static void decode_block(const uattn_kernels *set, bool hnd, const uattn_panel_j
     uattn_panel_job h = uattn_decode_head_job(job, g, hv);
     const bool last = g + 1 == KV_HEADS;
     h.next_k = last ? next_k : k + (g + 1) * head_keys, h.next_v = last ? next_v : v + (g + 1) * head_keys;
-    set->decode(&h, 1, hv, cache_dtype, k + g * head_keys, v + g * head_keys, (size_t)head_dim, 0, scratch);
+    const void *kb = k + g * head_keys, *vb = v + g * head_keys;
+    const uattn_decode_src src = uattn_decode_one_block(&kb, &vb, (size_t)head_dim, 0);
+    set->decode(&h, 1, hv, cache_dtype, &src, scratch);
   }
 }
 
@@ -496,8 +500,9 @@ static void run_layout(void *arg, long call) {
     const size_t head_keys = (size_t)block_keys * head_dim * esz;
     for (int32_t g = 0; g < KV_HEADS; g++) {
       const uattn_panel_job h = uattn_decode_head_job(&c->job, g, hv);
-      const char *kg = k + 2 * g * head_keys;
-      c->set->decode(&h, 1, hv, cache_dtype, kg, kg + head_keys, (size_t)head_dim, 0, c->scratch);
+      const void *kb = k + 2 * g * head_keys, *vb = k + (2 * g + 1) * head_keys;
+      const uattn_decode_src src = uattn_decode_one_block(&kb, &vb, (size_t)head_dim, 0);
+      c->set->decode(&h, 1, hv, cache_dtype, &src, c->scratch);
     }
     return;
   }

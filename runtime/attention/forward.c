@@ -814,54 +814,73 @@ static bool decodes_from_cache(const step_ctx *c) {
   return !c->pieces && uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
 }
 
-/* An HND block for the `heads` KV heads of an all-heads unit (job: as for one call of every head): one decode
- * call a head, head after head, each told the next head's rows (the block's next piece), the last the next
- * block's first, so the unit reads its blocks in address order as NHD's all-heads calls do, and a
- * verification's shared blocks go through the decode kernel as its unique ones do. Units of one head read
- * one piece of every block (32 KB, then 256 KB on, at Llama-3-8B's bf16) and took shared blocks through
- * panels. Against them on the 2-vCPU Zen 5 (uattn-bench, HND, Llama-3-8B and Qwen2-7B, three rounds
- * alternated, 1 / 2 threads): spec decode 32x2 2.1-2.2x / 1.9-2.6x (Qwen2-7B 1.5-1.7x / 1.6-1.9x), 16x4
- * 1.5-1.9x / 1.4-1.8x, decode-heavy 1.04-1.16x / 1.11-1.54x, decode-long 1.00-1.15x on two threads (fp8
- * E4M3 1.09-1.32x) and 0.87-1.29x on one (five more rounds, pinned: medians 1.06-1.14x); decode-short
- * level. One call for every head (head stride a block's rows) measured 0.68-0.90x: every head's rows fall in
- * the same L1 sets. */
+/* The most cache blocks one decode call takes (joins_decode_call: blocks of at least UATTN_DECODE_TILE keys). */
+enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE };
+
+/* A decode call's source over `count` blocks whose first rows are (to be) in k[] and v[] (uattn_decode_src). */
+static uattn_decode_src decode_list(const step_ctx *c, const void **k, const void **v, int32_t count, size_t stride,
+                                    size_t head_stride) {
+  return count == 1 ? uattn_decode_one_block(k, v, stride, head_stride)
+                    : (uattn_decode_src){k, v, c->in->block_size, stride, head_stride};
+}
+
+/* An HND block, or a run of `count` of them (unique_run, shared_run), for the `heads` KV heads of an all-heads
+ * unit (job: as for one call of every head): one decode call a head, head after head, over the head's piece of
+ * each block, each told the next head's rows, the last the next block's first; on a single block the unit
+ * reads it in address order as NHD's all-heads calls do, and a verification's shared blocks go through the
+ * decode kernel as its unique ones do. Units of one head read one piece of every block (32 KB, then 256 KB
+ * on, at Llama-3-8B's bf16) and took shared blocks through panels. Against them on the 2-vCPU Zen 5
+ * (uattn-bench, HND, Llama-3-8B and Qwen2-7B, three rounds alternated, 1 / 2 threads): spec decode 32x2
+ * 2.1-2.2x / 1.9-2.6x (Qwen2-7B 1.5-1.7x / 1.6-1.9x), 16x4 1.5-1.9x / 1.4-1.8x, decode-heavy 1.04-1.16x /
+ * 1.11-1.54x, decode-long 1.00-1.15x on two threads (fp8 E4M3 1.09-1.32x) and 0.87-1.29x on one (five more
+ * rounds, pinned: medians 1.06-1.14x); decode-short level. One call for every head (head stride a block's
+ * rows) measured 0.68-0.90x: every head's rows fall in the same L1 sets. */
 static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int32_t heads, size_t head_vectors,
-                             int32_t block, int32_t next_block) {
-  const size_t esz = uattn_dtype_size(c->cache.dtype), stride = (size_t)c->cache.head_dim;
-  const int64_t slot = (int64_t)block * c->cache.block_size, next = (int64_t)next_block * c->cache.block_size;
+                             const int32_t *blocks, int32_t count, int32_t next_block) {
+  const size_t esz = uattn_dtype_size(c->cache.dtype);
+  const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
+  const uattn_decode_src src = decode_list(c, k, v, count, (size_t)c->cache.head_dim, 0);
   for (int32_t g = 0; g < heads; g++) {
     uattn_panel_job h = uattn_decode_head_job(job, g, head_vectors);
-    const size_t at = cache_offset(&c->cache, slot, c->kv_head + g) * esz;
+    for (int32_t b = 0; b < count; b++) {
+      const size_t at = cache_offset(&c->cache, (int64_t)blocks[b] * c->cache.block_size, c->kv_head + g) * esz;
+      k[b] = c->cache.k + at, v[b] = c->cache.v + at;
+    }
     if (g + 1 < heads || next_block >= 0) { /* the next head's rows, or the next block's first head's */
-      const size_t to = g + 1 < heads ? cache_offset(&c->cache, slot, c->kv_head + g + 1) * esz
-                                      : cache_offset(&c->cache, next, c->kv_head) * esz;
+      const int64_t slot = (int64_t)(g + 1 < heads ? blocks[0] : next_block) * c->cache.block_size;
+      const size_t to = cache_offset(&c->cache, slot, g + 1 < heads ? c->kv_head + g + 1 : c->kv_head) * esz;
       h.next_k = c->cache.k + to, h.next_v = c->cache.v + to;
     }
-    c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, c->cache.k + at, c->cache.v + at, stride, 0,
-                       c->w->decode_scratch);
+    c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   }
 }
 
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
- * the first n keys of a cache block, into `acc`, for `heads` KV heads from the tile's (an all-heads unit's
- * heads: their slots `rows` apart, their keys a head dim apart in each NHD row; HND: decode_hnd_heads). */
-static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
-                              int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
+ * the first n keys of `count` cache blocks at consecutive positions from block_start (unique_run, shared_run:
+ * several on NHD and HND, one on TILED), into `acc`, for `heads` KV heads from the tile's (an all-heads unit's heads:
+ * their slots `rows` apart, their keys a head dim apart in each NHD row; HND: decode_hnd_heads). */
+static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *blocks,
+                              int32_t count, int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
   uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
+  const int32_t block = blocks[0];
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
   if (c->cache.layout == UATTN_LAYOUT_HND) {
-    decode_hnd_heads(c, &job, heads, head_vectors, block, next_block);
+    decode_hnd_heads(c, &job, heads, head_vectors, blocks, count, next_block);
   } else if (c->cache.layout != UATTN_LAYOUT_TILED) {
-    size_t stride;
-    const size_t off = block_source(c, block, &stride);
+    size_t stride = 0;
+    const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
+    for (int32_t b = 0; b < count; b++) {
+      const size_t at = block_source(c, blocks[b], &stride);
+      k[b] = c->cache.k + at, v[b] = c->cache.v + at;
+    }
     if (next_block >= 0) {
       const size_t next = block_source(c, next_block, &stride);
       job.next_k = c->cache.k + next, job.next_v = c->cache.v + next;
     }
-    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, D,
-                       c->w->decode_scratch);
+    const uattn_decode_src src = decode_list(c, k, v, count, stride, D);
+    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
     size_t stride;
     const size_t off = tiled_source(c, block, &stride);
@@ -874,8 +893,9 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   } else { /* the block's rows gathered as an NHD cache of these heads holds them */
     const size_t half = (size_t)n * heads * D * uattn_dtype_size(c->cache.dtype);
     gather_tiled(&c->cache, block, 0, n, c->kv_head, heads, c->w->stage, c->w->stage + half);
-    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)heads * D, D,
-                       c->w->decode_scratch);
+    const void *k = c->w->stage, *v = c->w->stage + half;
+    const uattn_decode_src src = uattn_decode_one_block(&k, &v, (size_t)heads * D, D);
+    c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   }
 }
 
@@ -887,30 +907,30 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
   return u->block_start >= c->key_lo && u->block_start < c->key_hi ? u->block : -1;
 }
 
-/* Whether cache block `block` at position block_start is the next of a run of m blocks from block `first` at
- * first_start (unique_run, shared_run): the next id at the next position, within the unit's keys and the
- * decode kernel's UATTN_DECODE_MAX_KEYS. */
-static bool continues_run(const step_ctx *c, int32_t first, int32_t first_start, int32_t m, int32_t block,
-                          int32_t block_start) {
+/* Whether a decode call that takes m blocks from position first_start takes the block at block_start too
+ * (unique_run, shared_run): a cache whose rows the decode kernel reads from a list of blocks (NHD, HND;
+ * uattn_decode_list_fits), the next position, within the unit's keys and the kernel's UATTN_DECODE_MAX_KEYS. */
+static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t m, int32_t block_start) {
   const int32_t bs = c->in->block_size;
-  return (m + 1) * bs <= UATTN_DECODE_MAX_KEYS && block == first + m && block_start == first_start + m * bs &&
-         block_start < c->key_hi;
+  return c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(bs) && (m + 1) * bs <= UATTN_DECODE_MAX_KEYS &&
+         block_start == first_start + m * bs && block_start < c->key_hi;
 }
 
-/* How many of the row's unique blocks from its k-th one decode call takes: on an NHD cache, a run of blocks
- * that follow each other in the cache (ids and positions consecutive: one stretch of slots) and that the row
- * sees whole but for the last, up to UATTN_DECODE_MAX_KEYS keys; else 1. The decode kernel's fixed cost a
- * call (the query vectors and outputs put into its order and back, each vector's softmax steps) is then paid
- * once a run: on 16-key blocks it was a third of a call (README, Performance: block size). Which blocks run
- * together depends on the block table alone, so the answer does not depend on the threads. */
-static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k) {
-  if (c->cache.layout != UATTN_LAYOUT_NHD) return 1;
+/* How many of the row's unique blocks from its k-th one decode call takes (joins_decode_call): those the row
+ * sees whole but for the last, wherever they lie in the cache, up to UATTN_DECODE_MAX_KEYS keys. The decode
+ * kernel's fixed cost a call (the query vectors and outputs put into its order and back, each vector's
+ * softmax steps) is then paid once for them: on 16-key blocks it was a third of a call (README, Performance:
+ * block size), and the kernel asks for the next block's rows as it nears them. Which blocks go together
+ * depends on the block table alone, so the answer does not depend on the threads. Their cache blocks into ids
+ * (MAX_DECODE_BLOCKS). */
+static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {
   const uattn_unique_block *u = c->in->unique_blocks;
   const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
   int32_t m = 1;
-  while (k + m < end && continues_run(c, u[k].block, u[k].block_start, m, u[k + m].block, u[k + m].block_start) &&
+  ids[0] = u[k].block;
+  while (k + m < end && joins_decode_call(c, u[k].block_start, m, u[k + m].block_start) &&
          context_usage(c, row, u[k + m].block_start - bs) == bs)
-    m++;
+    ids[m] = u[k + m].block, m++;
   return m;
 }
 
@@ -924,9 +944,10 @@ static int32_t run_usage(const step_ctx *c, int32_t row, int32_t block_start, in
  * how many it took. */
 static int32_t decode_unique_run(const step_ctx *c, int32_t row, int32_t k) {
   const uattn_unique_block *u = &c->in->unique_blocks[k];
-  const int32_t blocks = unique_run(c, row, k);
+  int32_t ids[MAX_DECODE_BLOCKS];
+  const int32_t blocks = unique_run(c, row, k, ids);
   c->w->visible[tile_slot(c, row)] = run_usage(c, row, u->block_start, blocks);
-  decode_from_cache(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, blocks * c->in->block_size, 1,
+  decode_from_cache(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start, blocks * c->in->block_size, 1,
                     next_unique_block(c, row, k + blocks - 1));
   return blocks;
 }
@@ -949,7 +970,7 @@ PART_FN void unique_part(const step_ctx *c) {
 /* Rows [row_lo, row_hi) of an all-heads unit (c: its first KV head's tile) against a cache block, or a run of
  * `blocks` of them (unique_run, shared_run), into `acc`: one decode call for the unit's heads, which reads the blocks'
  * rows in the cache's order. */
-static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t block,
+static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *ids,
                             int32_t block_start, int32_t blocks, int32_t next_block) {
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
@@ -959,27 +980,28 @@ static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t 
     c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
     if (u > keys) keys = u;
   }
-  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, block, block_start, keys, c->heads, next_block);
+  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, ids, blocks, block_start, keys, c->heads, next_block);
 }
 
 /* unique_run for the request's shared spans from its k-th (spans_by_req order, up to end): spans of the same
- * rows whose blocks follow each other in an NHD cache, which the tile's rows see whole but for the last. */
-static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end) {
-  if (c->cache.layout != UATTN_LAYOUT_NHD) return 1;
+ * rows at the next positions, which the tile's rows see whole but for the last; their cache blocks into ids. */
+static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t *ids) {
   const uattn_shared_span *spans = c->in->shared_spans;
   const int32_t *order = c->sched->spans_by_req, *blocks = c->in->shared_blocks, bs = c->in->block_size;
   const uattn_shared_span *a = &spans[order[k]];
   const int32_t row_lo = a->token_begin > c->row0 ? a->token_begin : c->row0,
                 row_hi = a->token_end < c->row0 + c->rows ? a->token_end : c->row0 + c->rows;
   int32_t m = 1;
+  ids[0] = blocks[a->shared_index];
   for (; k + m < end; m++) {
     const uattn_shared_span *b = &spans[order[k + m]];
     if (b->token_begin != a->token_begin || b->token_end != a->token_end ||
-        !continues_run(c, blocks[a->shared_index], a->block_start, m, blocks[b->shared_index], b->block_start))
+        !joins_decode_call(c, a->block_start, m, b->block_start))
       break;
     bool whole = true;
     for (int32_t row = row_lo; row < row_hi && whole; row++) whole = context_usage(c, row, b->block_start - bs) == bs;
     if (!whole) break;
+    ids[m] = blocks[b->shared_index];
   }
   return m;
 }
@@ -991,11 +1013,12 @@ PART_FN void shared_part_all_heads(const step_ctx *c) {
   for (int32_t k = c->sched->span_req_begin[c->req]; k < end; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
-    const int32_t blocks = shared_run(c, k, end);
+    int32_t ids[MAX_DECODE_BLOCKS];
+    const int32_t blocks = shared_run(c, k, end, ids);
     const uattn_shared_span *next = k + blocks < end ? &in->shared_spans[order[k + blocks]] : NULL;
     const bool ahead = next && next->block_start >= c->key_lo && next->block_start < c->key_hi;
-    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index], sp->block_start,
-                    blocks, ahead ? in->shared_blocks[next->shared_index] : -1);
+    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, ids, sp->block_start, blocks,
+                    ahead ? in->shared_blocks[next->shared_index] : -1);
     k += blocks - 1;
   }
 }
@@ -1006,8 +1029,9 @@ PART_FN void unique_part_all_heads(const step_ctx *c) {
     for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      const int32_t blocks = unique_run(c, row, k);
-      all_heads_block(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, blocks,
+      int32_t ids[MAX_DECODE_BLOCKS];
+      const int32_t blocks = unique_run(c, row, k, ids);
+      all_heads_block(c, ACC_UNIQUE, row, row + 1, ids, u->block_start, blocks,
                       next_unique_block(c, row, k + blocks - 1));
       k += blocks - 1;
     }

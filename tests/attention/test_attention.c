@@ -203,46 +203,50 @@ Test(attention, split_k_decodes, .timeout = 300) {
   }
 }
 
-/* A request's blocks that follow each other in an NHD cache go to the decode kernel as one call of up to
- * UATTN_DECODE_MAX_KEYS keys (forward.c's unique_run): decodes and verifications over such runs against the
- * oracle, with split-K cutting runs, windows, sinks, fp8 and caches whose unseen entries are NaN, and the
- * same bits on any number of threads. HND and TILED (no runs) ride along. */
-Test(attention, decodes_over_blocks_in_order, .timeout = 300) {
+/* A request's blocks go to the decode kernel as one call of up to UATTN_DECODE_MAX_KEYS keys, a list of
+ * blocks wherever they lie on NHD and HND (forward.c's unique_run, shared_run): decodes and verifications
+ * over such runs against the oracle, their blocks in order (one stretch of the cache, which the avx512 sets'
+ * fused walks take as one block) and scattered (the block tables' usual random order), with split-K cutting
+ * runs, windows, sinks, fp8 and caches whose unseen entries are NaN, and the same bits on any number of
+ * threads. TILED (one block a call) rides along. */
+Test(attention, decodes_over_runs_of_blocks, .timeout = 300) {
   /* clang-format off */
   const attention_case cases[] = {
-      {"in order: decodes, block 16", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 81,
-       .blocks_in_order = true},
-      {"in order: decodes, MQA, bf16", BATCH_DECODE, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 82,
-       .blocks_in_order = true},
-      {"in order: split-K decodes, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
-       83, 64, 48, .blocks_in_order = true},
-      {"in order: spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 84, 100,
-       200, .blocks_in_order = true},
-      {"in order: decodes, block 128, D 128", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 85,
-       .blocks_in_order = true},
-      {"in order: mixed, soft cap, ALiBi", BATCH_MIXED, 32, 8, 2, 80, F32, F32, NHD, DEC, 20.0f, 0, 0, 1, 0, 0, 86,
-       .blocks_in_order = true},
-      {"in order: decodes, fp8", BATCH_DECODE, 16, 8, 2, 128, BF16, UATTN_FP8_E4M3, NHD, DEC, 0, 0, 0, 0, 0, 0, 87,
-       .k_scale = 0.5f, .v_scale = 2.0f, .blocks_in_order = true},
-      {"in order: shared prefix", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 88,
-       .blocks_in_order = true},
-      {"in order: split-K spec decode, window, f16", BATCH_SPEC_DECODE, 16, 8, 2, 64, F16, F16, NHD, DEC, 0, 40, 0, 0,
-       0, 0, 90, 100, 200, .blocks_in_order = true},
-      {"in order: shared prefix, HND", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 91,
-       .blocks_in_order = true},
-      {"in order: decodes, TILED", BATCH_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 89,
-       .blocks_in_order = true},
+      {"decodes, block 16", BATCH_DECODE, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 81},
+      {"decodes, MQA, bf16", BATCH_DECODE, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 82},
+      {"split-K decodes, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
+       83, 64, 48},
+      {"spec decode, bf16", BATCH_SPEC_DECODE, 16, 8, 2, 64, BF16, BF16, NHD, DEC, 0, 0, 1, 0, 0, 0, 84, 100,
+       200},
+      {"decodes, block 128, D 128", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 85},
+      {"mixed, soft cap, ALiBi", BATCH_MIXED, 32, 8, 2, 80, F32, F32, NHD, DEC, 20.0f, 0, 0, 1, 0, 0, 86},
+      {"decodes, fp8", BATCH_DECODE, 16, 8, 2, 128, BF16, UATTN_FP8_E4M3, NHD, DEC, 0, 0, 0, 0, 0, 0, 87,
+       .k_scale = 0.5f, .v_scale = 2.0f},
+      {"shared prefix", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 88},
+      {"split-K spec decode, window, f16", BATCH_SPEC_DECODE, 16, 8, 2, 64, F16, F16, NHD, DEC, 0, 40, 0, 0,
+       0, 0, 90, 100, 200},
+      {"shared prefix, HND", BATCH_SHARED_PREFIX, 16, 8, 2, 64, F32, F32, HND, DEC, 0, 0, 0, 0, 0, 0, 91},
+      {"decodes, HND, fp8 E5M2", BATCH_DECODE, 16, 8, 2, 128, BF16, UATTN_FP8_E5M2, HND, DEC, 0, 0, 0, 0, 0, 0, 92,
+       .k_scale = 2.0f, .v_scale = 0.25f},
+      {"split-K spec decode, HND, window, ALiBi", BATCH_SPEC_DECODE, 32, 8, 2, 64, F16, F16, HND, DEC, 0, 40, 0, 1, 0,
+       0, 93, 100, 200},
+      {"decodes, TILED", BATCH_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 89},
   };
   /* clang-format on */
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    attention_run run;
-    attention_run_build(&run, &cases[i]);
-    attention_run_check(&run);
-    check_output_on_threads(&run, (const int32_t[]){2, 4, 8}, 3);
-    attention_run_poison_unseen(&run);
-    attention_run_check(&run);
-    attention_run_free(&run);
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int scattered = 0; scattered < 2; scattered++) {
+      attention_case c = cases[i];
+      char name[96];
+      snprintf(name, sizeof name, "%s, blocks %s", c.name, scattered ? "scattered" : "in order");
+      c.name = name, c.blocks_in_order = !scattered;
+      attention_run run;
+      attention_run_build(&run, &c);
+      attention_run_check(&run);
+      check_output_on_threads(&run, (const int32_t[]){2, 4, 8}, 3);
+      attention_run_poison_unseen(&run);
+      attention_run_check(&run);
+      attention_run_free(&run);
+    }
 }
 
 /* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */

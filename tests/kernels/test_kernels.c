@@ -66,6 +66,8 @@ typedef struct job_case {
   float *qu, scale;    /* the same queries unscaled (bf16 values, as a bf16 model's), and the scale */
   bool probs_fp32;     /* the layer option the bf16 sets read */
   bool tiled;          /* case_limits.tiled */
+  int32_t list_keys;   /* case_limits.list: the keys of each block of the decode call's list (scatter_blocks) */
+  uint64_t list_seed;  /* where the list's blocks lie */
   float *m0, *l0, *o0; /* the state before the call */
 } job_case;
 
@@ -96,6 +98,8 @@ typedef struct case_limits {
                     * and for a bucket's jobs (a block size) bf16 keys among them */
   bool probs_fp32; /* the bf16 sets' P V in fp32 (uattn_layer.probs_fp32) */
   bool tiled;      /* decode jobs on a TILED copy of the keys (decode_tiled), where the set has the kernel */
+  bool list;       /* decode jobs over a list of blocks of 8 to 128 keys (uattn_decode_src), scattered over a
+                    * pool of twice as many, a quarter of the lists in order */
   bool every_code; /* fp8 caches of random codes, every finite one (subnormals, zeros of both signs, the
                     * largest), mostly at head dims of whole 32s; a third of the jobs' queries 2^76 at a dim
                     * where every key is zero */
@@ -156,6 +160,10 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
     c->query_pos[r] = c->key_pos0 + test_rng_range(rng, -20, c->num_keys + 80);
   }
   if (lim->specials) c->rows = 1, c->window = 0;
+  if (lim->list && c->num_keys <= UATTN_DECODE_MAX_KEYS) {
+    c->list_keys = UATTN_DECODE_TILE << test_rng_range(rng, 0, 4);
+    c->list_seed = test_rng_range(rng, 0, 3) == 0 ? 0 : (uint64_t)test_rng_range(rng, 1, 1 << 30);
+  }
   c->nhd = test_rng_range(rng, 0, 1);
   c->kv_heads = c->nhd ? test_rng_range(rng, 1, 4) : 1;
   c->stride = (size_t)c->kv_heads * c->D;
@@ -240,6 +248,37 @@ static void tiled_copy(uattn_dtype t, const char *k, const char *v, int32_t coun
       }
 }
 
+/* A case's keys and values in blocks of list_keys keys (every head of a row, as an NHD block holds them),
+ * scattered over a pool of twice as many blocks (list_seed 0: in order, one after the other), the slots
+ * around them and past the case's keys NaN codes (0xff bytes, NaN in every dtype); k and v: the job's head
+ * in each block, its decode call's list. */
+typedef struct block_list {
+  char *k_pool, *v_pool;
+  const void *k[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *v[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+} block_list;
+
+static void scatter_blocks(const job_case *c, block_list *bl) {
+  const int32_t bk = c->list_keys, blocks = (c->num_keys + bk - 1) / bk, slots = 2 * blocks;
+  const size_t esz = uattn_dtype_size(c->dtype), row = c->stride * esz, block = (size_t)bk * row;
+  const size_t head = (size_t)((const char *)c->k_src - c->k_base);
+  bl->k_pool = malloc(block * (size_t)slots), bl->v_pool = malloc(block * (size_t)slots);
+  memset(bl->k_pool, 0xff, block * (size_t)slots), memset(bl->v_pool, 0xff, block * (size_t)slots);
+  int32_t slot[2 * UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  for (int32_t i = 0; i < slots; i++) slot[i] = i;
+  test_rng rng = {c->list_seed};
+  for (int32_t i = slots - 1; c->list_seed && i > 0; i--) {
+    const int32_t j = test_rng_range(&rng, 0, i), x = slot[i];
+    slot[i] = slot[j], slot[j] = x;
+  }
+  for (int32_t b = 0; b < blocks; b++) {
+    const int32_t keys = c->count - b * bk < bk ? c->count - b * bk : bk;
+    char *k = bl->k_pool + (size_t)slot[b] * block, *v = bl->v_pool + (size_t)slot[b] * block;
+    if (keys > 0) memcpy(k, c->k_base + (size_t)b * block, (size_t)keys * row);
+    if (keys > 0) memcpy(v, c->v_base + (size_t)b * block, (size_t)keys * row);
+    bl->k[b] = k + head, bl->v[b] = v + head;
+  }
+}
+
 /* Runs a case through a kernel set: load into fresh panels (poisoned with NaN, so anything the set reads
  * that it did not write shows), then attend from the case's initial state. */
 static job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c) {
@@ -292,7 +331,16 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
              c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0) {
     const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
     float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    set->decode(&job, 1, nx, c->dtype, c->k_src, c->v_src, c->stride, 0, scratch); /* from the source, no panels */
+    if (c->list_keys) {
+      block_list bl;
+      scatter_blocks(c, &bl);
+      const uattn_decode_src src = {bl.k, bl.v, c->list_keys, c->stride, 0};
+      set->decode(&job, 1, nx, c->dtype, &src, scratch);
+      free(bl.k_pool), free(bl.v_pool);
+    } else { /* from the source, no panels */
+      const uattn_decode_src src = uattn_decode_one_block(&c->k_src, &c->v_src, c->stride, 0);
+      set->decode(&job, 1, nx, c->dtype, &src, scratch);
+    }
     free(scratch);
   } else
     set->attend[part](&job, c->panel_keys);
@@ -574,6 +622,32 @@ Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
 }
 
+/* The decode kernel over a list of blocks (uattn_decode_src: a request's blocks wherever the cache holds
+ * them): against the portable set, and bit for bit what it computes on the same keys in one block (it walks
+ * a list as one stretch of keys, its P V tiles never straddling two blocks). */
+Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .timeout = 300) {
+  need_avx2();
+  const case_limits lists = {.decode = true, .list = true};
+  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode, a list of blocks", &lists,
+                           1000 / SPARSE, 20261201);
+  test_rng rng = {20261202};
+  int lists_of_several = 0;
+  for (int i = 0; i < 1000 / SPARSE; i++) {
+    job_case c;
+    make_case(&c, &rng, &lists);
+    job_result list = run_set(&uattn_kernels_avx2, UATTN_PART_UNIQUE, &c);
+    lists_of_several += c.list_keys && c.num_keys > c.list_keys;
+    c.list_keys = 0;
+    job_result one = run_set(&uattn_kernels_avx2, UATTN_PART_UNIQUE, &c);
+    cr_assert(same_bits(&list, &one, &c),
+              "case %d (rows %d, group %d, D %d, keys %d, %s, window %d): the list's bits differ", i, c.rows, c.group,
+              c.D, c.num_keys, uattn_dtype_name(c.dtype), c.window);
+    free_result(&list), free_result(&one);
+    free_case(&c);
+  }
+  cr_assert(lists_of_several > 1000 / SPARSE / 4, "only %d lists of several blocks", lists_of_several);
+}
+
 /* The decode kernel on fp8 caches of every code: the avx2 kernel widens 32 codes at a time into quarters and
  * folds the formats' rebias into the queries, P, the scores and the outputs (avx2/decode.h), which is exact
  * only while they stay in f32's normal range: queries of 2^76 at a dim (too large to fold) take its
@@ -687,8 +761,11 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
       if (lim->tiled)
         set->decode_tiled(&job, g < 0 ? heads : 1, hv, c.dtype, tk + h * 16 * D * esz, tv + h * 16 * D * esz,
                           stride * 16, (size_t)16 * D, scratch);
-      else
-        set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, k + h * D * esz, v + h * D * esz, stride, (size_t)D, scratch);
+      else {
+        const void *kh = k + h * D * esz, *vh = v + h * D * esz;
+        const uattn_decode_src src = uattn_decode_one_block(&kh, &vh, stride, (size_t)D);
+        set->decode(&job, g < 0 ? heads : 1, hv, c.dtype, &src, scratch);
+      }
     }
     free(tk), free(tv);
     for (int32_t g = 0; g < heads; g++) {
@@ -721,6 +798,15 @@ Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300
   const case_limits few_rows = {.decode = true};
   check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin)", &few_rows,
                            1500 / SPARSE, 20261123);
+}
+
+/* Over a list of blocks: the phases walk (bf16 rows) takes it as it is, the fused walk a stretch of blocks at
+ * a time (uattn_decode_next_stretch). */
+Test(kernels, avx512_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = 300) {
+  need_avx2();
+  const case_limits lists = {.decode = true, .list = true};
+  check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin), a list of blocks",
+                           &lists, 1000 / SPARSE, 20261203);
 }
 
 Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
@@ -771,6 +857,19 @@ Test(kernels, avx512bf16_twin_attend_matches_portable_on_random_jobs, .timeout =
 Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
   need_avx2();
   check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", true, 20261132);
+}
+
+/* Over a list of blocks: bf16 and fp8 rows, P in bf16 (the fused walks, a stretch of blocks at a time) and in
+ * fp32 (the phases walk, the list as it is). */
+Test(kernels, avx512bf16_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = 300) {
+  need_avx2();
+  for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+      const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .probs_fp32 = fp32, .list = true};
+      check_set_on_random_jobs(&uattn_kernels_avx512bf16_twin, UATTN_PART_UNIQUE,
+                               "avx512bf16 decode (twin), a list of blocks", &lim, 500 / SPARSE,
+                               20261204 + (uint64_t)fp32 + 10u * fp8);
+    }
 }
 
 Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
