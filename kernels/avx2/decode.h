@@ -164,6 +164,7 @@ typedef struct decode_shape {
   int32_t LO, HI, j0, W;             /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
   const void *const *kb, *const *vb; /* the call's cache blocks (uattn_decode_src), 2^shift keys each */
   int32_t shift;
+  const void *next_k;           /* the next call's first key row (uattn_panel_job.next_k), or NULL */
   size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
   size_t share;                 /* bytes of span each head asks for (whole lines) */
   size_t hv, hq;      /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
@@ -394,6 +395,7 @@ AVX2_INLINE bool q_fits_fold(const uattn_panel_job *job, int32_t heads, size_t h
 AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                  const uattn_decode_src *src, const int32_t D, decode_shape *s) {
   const size_t esz = uattn_dtype_size(t);
+  *s = (decode_shape){0}; /* whole, also where it returns false (GCC cannot tell the callers stop then) */
   s->heads = heads, s->n = job->rows * job->group;
   s->blocks = (s->n + 3) / 4;
   const int32_t small = s->n / s->blocks, big = s->n % s->blocks;
@@ -410,7 +412,7 @@ AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size
   }
   if (s->LO >= s->HI) return false;
   s->j0 = s->LO & ~7, s->W = ((s->HI + 7) & ~7) - s->j0;
-  s->kb = src->k, s->vb = src->v, s->shift = __builtin_ctz((unsigned)src->block_keys);
+  s->kb = src->k, s->vb = src->v, s->shift = __builtin_ctz((unsigned)src->block_keys), s->next_k = job->next_k;
   s->step = src->stride * esz, s->head_step = src->head_stride * esz;
   s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
   s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
@@ -428,28 +430,20 @@ AVX2_INLINE int32_t decode_rows_ahead(const decode_shape *s, int32_t rows) {
   return 64 / s->heads > rows ? 64 / s->heads : rows;
 }
 
-/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the first `ahead` rows
- * of keys asked for. */
-AVX2_INLINE void begin_scores(const decode_shape *s, float *S, int32_t ahead) {
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
-    float *row = S + x * s->W;
-    for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
-    for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
-  }
-  for (int32_t j = s->LO; j < s->LO + ahead && j < s->HI; j++)
-    for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, decode_key_row(s, j), g);
-}
-
-/* The rows [x0, x1) of the walk the scores ask for ahead, the keys' and past the last key the values' first,
- * into r; returns how many (none past the values' last). Found once a step, asked for a head's share at a
- * time (prefetch_rows). */
+/* The rows [x0, x1) of the walk the scores ask for ahead into r: the keys', past the last key the values',
+ * past the last value the next call's first keys (where the call was told of them; their first rows, as
+ * many as the walk reaches, whatever the next call's length: asking for a line never faults). Returns how
+ * many. Found once a step, asked for a head's share at a time (prefetch_rows). */
 AVX2_INLINE int32_t ahead_rows(const decode_shape *s, int32_t x0, int32_t x1, const char **r) {
   int32_t n = 0;
   for (int32_t x = x0; x < x1; x++) {
+    const int32_t y = x - s->HI + s->LO; /* past the keys: the value row */
     if (x < s->HI)
       r[n++] = decode_key_row(s, x);
-    else if (x - s->HI + s->LO < s->HI)
-      r[n++] = decode_value_row(s, x - s->HI + s->LO);
+    else if (y < s->HI)
+      r[n++] = decode_value_row(s, y);
+    else if (s->next_k)
+      r[n++] = (const char *)((uintptr_t)s->next_k + (uintptr_t)(y - s->HI) * s->step);
   }
   return n;
 }
@@ -457,6 +451,22 @@ AVX2_INLINE int32_t ahead_rows(const decode_shape *s, int32_t x0, int32_t x1, co
 /* Head g's share of the n rows r. */
 AVX2_INLINE void prefetch_rows(const decode_shape *s, const char *const *r, int32_t n, int32_t g) {
   for (int32_t i = 0; i < n; i++) prefetch_share(s, r[i], g);
+}
+
+/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the walk's first
+ * `ahead` rows asked for (ahead_rows: a call of fewer keys asks for its values, and the next call's keys, at
+ * once). */
+AVX2_INLINE void begin_scores(const decode_shape *s, float *S, int32_t ahead) {
+  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
+    float *row = S + x * s->W;
+    for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
+    for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
+  }
+  for (int32_t x = s->LO; x < s->LO + ahead; x++) {
+    const char *r[1];
+    if (ahead_rows(s, x, x + 1, r))
+      for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, r[0], g);
+  }
 }
 
 /* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys

@@ -492,8 +492,8 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
     avx2_decode_body(job, heads, head_vectors, t, src, scratch, D);
     return;
   }
-  decode_shape s;
   if (t == UATTN_BF16 && D % 32 == 0) {
+    decode_shape s;
     if (!decode_shape_of(job, heads, head_vectors, t, src, D, &s)) return; /* no vector sees a key */
     s.order = DECODE_NATURAL; /* avx2/decode.h's 16-dim even/odd order: this kernel keeps its own */
     wide_decode_phases(true, job, &s, t, scratch, D);
@@ -502,6 +502,7 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
   uattn_decode_stretch st;
   for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
     const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+    decode_shape s;
     if (!decode_shape_of(&st.job, heads, head_vectors, t, &one, D, &s)) continue; /* no vector sees a key */
     s.order = DECODE_NATURAL;
     wide_fused(&st.job, &s, t, st.k, st.v, scratch + (size_t)heads * s.n * D, D);

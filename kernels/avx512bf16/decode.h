@@ -421,6 +421,7 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
 BF16_INLINE bool bf16_decode_begin(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                    const uattn_decode_src *src, float *scratch, const int32_t D, decode_shape *s,
                                    uint32_t **q, float **S) {
+  *q = (uint32_t *)scratch, *S = scratch; /* set also where it returns false (GCC cannot tell the callers stop) */
   if (!decode_shape_of(job, heads, head_vectors, t, src, D, s)) return false;
   s->order = DECODE_NATURAL; /* the scores read pairs; P V keeps its own order */
   *q = (uint32_t *)scratch, *S = scratch + (size_t)heads * s->n * D;
@@ -445,13 +446,13 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
   const uint8_t *tab = fp8 ? fp8_bf16_table(t) : NULL;
-  decode_shape s;
-  uint32_t *q;
-  float *S;
   if (bf16 && !job->probs_fp32) {
     uattn_decode_stretch st;
     for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
       const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+      decode_shape s;
+      uint32_t *q;
+      float *S;
       if (!bf16_decode_begin(&st.job, heads, head_vectors, t, &one, scratch, D, &s, &q, &S)) continue;
       if (fp8) {
         bf16_fp8_pairs_order(q, &s, D);
@@ -461,6 +462,9 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     }
     return;
   }
+  decode_shape s;
+  uint32_t *q;
+  float *S;
   if (!bf16_decode_begin(job, heads, head_vectors, t, src, scratch, D, &s, &q, &S)) return;
   const int32_t n = s.n;
   if (fp8) {
