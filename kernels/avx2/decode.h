@@ -545,13 +545,14 @@ typedef struct pv_step {
 
 AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const float *S, int32_t jt, int32_t g,
                             int32_t b, const int32_t D, pv_step *p) {
+  const int32_t lo = jt > s->lo[b] ? jt : s->lo[b], hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
+  if (lo >= hi) return false;                    /* (a block that sees no key has lo INT32_MAX, hi INT32_MIN) */
   const int32_t at = jt >> s->shift << s->shift; /* the tile's block's first key */
-  p->lo = (jt > s->lo[b] ? jt : s->lo[b]) - at, p->hi = (jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b]) - at;
-  p->j0 = s->j0 - at;
+  p->lo = lo - at, p->hi = hi - at, p->j0 = s->j0 - at;
   p->S = S + ((size_t)g * s->n + s->x0[b]) * s->W;
   p->v = (const char *)s->vb[jt >> s->shift] + (size_t)g * s->head_step;
   p->o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  return p->lo < p->hi;
+  return true;
 }
 
 /* The rows of the P V tile decode_rows_ahead rows after the one from jt, into r (the scores asked for the
