@@ -172,12 +172,9 @@ typedef struct decode_shape {
   int fold;           /* DECODE_Q4: fp8_fold */
 } decode_shape;
 
-/* Key j's row of the call (its first head's) and value j's. */
-AVX2_INLINE const char *decode_key_row(const decode_shape *s, int32_t j) {
-  return (const char *)s->kb[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
-}
-AVX2_INLINE const char *decode_value_row(const decode_shape *s, int32_t j) {
-  return (const char *)s->vb[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
+/* Row j of the call (its first head's) in the call's blocks of keys (s->kb) or of values (s->vb). */
+AVX2_INLINE const char *decode_row(const decode_shape *s, const void *const *blocks, int32_t j) {
+  return (const char *)blocks[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
 }
 
 /* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
@@ -439,9 +436,9 @@ AVX2_INLINE int32_t ahead_rows(const decode_shape *s, int32_t x0, int32_t x1, co
   for (int32_t x = x0; x < x1; x++) {
     const int32_t y = x - s->HI + s->LO; /* past the keys: the value row */
     if (x < s->HI)
-      r[n++] = decode_key_row(s, x);
+      r[n++] = decode_row(s, s->kb, x);
     else if (y < s->HI)
-      r[n++] = decode_value_row(s, y);
+      r[n++] = decode_row(s, s->vb, y);
     else if (s->next_k)
       r[n++] = (const char *)((uintptr_t)s->next_k + (uintptr_t)(y - s->HI) * s->step);
   }
@@ -478,7 +475,8 @@ AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dty
   const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
   begin_scores(s, S, ahead);
   for (int32_t j = s->LO; j < s->HI; j += 2) {
-    const char *r0 = decode_key_row(s, j), *r1 = j + 1 < s->HI ? decode_key_row(s, j + 1) : r0; /* odd last: twice */
+    const char *r0 = decode_row(s, s->kb, j),
+               *r1 = j + 1 < s->HI ? decode_row(s, s->kb, j + 1) : r0; /* odd last: twice */
     const char *a[2];
     const int32_t na = ahead_rows(s, j + ahead, j + ahead + 2, a);
     for (int32_t g = 0; g < heads; g++) {
@@ -560,7 +558,7 @@ AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, c
 AVX2_INLINE int32_t next_tile_rows(const decode_shape *s, int32_t jt, const char **r) {
   const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
   int32_t n = 0;
-  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++) r[n++] = decode_value_row(s, x);
+  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++) r[n++] = decode_row(s, s->vb, x);
   return n;
 }
 
@@ -627,7 +625,7 @@ AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, ua
 /* decode in kernels.h: `heads` KV heads of the job, their keys and values where src says, elements of dtype,
  * head g's vectors and states head_vectors after head g - 1's; scratch: uattn_decode_scratch_floats, 32-byte
  * aligned. D: the head dim (a multiple of 8), constant where the caller is specialized. A list of blocks is
- * walked as one stretch of keys (decode_key_row, decode_value_row): the same arithmetic, bit for bit, as on
+ * walked as one stretch of keys (decode_row): the same arithmetic, bit for bit, as on
  * the same keys in one block. */
 AVX2_INLINE void avx2_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                   const uattn_decode_src *src, float *scratch, const int32_t D) {

@@ -96,7 +96,7 @@ V16_INLINE void wide_scores_step(const int NB, const bool EO, uattn_dtype t, con
         prefetch_rows(s, a_, na_, g_);                                                                                 \
         const char *r_[WIDE_KEYS];                                                                                     \
         for (int x_ = 0; x_ < WIDE_KEYS; x_++)                                                                         \
-          r_[x_] = decode_key_row(s, j_ + (x_ < keys_ ? x_ : keys_ - 1)) + (size_t)g_ * (s)->head_step;                \
+          r_[x_] = decode_row(s, (s)->kb, j_ + (x_ < keys_ ? x_ : keys_ - 1)) + (size_t)g_ * (s)->head_step;           \
         for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
           _Alignas(32) float p_[4 * WIDE_KEYS];                                                                        \
           DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, (q) + (size_t)g_ * (qstep) + (size_t)(s)->x0[b_] * (qlen), r_,  \

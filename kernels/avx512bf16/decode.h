@@ -147,7 +147,7 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uin
     for (int32_t g = 0; g < s->heads; g++) {
       prefetch_rows(s, a, na, g);
       const char *r[4];
-      for (int x = 0; x < 4; x++) r[x] = decode_key_row(s, j + (x < keys ? x : keys - 1)) + (size_t)g * s->head_step;
+      for (int x = 0; x < 4; x++) r[x] = decode_row(s, s->kb, j + (x < keys ? x : keys - 1)) + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
         DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, 0, Sb,

@@ -22,11 +22,12 @@
  *
  * --decode: the decode kernel the forward runs on the bucket's shape (the bucket's; without --bucket, where
  * the default bucket was not generated, the generic avx2 set's: a few rows straight from the cache, every KV
- * head of a block a call on NHD, as the forward's all-heads unit, and a call a head on HND) on 1, 2 and 4 rows
- * of GQA 4, in ns per key and KV head: hot (one block again and again), cold (a walk over a 256 MiB cache)
- * and a plain read of the same walk, interleaved. Hot against the FMA peak says how fast its compute is; the
- * read against cold, what share of the bandwidth it reaches; cold against hot + read, how much of the memory
- * time it hides.
+ * head of a call's blocks in one call on NHD, as the forward's all-heads unit, and a call a head on HND;
+ * a call takes a list of 256 keys' blocks where the block size allows, as the forward's) on 1, 2 and 4 rows
+ * of GQA 4, in ns per key and KV head: hot (the same blocks again and again), cold (a walk over a 256 MiB
+ * cache, its blocks scattered) and a plain read of the same walk, interleaved, and cold at one block a call
+ * where calls take lists. Hot against the FMA peak says how fast its compute is; the read against cold, what
+ * share of the bandwidth it reaches; cold against hot + read, how much of the memory time it hides.
  *
  * --decode-layouts: that decode kernel's cold walk over the same blocks in three layouts (NHD in one call a
  * block, HND and a head-major layout with each head's keys then its values, one call a head), against a
@@ -298,29 +299,35 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
 
-/* The last `rows` rows (<= 4, causal) of GQA 4 on every KV head of a block, as the forward hands them to a
- * decode kernel: their vectors (head after head), states, outputs and the kernel's scratch. */
+/* The blocks a decode call takes, as the forward hands them (forward.c: decode_list): a list of as many as
+ * make UATTN_DECODE_MAX_KEYS keys where the block size allows lists (uattn_decode_list_fits), else one. */
+static int32_t decode_list_blocks(void) {
+  return uattn_decode_list_fits(block_keys) ? UATTN_DECODE_MAX_KEYS / block_keys : 1;
+}
+
+/* The last `rows` rows (<= 4, causal) of GQA 4 on every KV head of `keys` keys, as the forward hands them to
+ * a decode kernel: their vectors (head after head), states, outputs and the kernel's scratch. */
 typedef struct decode_rows {
   float *q, *m, *l, *o, *scratch;
   int32_t pos[4], vis[4];
   uattn_panel_job job;
 } decode_rows;
 
-static void decode_rows_init(decode_rows *d, int32_t rows) {
+static void decode_rows_init(decode_rows *d, int32_t rows, int32_t keys) {
   const size_t nx = (size_t)KV_HEADS * rows * GROUP;
   d->q = malloc(sizeof(float) * nx * head_dim), d->m = malloc(sizeof(float) * nx), d->l = malloc(sizeof(float) * nx);
   d->o = calloc(nx * head_dim, sizeof(float));
   d->scratch = aligned_alloc(64, sizeof(float) * uattn_decode_scratch_floats(KV_HEADS, rows * GROUP, head_dim));
   for (size_t i = 0; i < nx * head_dim; i++) d->q[i] = unit() / sqrtf((float)head_dim);
   for (size_t x = 0; x < nx; x++) d->m[x] = -INFINITY, d->l[x] = 0.0f;
-  for (int32_t r = 0; r < rows; r++) d->pos[r] = block_keys - rows + r, d->vis[r] = d->pos[r] + 1;
+  for (int32_t r = 0; r < rows; r++) d->pos[r] = keys - rows + r, d->vis[r] = d->pos[r] + 1;
   d->job = (uattn_panel_job){.rows = rows,
                              .group = GROUP,
                              .head_dim = head_dim,
                              .q = d->q,
                              .query_pos = d->pos,
                              .visible = d->vis,
-                             .num_keys = block_keys,
+                             .num_keys = keys,
                              .m = d->m,
                              .l = d->l,
                              .o = d->o,
@@ -334,6 +341,7 @@ typedef struct decode_case {
   const char *k, *v;        /* cache: [blocks][block_keys][KV_HEADS][head_dim] (NHD) or [blocks][KV_HEADS][..] */
   bool hnd;                 /* the blocks as HND: a call a KV head (the forward's units on an HND cache) */
   long blocks;              /* 1: the same block each call (hot) */
+  int32_t list;             /* blocks a call (decode_list_blocks, or 1), the walk's next ones */
   uattn_panel_job job;      /* every KV head's vectors, head after head */
   float *scratch;
   float sink[8];
@@ -347,18 +355,26 @@ static void read_block(const char *k, const char *v, float *sink) {
   overlap_read(v, n, sink);
 }
 
-/* The set's decode kernel over every KV head of the block at k, v as the forward calls it, each call told
- * where the next one reads (uattn_panel_job.next_k): on NHD one call (told the next block, next_k / next_v);
- * on HND a call a head (forward.c: decode_hnd_heads), each told the next head's rows, the last the next
- * block's first head's. */
-static void decode_block(const uattn_kernels *set, bool hnd, const uattn_panel_job *job, const char *k, const char *v,
-                         const char *next_k, const char *next_v, float *scratch) {
+/* A decode call's source: n blocks at k[], v[] (a list where n > 1), stride and head_stride as the layout's. */
+static uattn_decode_src decode_src(const void *const *k, const void *const *v, int32_t n, size_t stride,
+                                   size_t head_stride) {
+  if (n == 1) return uattn_decode_one_block(k, v, stride, head_stride);
+  return (uattn_decode_src){k, v, block_keys, stride, head_stride};
+}
+
+/* The set's decode kernel over every KV head of the n blocks at k[], v[] as the forward calls it, each call
+ * told where the next one reads (uattn_panel_job.next_k): on NHD one call (told the next call's first block,
+ * next_k / next_v); on HND a call a head (forward.c: decode_hnd_heads), each told the next head's rows in the
+ * first block, the last the next call's first head's. */
+static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_job *job, const char *const *k,
+                        const char *const *v, int32_t n, const char *next_k, const char *next_v, float *scratch) {
   const size_t hv = (size_t)job->rows * GROUP;
+  const void *kb[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *vb[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
   if (!hnd) {
     uattn_panel_job all = *job;
     all.next_k = next_k, all.next_v = next_v;
-    const void *kb = k, *vb = v;
-    const uattn_decode_src src = uattn_decode_one_block(&kb, &vb, (size_t)KV_HEADS * head_dim, head_dim);
+    for (int32_t i = 0; i < n; i++) kb[i] = k[i], vb[i] = v[i];
+    const uattn_decode_src src = decode_src(kb, vb, n, (size_t)KV_HEADS * head_dim, head_dim);
     set->decode(&all, KV_HEADS, hv, cache_dtype, &src, scratch);
     return;
   }
@@ -366,28 +382,33 @@ static void decode_block(const uattn_kernels *set, bool hnd, const uattn_panel_j
   for (int32_t g = 0; g < KV_HEADS; g++) {
     uattn_panel_job h = uattn_decode_head_job(job, g, hv);
     const bool last = g + 1 == KV_HEADS;
-    h.next_k = last ? next_k : k + (g + 1) * head_keys, h.next_v = last ? next_v : v + (g + 1) * head_keys;
-    const void *kb = k + g * head_keys, *vb = v + g * head_keys;
-    const uattn_decode_src src = uattn_decode_one_block(&kb, &vb, (size_t)head_dim, 0);
+    h.next_k = last ? next_k : k[0] + (g + 1) * head_keys, h.next_v = last ? next_v : v[0] + (g + 1) * head_keys;
+    for (int32_t i = 0; i < n; i++) kb[i] = k[i] + g * head_keys, vb[i] = v[i] + g * head_keys;
+    const uattn_decode_src src = decode_src(kb, vb, n, (size_t)head_dim, 0);
     set->decode(&h, 1, hv, cache_dtype, &src, scratch);
   }
 }
 
+/* Call `call` of the walk: its list's blocks are the walk's blocks call * list to call * list + list - 1. */
 static void run_decode(void *arg, long call) {
   decode_case *c = arg;
-  const size_t off = walk_offset(c->blocks, call), next = walk_offset(c->blocks, call + 1);
-  if (!c->set)
-    read_block(c->k + off, c->v + off, c->sink);
-  else
-    decode_block(c->set, c->hnd, &c->job, c->k + off, c->v + off, c->k + next, c->v + next, c->scratch);
+  const char *k[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *v[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  for (int32_t i = 0; i < c->list; i++) {
+    const size_t off = walk_offset(c->blocks, call * c->list + i);
+    k[i] = c->k + off, v[i] = c->v + off;
+    if (!c->set) read_block(k[i], v[i], c->sink);
+  }
+  const size_t next = walk_offset(c->blocks, (call + 1) * c->list);
+  if (c->set) decode_call(c->set, c->hnd, &c->job, k, v, c->list, c->k + next, c->v + next, c->scratch);
 }
 
-/* --decode: the set's decode kernel over every KV head of a 128-key bf16 block, for 1, 2 and 4 rows of GQA 4,
- * on an NHD cache (one call a block: the forward's all-heads unit) and on an HND one (a call a KV head, as the
- * forward's units there): hot (the same block each call), cold (a walk over a 256 MiB cache) and the plain
- * read of the same walk. Cold against hot + read says how much of the memory time the kernel hides behind its
- * compute: 1.0 none, max(hot, read) / (hot + read) all. With a variant (B; NULL: none) the set (A) and B, hot
- * and cold, and B's speedup. */
+/* --decode: the set's decode kernel over every KV head of the bucket's blocks, for 1, 2 and 4 rows of GQA 4,
+ * in calls as the forward makes them (decode_list_blocks a call, scattered over the cache), on an NHD cache
+ * (one call: the forward's all-heads unit) and on an HND one (a call a KV head, as the forward's units there):
+ * hot (the same blocks each call), cold (a walk over a 256 MiB cache) and the plain read of the same walk;
+ * where a call takes a list, also cold at one block a call (the kernel before lists). Cold against hot + read
+ * says how much of the memory time the kernel hides behind its compute: 1.0 none, max(hot, read) / (hot +
+ * read) all. With a variant (B; NULL: none) the set (A) and B, hot and cold, and B's speedup. */
 static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak) {
   if (!uattn_decode_fits(set, block_keys, head_dim, GROUP) || (variant && !variant->decode)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n",
@@ -395,46 +416,51 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     return 1;
   }
   const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
+  const int32_t list = decode_list_blocks();
   char *k = random_cache(block * cold_blocks), *v = random_cache(block * cold_blocks);
-  printf("  the %s decode kernel%s\n  %d KV heads of a %d-key %s block; ns per key and KV head\n", which,
-         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, block_keys, uattn_dtype_name(cache_dtype));
+  printf("  the %s decode kernel%s\n  %d KV heads of %d-key %s blocks, %d a call; ns per key and KV head\n", which,
+         variant ? " (A) against the variant's (B)" : ",", KV_HEADS, block_keys, uattn_dtype_name(cache_dtype), list);
   if (variant)
     printf("  %-34s %8s %8s %21s %8s %8s %21s\n", "", "hot A", "hot B", "speedup [quartiles]", "cold A", "cold B",
            "speedup [quartiles]");
   else
-    printf("  %-34s %8s %6s %8s %8s %6s %9s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap");
+    printf("  %-34s %8s %6s %8s %8s %6s %9s %8s\n", "", "hot", "(peak)", "cold", "read", "(read)", "overlap", "cold 1");
   for (int hnd = 0; hnd < 2; hnd++)
     for (int32_t rows = 1; rows <= 4; rows *= 2) {
-      decode_rows d;
-      decode_rows_init(&d, rows);
+      decode_rows d, one;
+      decode_rows_init(&d, rows, list * block_keys);
+      decode_rows_init(&one, rows, block_keys);
       const uattn_panel_job job = d.job;
       float *scratch = d.scratch;
-      const double kh = (double)block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
+      const double kh = (double)list * block_keys * KV_HEADS, flops = 4.0 * head_dim * rows * GROUP * kh;
       char name[48];
       snprintf(name, sizeof name, "%s, %d row%s x %d heads (%2d vectors)", hnd ? "HND" : "NHD", rows,
                rows > 1 ? "s" : "", GROUP, rows * GROUP);
       if (variant) { /* A hot, B hot, A cold, B cold */
-        decode_case c[4] = {{set, k, v, hnd, 1, job, scratch, {0}},
-                            {variant, k, v, hnd, 1, job, scratch, {0}},
-                            {set, k, v, hnd, cold_blocks, job, scratch, {0}},
-                            {variant, k, v, hnd, cold_blocks, job, scratch, {0}}};
+        decode_case c[4] = {{set, k, v, hnd, 1, list, job, scratch, {0}},
+                            {variant, k, v, hnd, 1, list, job, scratch, {0}},
+                            {set, k, v, hnd, cold_blocks, list, job, scratch, {0}},
+                            {variant, k, v, hnd, cold_blocks, list, job, scratch, {0}}};
         double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
         time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
         speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
         printf("  %-34s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
                sec[1] / kh * 1e9, hot[1], hot[0], hot[2], sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold[1], cold[0],
                cold[2]);
-      } else {
-        decode_case c[3] = {{set, k, v, hnd, 1, job, scratch, {0}},
-                            {set, k, v, hnd, cold_blocks, job, scratch, {0}},
-                            {NULL, k, v, hnd, cold_blocks, job, scratch, {0}}};
-        double sec[3];
-        time_interleaved(run_decode, 3, (void *const[3]){&c[0], &c[1], &c[2]}, sec, NULL);
-        printf("  %-34s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f\n", name, sec[0] / kh * 1e9,
+      } else { /* hot, cold, read, and cold a block a call where the calls take lists */
+        decode_case c[4] = {{set, k, v, hnd, 1, list, job, scratch, {0}},
+                            {set, k, v, hnd, cold_blocks, list, job, scratch, {0}},
+                            {NULL, k, v, hnd, cold_blocks, list, job, scratch, {0}},
+                            {set, k, v, hnd, cold_blocks, 1, one.job, one.scratch, {0}}};
+        double sec[4];
+        time_interleaved(run_decode, list > 1 ? 4 : 3, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, NULL);
+        char cold1[16] = "-";
+        if (list > 1) snprintf(cold1, sizeof cold1, "%.1f", sec[3] / ((double)block_keys * KV_HEADS) * 1e9);
+        printf("  %-34s %8.1f %5.0f%% %8.1f %8.1f %5.0f%% %9.2f %8s\n", name, sec[0] / kh * 1e9,
                100 * flops / sec[0] * 1e-9 / peak, sec[1] / kh * 1e9, sec[2] / kh * 1e9, 100 * sec[2] / sec[1],
-               sec[1] / (sec[0] + sec[2]));
+               sec[1] / (sec[0] + sec[2]), cold1);
       }
-      decode_rows_free(&d);
+      decode_rows_free(&d), decode_rows_free(&one);
     }
   if (variant)
     printf(
@@ -442,7 +468,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
   else
     printf(
         "\n  (peak): hot against the FMA peak; (read): the plain read's time over cold's, the share of the\n"
-        "  bandwidth the kernel reaches; overlap: cold / (hot + read)\n");
+        "  bandwidth the kernel reaches; overlap: cold / (hot + read); cold 1: cold at one block a call\n");
   free_cache(k, block * cold_blocks), free_cache(v, block * cold_blocks);
   return 0;
 }
@@ -478,7 +504,9 @@ static void run_layout(void *arg, long call) {
   const size_t hv = (size_t)c->job.rows * GROUP;
   switch (c->layout) {
   case LAYOUT_NHD:
-  case LAYOUT_HND: decode_block(c->set, c->layout == LAYOUT_HND, &c->job, k, v, next, next + half, c->scratch); return;
+  case LAYOUT_HND: /* one block a call: the layouts' walks compare the same calls */
+    decode_call(c->set, c->layout == LAYOUT_HND, &c->job, &k, &v, 1, next, next + half, c->scratch);
+    return;
   case LAYOUT_TILED: { /* told the next call's block, as the forward tells it */
     uattn_panel_job job = c->job;
     job.next_k = next, job.next_v = next + half;
@@ -532,7 +560,7 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
          "TILED K|V", "read");
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
-    decode_rows_init(&d, rows);
+    decode_rows_init(&d, rows, block_keys);
     layout_case c[MAX_CASES] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
                                 {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
                                 {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
