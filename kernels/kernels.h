@@ -134,7 +134,8 @@ static inline uattn_decode_src uattn_decode_one_block(const void *const *k, cons
 /* A stretch of a decode call's blocks that follow each other in the cache, taken as one block
  * (uattn_decode_next_stretch), with its own job: its keys, their positions, the rows' visible counts among
  * them, and the next stretch's rows as the next call's. For the kernels that walk one stretch of rows a call
- * (the avx512 sets' fused walks): blocks in order are one stretch, scattered ones one each. */
+ * (the avx512 sets' fused walks on blocks smaller than their shares): blocks in order are one stretch,
+ * scattered ones one each. */
 typedef struct uattn_decode_stretch {
   uattn_panel_job job;
   int32_t visible[UATTN_DECODE_MAX_VECTORS];

@@ -340,19 +340,20 @@ V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape
   }
 }
 
-/* Bytes from each row of head g's share of chunk c (keys [Z c, Z c + Z); chunks to C1) to its place in the
- * walk's next share: head g + 1's, or the next chunk's head 0, or (next: the next call's first key row, whose
- * first keys it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
+/* Bytes from each row of head g's share of chunk c (keys [Z c, Z c + Z); chunks to C1; its first row x, in
+ * the call's blocks of keys or values) to its place in the walk's next share: head g + 1's, or the next
+ * chunk's head 0 (in whichever block holds it), or (next: the next call's first key row, whose first keys
+ * it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
  * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). Other ways of
  * asking, on a 2-vCPU Zen 5 (one NHD row at GQA 4, a cold walk, the two builds alternated and pinned,
  * ratios of speed): fp8 E4M3 two shares ahead 0.96-0.97x; into L2 (prefetcht1) 0.78-0.80x; not asking at
  * all 0.48-0.49x (bf16 0.36-0.38x: the hardware prefetchers do not follow NHD's pieces of rows); the next
  * chunk's rows in address order, an eighth of them during each head's share, instead of each share's
  * lines 0.57-0.62x into L1 or L2 (bf16 alike), and into L2 besides each share's 0.93-0.94x. */
-V16_INLINE intptr_t decode_next_share(const decode_shape *s, const char *x, int32_t c, int32_t C1, int32_t g, int32_t Z,
-                                      const char *next) {
+V16_INLINE intptr_t decode_next_share(const decode_shape *s, const void *const *blocks, const char *x, int32_t c,
+                                      int32_t C1, int32_t g, int32_t Z, const char *next) {
   if (g + 1 < s->heads) return (intptr_t)s->head_step;
-  if (c + 1 < C1) return (intptr_t)((size_t)Z * s->step) - (intptr_t)((size_t)g * s->head_step);
+  if (c + 1 < C1) next = decode_row(s, blocks, (c + 1) * Z);
   return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
 }
 
@@ -384,18 +385,51 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
  * every head's share of the chunk in turn. decode_walk_begin takes the blocks' rules and asks for the first
  * shares; each decode_walk_next (given the same Z: each walk's is a constant, so the walk does not hold it)
  * moves to the next share and says where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s
- * within the call's [j0, j0 + W)), its head's S rows, and each stream's distance to its next share
- * (decode_next_share; the keys' on into the next call's first share). */
+ * within the call's [j0, j0 + W)), its cache block (the call's blocks hold whole shares: decode_next_part),
+ * its head's S rows, and each stream's distance to its next share (decode_next_share; the keys' on into the
+ * next call's first share). */
 typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
   int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
   int32_t lo, hi, c0, c1;
+  int32_t at; /* the first key of the share's block, whose first head's rows are kz and vz */
+  const char *kz, *vz;
   intptr_t pk, pv;
   float *Sg; /* head g's S rows */
 } decode_walk;
 
-V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
-                                  const char *v, int32_t Z) {
+/* The part of a decode call (job, its blocks src) that a fused walk of Z-key shares takes next, from key *at
+ * (*at moved past it; false when none is left): the whole call where each of its blocks holds whole shares,
+ * else a stretch of adjacent blocks (uattn_decode_next_stretch) as one block. part->job and part->src are
+ * the part's. */
+typedef struct decode_part {
+  const uattn_panel_job *job;
+  uattn_decode_src src;
+  uattn_decode_stretch stretch;
+} decode_part;
+
+V16_INLINE bool decode_next_part(const uattn_panel_job *job, const uattn_decode_src *src, uattn_dtype t, int32_t Z,
+                                 int32_t *at, decode_part *part) {
+  if (src->block_keys >= Z) { /* one block, or blocks of Z keys or more (a power of two: whole shares) */
+    if (*at >= job->num_keys) return false;
+    *at = job->num_keys, part->job = job, part->src = *src;
+    return true;
+  }
+  if (!uattn_decode_next_stretch(job, src, t, at, &part->stretch)) return false;
+  part->job = &part->stretch.job;
+  part->src = uattn_decode_one_block(&part->stretch.k, &part->stretch.v, src->stride, src->head_stride);
+  return true;
+}
+
+/* Head g's key rows and value rows of the share's block: the share's key j is row j - w->at. */
+V16_INLINE const char *decode_walk_keys(const decode_walk *w, const decode_shape *s) {
+  return w->kz + (size_t)w->g * s->head_step;
+}
+V16_INLINE const char *decode_walk_values(const decode_walk *w, const decode_shape *s) {
+  return w->vz + (size_t)w->g * s->head_step;
+}
+
+V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, int32_t Z) {
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
     block_rules(job, s->x0[b], s->nb[b], 0, job->num_keys, w->rule[b], &klo, &khi);
@@ -403,31 +437,32 @@ V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, co
   const int32_t C0 = s->LO / Z;
   /* the first shares, which no line asks for (the keys' are, where the call before was told of this one) */
   for (int32_t j = s->LO; j < s->HI && j < (C0 + 1) * Z; j++)
-    prefetch_share(s, k + (size_t)j * s->step, 0), prefetch_share(s, v + (size_t)j * s->step, 0);
+    prefetch_share(s, decode_row(s, s->kb, j), 0), prefetch_share(s, decode_row(s, s->vb, j), 0);
   w->c = C0 - 1, w->g = s->heads - 1; /* decode_walk_next's first step: chunk C0, head 0 */
   w->C1 = (s->HI + Z - 1) / Z;
 }
 
-V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, const char *k,
-                                 const char *v, float *S, const int32_t Z) {
+V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, float *S,
+                                 const int32_t Z) {
   if (++w->g >= s->heads) w->g = 0, w->c++;
   if (w->c >= w->C1) return false;
   const int32_t k0 = w->c * Z, k1 = k0 + Z;
   w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
-  const size_t at = (size_t)k0 * s->step + (size_t)w->g * s->head_step; /* the share's first row */
-  w->pk = decode_next_share(s, k + at, w->c, w->C1, w->g, Z, job->next_k);
-  w->pv = decode_next_share(s, v + at, w->c, w->C1, w->g, Z, job->next_v);
+  const int32_t blk = k0 >> s->shift;
+  w->at = blk << s->shift, w->kz = s->kb[blk], w->vz = s->vb[blk];
+  const size_t first = (size_t)(k0 - w->at) * s->step + (size_t)w->g * s->head_step; /* the share's first row */
+  w->pk = decode_next_share(s, s->kb, w->kz + first, w->c, w->C1, w->g, Z, job->next_k);
+  w->pv = decode_next_share(s, s->vb, w->vz + first, w->c, w->C1, w->g, Z, job->next_v);
   w->Sg = S + (size_t)w->g * s->n * s->W;
   return true;
 }
 
 /* The 4 rows from key j of head g's share (past hi, the last again) into r; returns the keys among them. */
-V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, const char *k, int32_t j,
-                                    const char **r) {
+V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, int32_t j, const char **r) {
   const int32_t keys = w->hi - j < 4 ? w->hi - j : 4;
-  for (int x = 0; x < 4; x++)
-    r[x] = k + (size_t)(j + (x < keys ? x : keys - 1)) * s->step + (size_t)w->g * s->head_step;
+  const char *k = decode_walk_keys(w, s);
+  for (int x = 0; x < 4; x++) r[x] = k + (size_t)(j - w->at + (x < keys ? x : keys - 1)) * s->step;
   return keys;
 }
 
@@ -436,16 +471,16 @@ V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s,
  * scored (wide_score4, every block of vectors), through the online softmax (wide_softmax_cols) and into P V
  * (wide_pv_step, 64 dims at a time) before the next share, so the keys and the values are two streams read
  * side by side; each line asks for its place in its stream's next share into L1. */
-V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const char *k,
-                           const char *v, float *S, const int32_t D) {
+V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, float *S,
+                           const int32_t D) {
   const size_t esz = uattn_dtype_size(t);
   decode_walk w;
-  decode_walk_begin(&w, job, s, k, v, DECODE_SHARE_KEYS);
-  while (decode_walk_next(&w, job, s, k, v, S, DECODE_SHARE_KEYS)) {
+  decode_walk_begin(&w, job, s, DECODE_SHARE_KEYS);
+  while (decode_walk_next(&w, job, s, S, DECODE_SHARE_KEYS)) {
     const float *qg = job->q + (size_t)w.g * s->hq;
     for (int32_t j = w.lo; j < w.hi; j += 4) {
       const char *r[4];
-      const int32_t keys = decode_walk_rows(&w, s, k, j, r);
+      const int32_t keys = decode_walk_rows(&w, s, j, r);
       for (int32_t b = 0; b < s->blocks; b++)
         DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? w.pk : 0,
                      w.Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
@@ -457,25 +492,22 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const float *P = w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0);
-      const char *vg = v + (size_t)w.g * s->head_step;
+      const char *vg = decode_walk_values(&w, s);
+      const int32_t c0 = w.c0 - w.at, lo = plo[b] - w.at, hi = phi[b] - w.at; /* in the block's rows */
       float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
       const intptr_t pf = b == 0 ? w.pv : 0;
       int32_t d = 0;
       for (; d + 64 <= D; d += 64)
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                     D, pf);
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
       switch ((D - d) / 16) {
       case 1:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                     D, pf);
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
         break;
       case 2:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                     D, pf);
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
         break;
       case 3:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, w.c0, plo[b], phi[b], vg + esz * d, s->step, o + d,
-                     D, pf);
+        DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
         break;
       default: break;
       }
@@ -483,9 +515,9 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
   }
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body). The phases walk takes a list of blocks as it is;
- * the fused walk, whose shares are stretches of rows, a stretch of blocks at a time (blocks in order as one,
- * scattered ones one a call). */
+/* decode in kernels.h (the arguments of avx2_decode_body). The phases walk takes a list of blocks as it is,
+ * the fused walk too where each block holds whole shares (decode_next_part), else a stretch of adjacent
+ * blocks at a time (8-key blocks: in order as one, scattered ones one a call). */
 V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                    const uattn_decode_src *src, float *scratch, const int32_t D) {
   if (D % 16) { /* 16-float vectors need whole 16s of the head dim */
@@ -499,13 +531,12 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
     wide_decode_phases(true, job, &s, t, scratch, D);
     return;
   }
-  uattn_decode_stretch st;
-  for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
-    const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+  decode_part part;
+  for (int32_t at = 0; decode_next_part(job, src, t, DECODE_SHARE_KEYS, &at, &part);) {
     decode_shape s;
-    if (!decode_shape_of(&st.job, heads, head_vectors, t, &one, D, &s)) continue; /* no vector sees a key */
+    if (!decode_shape_of(part.job, heads, head_vectors, t, &part.src, D, &s)) continue; /* no vector sees a key */
     s.order = DECODE_NATURAL;
-    wide_fused(&st.job, &s, t, st.k, st.v, scratch + (size_t)heads * s.n * D, D);
+    wide_fused(part.job, &s, t, scratch + (size_t)heads * s.n * D, D);
   }
 }
 

@@ -306,10 +306,10 @@ BF16_INLINE void bf16_fused_order(const uattn_panel_job *job, const decode_shape
 
 /* The scores of the walk's share w (bf16_score4, every block of vectors) into its S rows. */
 BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shape *s, const decode_walk *w,
-                                   const uint8_t *tab, const uint32_t *q, const char *k, const int32_t Dh) {
+                                   const uint8_t *tab, const uint32_t *q, const int32_t Dh) {
   for (int32_t j = w->lo; j < w->hi; j += 4) {
     const char *r[4];
-    const int32_t keys = decode_walk_rows(w, s, k, j, r);
+    const int32_t keys = decode_walk_rows(w, s, j, r);
     for (int32_t b = 0; b < s->blocks; b++)
       DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)w->g * s->n + s->x0[b]) * Dh, r,
                    b == 0 ? w->pk : 0, w->Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
@@ -377,38 +377,37 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * GQA 4 hot 1.00-1.01x, cold 1.00-1.04x (fp8 0.99-1.00x), GQA 7 1.00-1.01x. Neither the tree's moves nor the
  * softmax's chain to P is what the walk waits on. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
-                            const char *k, const char *v, float *S, const int32_t D) {
+                            float *S, const int32_t D) {
   const int32_t Dh = D / 2;
   const size_t esz = tab ? 1 : 2;
   bf16_fused_order(job, s, tab, unpack32_to, D);
   decode_walk w, p;
   const int32_t Z = tab ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS; /* a constant in each instance */
-  decode_walk_begin(&w, job, s, k, v, Z);
+  decode_walk_begin(&w, job, s, Z);
   const bool ahead = s->heads > 1; /* the next share's scores before this one's softmax and P V */
-  bool more = decode_walk_next(&w, job, s, k, v, S, Z);
-  if (more) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
+  bool more = decode_walk_next(&w, job, s, S, Z);
+  if (more) bf16_fused_scores(job, s, &w, tab, q, Dh);
   while (more) {
     p = w;
     int32_t plo[4], phi[4];
-    more = decode_walk_next(&w, job, s, k, v, S, Z);
-    if (more && ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
+    more = decode_walk_next(&w, job, s, S, Z);
+    if (more && ahead) bf16_fused_scores(job, s, &w, tab, q, Dh);
     for (int32_t b = 0; b < s->blocks; b++)
       bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], Z, D);
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const uint32_t *pp = (const uint32_t *)(p.Sg + (size_t)s->x0[b] * s->W + (p.c0 - s->j0));
-      const char *vg = v + (size_t)p.g * s->head_step;
+      const char *vg = decode_walk_values(&p, s);
+      const int32_t c0 = p.c0 - p.at, lo = plo[b] - p.at, hi = phi[b] - p.at; /* in the block's rows */
       float *o = job->o + (size_t)p.g * s->hq + (size_t)s->x0[b] * D;
       const intptr_t pf = b == 0 ? p.pv : 0;
       int32_t d = 0;
       for (; d + 64 <= D; d += 64)
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, p.c0, plo[b], phi[b], vg + esz * d, s->step,
-                     o + d, D, pf);
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
       if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, p.c0, plo[b], phi[b], vg + esz * d, s->step,
-                     o + d, D, pf);
+        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
     }
-    if (more && !ahead) bf16_fused_scores(job, s, &w, tab, q, k, Dh);
+    if (more && !ahead) bf16_fused_scores(job, s, &w, tab, q, Dh);
   }
   bf16_fused_order(job, s, tab, unpack32_from, D);
 }
@@ -437,9 +436,10 @@ BF16_INLINE void bf16_fp8_pairs_order(uint32_t *q, const decode_shape *s, const 
   unpack32_apply((float *)q, s->heads * s->n * (D / 2), unpack32_to);
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. The fused walks (bf16 and fp8
- * rows, P in bf16), whose shares are stretches of rows, take a stretch of blocks at a time (blocks in order
- * as one, scattered ones one a call); the phases walk takes a list of blocks as it is. */
+/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. The phases walk takes a list
+ * of blocks as it is, the fused walks (bf16 and fp8 rows, P in bf16) too where each block holds whole shares
+ * (decode_next_part: blocks smaller than a share a stretch of adjacent blocks at a time, in order as one,
+ * scattered ones one a call). */
 BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                   const uattn_decode_src *src, float *scratch, const int32_t D) {
   /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
@@ -447,18 +447,17 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
   const uint8_t *tab = fp8 ? fp8_bf16_table(t) : NULL;
   if (bf16 && !job->probs_fp32) {
-    uattn_decode_stretch st;
-    for (int32_t at = 0; uattn_decode_next_stretch(job, src, t, &at, &st);) {
-      const uattn_decode_src one = uattn_decode_one_block(&st.k, &st.v, src->stride, src->head_stride);
+    decode_part part;
+    for (int32_t at = 0; decode_next_part(job, src, t, fp8 ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS, &at, &part);) {
       decode_shape s;
       uint32_t *q;
       float *S;
-      if (!bf16_decode_begin(&st.job, heads, head_vectors, t, &one, scratch, D, &s, &q, &S)) continue;
+      if (!bf16_decode_begin(part.job, heads, head_vectors, t, &part.src, scratch, D, &s, &q, &S)) continue;
       if (fp8) {
         bf16_fp8_pairs_order(q, &s, D);
-        bf16_fused(&st.job, &s, tab, q, st.k, st.v, S, D);
+        bf16_fused(part.job, &s, tab, q, S, D);
       } else /* a constant NULL: the bf16 instance has no fp8 branch */
-        bf16_fused(&st.job, &s, NULL, q, st.k, st.v, S, D);
+        bf16_fused(part.job, &s, NULL, q, S, D);
     }
     return;
   }
