@@ -814,14 +814,18 @@ static bool decodes_from_cache(const step_ctx *c) {
   return !c->pieces && uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
 }
 
-/* The most cache blocks one decode call takes (joins_decode_call: blocks of at least UATTN_DECODE_TILE keys). */
+/* The most cache blocks one decode call takes (joins_decode_call): as many as UATTN_DECODE_MAX_KEYS keys of
+ * UATTN_DECODE_TILE-key blocks, the smallest a list takes; runs of smaller NHD blocks stop there. */
 enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE };
 
-/* A decode call's source over `count` blocks whose first rows are (to be) in k[] and v[] (uattn_decode_src). */
+/* A decode call's source over `count` blocks whose first rows are (to be) in k[] and v[] (uattn_decode_src):
+ * a list where the block size allows one, else (joins_decode_call) one block or a run of adjacent NHD blocks,
+ * which is one stretch of rows from the first. */
 static uattn_decode_src decode_list(const step_ctx *c, const void **k, const void **v, int32_t count, size_t stride,
                                     size_t head_stride) {
-  return count == 1 ? uattn_decode_one_block(k, v, stride, head_stride)
-                    : (uattn_decode_src){k, v, c->in->block_size, stride, head_stride};
+  return count == 1 || !uattn_decode_list_fits(c->in->block_size)
+             ? uattn_decode_one_block(k, v, stride, head_stride)
+             : (uattn_decode_src){k, v, c->in->block_size, stride, head_stride};
 }
 
 /* An HND block, or a run of `count` of them (unique_run, shared_run), for the `heads` KV heads of an all-heads
@@ -907,17 +911,23 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
   return u->block_start >= c->key_lo && u->block_start < c->key_hi ? u->block : -1;
 }
 
-/* Whether a decode call that takes m blocks from position first_start takes the block at block_start too
- * (unique_run, shared_run): a cache whose rows the decode kernel reads from a list of blocks (NHD, HND;
- * uattn_decode_list_fits), the next position, within the unit's keys and the kernel's UATTN_DECODE_MAX_KEYS. */
-static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t m, int32_t block_start) {
+/* Whether a decode call that takes m blocks, from position first_start in cache block first, takes cache block
+ * `block` at block_start too (unique_run, shared_run): the next position, within the unit's keys, the
+ * kernel's UATTN_DECODE_MAX_KEYS and MAX_DECODE_BLOCKS, on a cache whose rows the decode kernel reads from a
+ * list of blocks (NHD, HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache
+ * (a run of adjacent blocks is one stretch of rows: decode_list). */
+static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t first, int32_t m, int32_t block_start,
+                              int32_t block) {
   const int32_t bs = c->in->block_size;
-  return c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(bs) && (m + 1) * bs <= UATTN_DECODE_MAX_KEYS &&
+  const bool list = c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(bs);
+  const bool run = c->cache.layout == UATTN_LAYOUT_NHD && block == first + m;
+  return (list || run) && m < MAX_DECODE_BLOCKS && (m + 1) * bs <= UATTN_DECODE_MAX_KEYS &&
          block_start == first_start + m * bs && block_start < c->key_hi;
 }
 
 /* How many of the row's unique blocks from its k-th one decode call takes (joins_decode_call): those the row
- * sees whole but for the last, wherever they lie in the cache, up to UATTN_DECODE_MAX_KEYS keys. The decode
+ * sees whole but for the last, wherever they lie in the cache (at block sizes that take no list, adjacent NHD
+ * blocks), up to UATTN_DECODE_MAX_KEYS keys. The decode
  * kernel's fixed cost a call (the query vectors and outputs put into its order and back, each vector's
  * softmax steps) is then paid once for them: on 16-key blocks it was a third of a call (README, Performance:
  * block size), and the kernel asks for the next block's rows as it nears them. Which blocks go together
@@ -928,7 +938,7 @@ static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k, int32_t *id
   const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
   int32_t m = 1;
   ids[0] = u[k].block;
-  while (k + m < end && joins_decode_call(c, u[k].block_start, m, u[k + m].block_start) &&
+  while (k + m < end && joins_decode_call(c, u[k].block_start, u[k].block, m, u[k + m].block_start, u[k + m].block) &&
          context_usage(c, row, u[k + m].block_start - bs) == bs)
     ids[m] = u[k + m].block, m++;
   return m;
@@ -996,7 +1006,7 @@ static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t *id
   for (; k + m < end; m++) {
     const uattn_shared_span *b = &spans[order[k + m]];
     if (b->token_begin != a->token_begin || b->token_end != a->token_end ||
-        !joins_decode_call(c, a->block_start, m, b->block_start))
+        !joins_decode_call(c, a->block_start, ids[0], m, b->block_start, blocks[b->shared_index]))
       break;
     bool whole = true;
     for (int32_t row = row_lo; row < row_hi && whole; row++) whole = context_usage(c, row, b->block_start - bs) == bs;

@@ -204,11 +204,12 @@ Test(attention, split_k_decodes, .timeout = 300) {
 }
 
 /* A request's blocks go to the decode kernel as one call of up to UATTN_DECODE_MAX_KEYS keys, a list of
- * blocks wherever they lie on NHD and HND (forward.c's unique_run, shared_run): decodes and verifications
- * over such runs against the oracle, their blocks in order (one stretch of the cache, which the avx512 sets'
- * fused walks take as one block) and scattered (the block tables' usual random order), with split-K cutting
+ * blocks wherever they lie on NHD and HND (forward.c's unique_run, shared_run), and at block sizes that take
+ * no list (not a power of two, or under 8 keys) a run of adjacent NHD blocks, at most MAX_DECODE_BLOCKS of
+ * them (5-key blocks): decodes and verifications over such runs against the oracle, their blocks in order
+ * (one stretch of the cache) and scattered (the block tables' usual random order), with split-K cutting
  * runs, windows, sinks, fp8 and caches whose unseen entries are NaN, and the same bits on any number of
- * threads. TILED (one block a call) rides along. */
+ * threads. TILED and HND at such block sizes (one block a call) ride along. */
 Test(attention, decodes_over_runs_of_blocks, .timeout = 300) {
   /* clang-format off */
   const attention_case cases[] = {
@@ -231,6 +232,12 @@ Test(attention, decodes_over_runs_of_blocks, .timeout = 300) {
       {"split-K spec decode, HND, window, ALiBi", BATCH_SPEC_DECODE, 32, 8, 2, 64, F16, F16, HND, DEC, 0, 40, 0, 1, 0,
        0, 93, 100, 200},
       {"decodes, TILED", BATCH_DECODE, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 89},
+      {"decodes, block 24", BATCH_DECODE, 24, 8, 2, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 94},
+      {"decodes, block 5", BATCH_DECODE, 5, 8, 2, 64, F32, F32, NHD, DEC, 0, 0, 0, 0, 0, 0, 95},
+      {"shared prefix, block 48", BATCH_SHARED_PREFIX, 48, 8, 2, 64, F16, F16, NHD, DEC, 0, 0, 0, 0, 0, 0, 96},
+      {"split-K spec decode, block 24, window", BATCH_SPEC_DECODE, 24, 8, 2, 64, F16, F16, NHD, DEC, 0, 40, 0, 0, 0,
+       0, 97, 100, 200},
+      {"decodes, block 24, HND", BATCH_DECODE, 24, 8, 2, 64, BF16, BF16, HND, DEC, 0, 0, 0, 0, 0, 0, 98},
   };
   /* clang-format on */
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
