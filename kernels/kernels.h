@@ -131,6 +131,15 @@ static inline uattn_decode_src uattn_decode_one_block(const void *const *k, cons
   return (uattn_decode_src){k, v, UATTN_DECODE_MAX_KEYS, stride, head_stride};
 }
 
+/* A decode call's source over `count` blocks of block_keys keys whose first rows are (to be) in k[] and v[]: a
+ * list where there are several and the block size allows one (uattn_decode_list_fits), else one block from
+ * k[0] (a run of adjacent blocks, whose rows are one stretch, counts as one). */
+static inline uattn_decode_src uattn_decode_blocks(const void *const *k, const void *const *v, int32_t count,
+                                                   int32_t block_keys, size_t stride, size_t head_stride) {
+  return count == 1 || !uattn_decode_list_fits(block_keys) ? uattn_decode_one_block(k, v, stride, head_stride)
+                                                           : (uattn_decode_src){k, v, block_keys, stride, head_stride};
+}
+
 /* A stretch of a decode call's blocks that follow each other in the cache, taken as one block
  * (uattn_decode_next_stretch), with its own job: its keys, their positions, the rows' visible counts among
  * them, and the next stretch's rows as the next call's. For the kernels that walk one stretch of rows a call

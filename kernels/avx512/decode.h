@@ -392,7 +392,7 @@ typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
   int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
   int32_t lo, hi, c0, c1;
-  int32_t at; /* the first key of the share's block, whose first head's rows are kz and vz */
+  int32_t at; /* the first key of the share's block, whose rows of head g are kz and vz (key j: j - at) */
   const char *kz, *vz;
   intptr_t pk, pv;
   float *Sg; /* head g's S rows */
@@ -421,14 +421,6 @@ V16_INLINE bool decode_next_part(const uattn_panel_job *job, const uattn_decode_
   return true;
 }
 
-/* Head g's key rows and value rows of the share's block: the share's key j is row j - w->at. */
-V16_INLINE const char *decode_walk_keys(const decode_walk *w, const decode_shape *s) {
-  return w->kz + (size_t)w->g * s->head_step;
-}
-V16_INLINE const char *decode_walk_values(const decode_walk *w, const decode_shape *s) {
-  return w->vz + (size_t)w->g * s->head_step;
-}
-
 V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, int32_t Z) {
   for (int32_t b = 0; b < s->blocks; b++) {
     int32_t klo, khi;
@@ -450,8 +442,9 @@ V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, con
   w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
   const int32_t blk = k0 >> s->shift;
-  w->at = blk << s->shift, w->kz = s->kb[blk], w->vz = s->vb[blk];
-  const size_t first = (size_t)(k0 - w->at) * s->step + (size_t)w->g * s->head_step; /* the share's first row */
+  const size_t head = (size_t)w->g * s->head_step;
+  w->at = blk << s->shift, w->kz = (const char *)s->kb[blk] + head, w->vz = (const char *)s->vb[blk] + head;
+  const size_t first = (size_t)(k0 - w->at) * s->step; /* the share's first row */
   w->pk = decode_next_share(s, s->kb, w->kz + first, w->c, w->C1, w->g, Z, job->next_k);
   w->pv = decode_next_share(s, s->vb, w->vz + first, w->c, w->C1, w->g, Z, job->next_v);
   w->Sg = S + (size_t)w->g * s->n * s->W;
@@ -461,8 +454,7 @@ V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, con
 /* The 4 rows from key j of head g's share (past hi, the last again) into r; returns the keys among them. */
 V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, int32_t j, const char **r) {
   const int32_t keys = w->hi - j < 4 ? w->hi - j : 4;
-  const char *k = decode_walk_keys(w, s);
-  for (int x = 0; x < 4; x++) r[x] = k + (size_t)(j - w->at + (x < keys ? x : keys - 1)) * s->step;
+  for (int x = 0; x < 4; x++) r[x] = w->kz + (size_t)(j - w->at + (x < keys ? x : keys - 1)) * s->step;
   return keys;
 }
 
@@ -492,7 +484,7 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const float *P = w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0);
-      const char *vg = decode_walk_values(&w, s);
+      const char *vg = w.vz;
       const int32_t c0 = w.c0 - w.at, lo = plo[b] - w.at, hi = phi[b] - w.at; /* in the block's rows */
       float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
       const intptr_t pf = b == 0 ? w.pv : 0;

@@ -397,7 +397,7 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
     for (int32_t b = 0; b < s->blocks; b++) {
       if (plo[b] >= phi[b]) continue;
       const uint32_t *pp = (const uint32_t *)(p.Sg + (size_t)s->x0[b] * s->W + (p.c0 - s->j0));
-      const char *vg = decode_walk_values(&p, s);
+      const char *vg = p.vz;
       const int32_t c0 = p.c0 - p.at, lo = plo[b] - p.at, hi = phi[b] - p.at; /* in the block's rows */
       float *o = job->o + (size_t)p.g * s->hq + (size_t)s->x0[b] * D;
       const intptr_t pf = b == 0 ? p.pv : 0;

@@ -299,7 +299,7 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
 
-/* The blocks a decode call takes, as the forward hands them (forward.c: decode_list): a list of as many as
+/* The blocks a decode call takes, as the forward hands them (forward.c: unique_run): a list of as many as
  * make UATTN_DECODE_MAX_KEYS keys where the block size allows lists (uattn_decode_list_fits), else one. */
 static int32_t decode_list_blocks(void) {
   return uattn_decode_list_fits(block_keys) ? UATTN_DECODE_MAX_KEYS / block_keys : 1;
@@ -355,13 +355,6 @@ static void read_block(const char *k, const char *v, float *sink) {
   overlap_read(v, n, sink);
 }
 
-/* A decode call's source: n blocks at k[], v[] (a list where n > 1), stride and head_stride as the layout's. */
-static uattn_decode_src decode_src(const void *const *k, const void *const *v, int32_t n, size_t stride,
-                                   size_t head_stride) {
-  if (n == 1) return uattn_decode_one_block(k, v, stride, head_stride);
-  return (uattn_decode_src){k, v, block_keys, stride, head_stride};
-}
-
 /* The set's decode kernel over every KV head of the n blocks at k[], v[] as the forward calls it, each call
  * told where the next one reads (uattn_panel_job.next_k): on NHD one call (told the next call's first block,
  * next_k / next_v); on HND a call a head (forward.c: decode_hnd_heads), each told the next head's rows in the
@@ -374,7 +367,7 @@ static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_jo
     uattn_panel_job all = *job;
     all.next_k = next_k, all.next_v = next_v;
     for (int32_t i = 0; i < n; i++) kb[i] = k[i], vb[i] = v[i];
-    const uattn_decode_src src = decode_src(kb, vb, n, (size_t)KV_HEADS * head_dim, head_dim);
+    const uattn_decode_src src = uattn_decode_blocks(kb, vb, n, block_keys, (size_t)KV_HEADS * head_dim, head_dim);
     set->decode(&all, KV_HEADS, hv, cache_dtype, &src, scratch);
     return;
   }
@@ -384,7 +377,7 @@ static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_jo
     const bool last = g + 1 == KV_HEADS;
     h.next_k = last ? next_k : k[0] + (g + 1) * head_keys, h.next_v = last ? next_v : v[0] + (g + 1) * head_keys;
     for (int32_t i = 0; i < n; i++) kb[i] = k[i] + g * head_keys, vb[i] = v[i] + g * head_keys;
-    const uattn_decode_src src = decode_src(kb, vb, n, (size_t)head_dim, 0);
+    const uattn_decode_src src = uattn_decode_blocks(kb, vb, n, block_keys, (size_t)head_dim, 0);
     set->decode(&h, 1, hv, cache_dtype, &src, scratch);
   }
 }

@@ -818,16 +818,6 @@ static bool decodes_from_cache(const step_ctx *c) {
  * UATTN_DECODE_TILE-key blocks, the smallest a list takes; runs of smaller NHD blocks stop there. */
 enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE };
 
-/* A decode call's source over `count` blocks whose first rows are (to be) in k[] and v[] (uattn_decode_src):
- * a list where the block size allows one, else (joins_decode_call) one block or a run of adjacent NHD blocks,
- * which is one stretch of rows from the first. */
-static uattn_decode_src decode_list(const step_ctx *c, const void **k, const void **v, int32_t count, size_t stride,
-                                    size_t head_stride) {
-  return count == 1 || !uattn_decode_list_fits(c->in->block_size)
-             ? uattn_decode_one_block(k, v, stride, head_stride)
-             : (uattn_decode_src){k, v, c->in->block_size, stride, head_stride};
-}
-
 /* An HND block, or a run of `count` of them (unique_run, shared_run), for the `heads` KV heads of an all-heads
  * unit (job: as for one call of every head): one decode call a head, head after head, over the head's piece of
  * each block, each told the next head's rows, the last the next block's first; on a single block the unit
@@ -843,7 +833,7 @@ static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int3
                              const int32_t *blocks, int32_t count, int32_t next_block) {
   const size_t esz = uattn_dtype_size(c->cache.dtype);
   const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
-  const uattn_decode_src src = decode_list(c, k, v, count, (size_t)c->cache.head_dim, 0);
+  const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, (size_t)c->cache.head_dim, 0);
   for (int32_t g = 0; g < heads; g++) {
     uattn_panel_job h = uattn_decode_head_job(job, g, head_vectors);
     for (int32_t b = 0; b < count; b++) {
@@ -883,7 +873,7 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
       const size_t next = block_source(c, next_block, &stride);
       job.next_k = c->cache.k + next, job.next_v = c->cache.v + next;
     }
-    const uattn_decode_src src = decode_list(c, k, v, count, stride, D);
+    const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, stride, D);
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   } else if (decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
     size_t stride;
@@ -915,7 +905,7 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
  * `block` at block_start too (unique_run, shared_run): the next position, within the unit's keys, the
  * kernel's UATTN_DECODE_MAX_KEYS and MAX_DECODE_BLOCKS, on a cache whose rows the decode kernel reads from a
  * list of blocks (NHD, HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache
- * (a run of adjacent blocks is one stretch of rows: decode_list). */
+ * (a run of adjacent blocks is one stretch of rows: uattn_decode_blocks). */
 static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t first, int32_t m, int32_t block_start,
                               int32_t block) {
   const int32_t bs = c->in->block_size;
