@@ -140,42 +140,6 @@ static inline uattn_decode_src uattn_decode_blocks(const void *const *k, const v
                                                            : (uattn_decode_src){k, v, block_keys, stride, head_stride};
 }
 
-/* A stretch of a decode call's blocks that follow each other in the cache, taken as one block
- * (uattn_decode_next_stretch), with its own job: its keys, their positions, the rows' visible counts among
- * them, and the next stretch's rows as the next call's. For the kernels that walk one stretch of rows a call
- * (the avx512 sets' fused walks on blocks smaller than their shares): blocks in order are one stretch,
- * scattered ones one each. */
-typedef struct uattn_decode_stretch {
-  uattn_panel_job job;
-  int32_t visible[UATTN_DECODE_MAX_VECTORS];
-  const void *k, *v; /* its first rows */
-} uattn_decode_stretch;
-
-/* The stretch of job's keys (src: where they lie) from key *at into st, *at moved past it; false when none
- * is left. */
-static inline bool uattn_decode_next_stretch(const uattn_panel_job *job, const uattn_decode_src *src, uattn_dtype dtype,
-                                             int32_t *at, uattn_decode_stretch *st) {
-  if (*at >= job->num_keys) return false;
-  const int32_t bk = src->block_keys, blocks = (job->num_keys + bk - 1) / bk, b = *at / bk;
-  const size_t bytes = (size_t)bk * src->stride * uattn_dtype_size(dtype);
-  int32_t end = b + 1;
-  while (end < blocks && (const char *)src->k[end] == (const char *)src->k[end - 1] + bytes &&
-         (const char *)src->v[end] == (const char *)src->v[end - 1] + bytes)
-    end++;
-  const int32_t lo = b * bk, hi = end * bk < job->num_keys ? end * bk : job->num_keys;
-  st->job = *job;
-  st->job.num_keys = hi - lo, st->job.key_pos0 = job->key_pos0 + lo;
-  for (int32_t r = 0; r < job->rows; r++) {
-    const int32_t seen = job->visible[r] - lo;
-    st->visible[r] = seen < 0 ? 0 : seen < hi - lo ? seen : hi - lo;
-  }
-  st->job.visible = st->visible;
-  if (end < blocks) st->job.next_k = src->k[end], st->job.next_v = src->v[end];
-  st->k = src->k[b], st->v = src->v[b];
-  *at = hi;
-  return true;
-}
-
 /* Whether a set's decode_tiled takes a layer's TILED cache blocks: the decode kernel's limits, bf16 or fp8 codes
  * (its bf16 dot products read both exactly), a head dim that is a multiple of 32 (whole 64-byte lines of 16
  * dims) and P in bf16 (probs_fp32 keeps decode.h's fp32 P V, on gathered rows). */

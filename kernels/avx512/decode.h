@@ -340,28 +340,34 @@ V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape
   }
 }
 
-/* Bytes from each row of head g's share of chunk c (keys [Z c, Z c + Z); chunks to C1; its first row x, in
- * the call's blocks of keys or values) to its place in the walk's next share: head g + 1's, or the next
- * chunk's head 0 (in whichever block holds it), or (next: the next call's first key row, whose first keys
- * it reads) the next call's first share; 0 past them. A share further on measured slower (bf16 NHD
+/* Bytes from each row of a piece of head g's share (keys from f on, of the share of keys [k0, k0 + Z); f's
+ * row at x, in the call's blocks of keys or values) to its place in the walk's next share: head g + 1's, or
+ * the next chunk's head 0 (key f + Z's row, in whichever block holds it), or (next: the next call's first
+ * key row, whose first keys it reads) the next call's first share, whose first block is known; 0 past them
+ * (a row of the next chunk past the call's keys, a piece past the next call's first block). A share further on measured slower (bf16 NHD
  * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). Other ways of
  * asking, on a 2-vCPU Zen 5 (one NHD row at GQA 4, a cold walk, the two builds alternated and pinned,
  * ratios of speed): fp8 E4M3 two shares ahead 0.96-0.97x; into L2 (prefetcht1) 0.78-0.80x; not asking at
  * all 0.48-0.49x (bf16 0.36-0.38x: the hardware prefetchers do not follow NHD's pieces of rows); the next
  * chunk's rows in address order, an eighth of them during each head's share, instead of each share's
  * lines 0.57-0.62x into L1 or L2 (bf16 alike), and into L2 besides each share's 0.93-0.94x. */
-V16_INLINE intptr_t decode_next_share(const decode_shape *s, const void *const *blocks, const char *x, int32_t c,
-                                      int32_t C1, int32_t g, int32_t Z, const char *next) {
+V16_INLINE intptr_t decode_next_share(const decode_shape *s, const void *const *blocks, const char *x, int32_t f,
+                                      int32_t k0, int32_t g, int32_t Z, const char *next) {
   if (g + 1 < s->heads) return (intptr_t)s->head_step;
-  if (c + 1 < C1) next = decode_row(s, blocks, (c + 1) * Z);
+  if (k0 + Z < s->HI) /* the next chunk */
+    next = f + Z < s->HI ? decode_row(s, blocks, f + Z) : NULL;
+  else if (next && f - k0 < (1 << s->shift))
+    next += (size_t)(f - k0) * s->step;
+  else
+    next = NULL;
   return next ? (intptr_t)((uintptr_t)next - (uintptr_t)x) : 0;
 }
 
 /* <q_i, k_j> for NB <= 4 vectors (q_i at q + i * D, in order) and the 4 rows r[j] of dtype t: vector i's 4
  * scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. 16 accumulators summed by v16_sum16;
- * each line of the rows asks for its place pf bytes on (0: none) into L1. */
+ * each line of row j asks for its place pf[j] bytes on (pf NULL: none) into L1. */
 V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const float *q, const char *const *r,
-                            intptr_t pf, float *S, size_t ld, int32_t keys) {
+                            const intptr_t *pf, float *S, size_t ld, int32_t keys) {
   const size_t esz = uattn_dtype_size(t);
   const int(*slot)[4] = sum16_slot;
   v16 a[16];
@@ -371,7 +377,7 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
     for (int j = 0; j < 4; j++) k[j] = v16_widen(t, r[j] + (size_t)d * esz);
     if (pf && ((size_t)d * esz) % 64 == 0)
       for (int j = 0; j < keys; j++)
-        _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + d * esz, _MM_HINT_T0);
+        _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf[j]) + d * esz, _MM_HINT_T0);
     for (int i = 0; i < NB; i++) {
       const v16 qv = v16_load(q + (size_t)i * D + d);
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_fmadd(qv, k[j], a[slot[i][j]]);
@@ -385,41 +391,25 @@ V16_INLINE void wide_score4(const int NB, uattn_dtype t, const int32_t D, const 
  * every head's share of the chunk in turn. decode_walk_begin takes the blocks' rules and asks for the first
  * shares; each decode_walk_next (given the same Z: each walk's is a constant, so the walk does not hold it)
  * moves to the next share and says where it is: its keys [lo, hi), its softmax columns [c0, c1) (whole 8s
- * within the call's [j0, j0 + W)), its cache block (the call's blocks hold whole shares: decode_next_part),
- * its head's S rows, and each stream's distance to its next share (decode_next_share; the keys' on into the
- * next call's first share). */
+ * within the call's [j0, j0 + W)), its head's S rows, and its pieces: the runs of its keys whose rows follow
+ * each other (one block, or several adjacent ones: a share of a list of blocks smaller than Z has one a
+ * block where they lie apart, so the walk takes a call's list of blocks as it is, any block size), each with
+ * its rows and each stream's distance to its next share (decode_next_share; the keys' on into the next
+ * call's first share). */
+enum { WALK_PIECES = 4 }; /* a share's pieces at most: fp8's 32 keys over 8-key blocks, the smallest of a list */
+
 typedef struct decode_walk {
   vec_rule rule[4][4]; /* each block's, head 0's: the heads differ in slopes alone (wide_softmax_cols) */
   int32_t c, g, C1;    /* the share: chunk c, head g; the chunks end at C1 */
   int32_t lo, hi, c0, c1;
-  int32_t at; /* the first key of the share's block, whose rows of head g are kz and vz (key j: j - at) */
-  const char *kz, *vz;
-  intptr_t pk, pv;
-  float *Sg; /* head g's S rows */
+  int32_t pieces;
+  int32_t at[WALK_PIECES + 1]; /* piece x: keys [at[x], at[x + 1]) within [lo, hi), at[x] its first block's first key
+                                * (at[pieces] is hi) */
+  const char *kz[WALK_PIECES],
+      *vz[WALK_PIECES]; /* key at[x]'s rows of head g: key j of piece x at kz[x] + (j - at[x]) step */
+  intptr_t pk[WALK_PIECES], pv[WALK_PIECES]; /* decode_next_share of piece x's rows */
+  float *Sg;                                 /* head g's S rows */
 } decode_walk;
-
-/* The part of a decode call (job, its blocks src) that a fused walk of Z-key shares takes next, from key *at
- * (*at moved past it; false when none is left): the whole call where each of its blocks holds whole shares,
- * else a stretch of adjacent blocks (uattn_decode_next_stretch) as one block. part->job and part->src are
- * the part's. */
-typedef struct decode_part {
-  const uattn_panel_job *job;
-  uattn_decode_src src;
-  uattn_decode_stretch stretch;
-} decode_part;
-
-V16_INLINE bool decode_next_part(const uattn_panel_job *job, const uattn_decode_src *src, uattn_dtype t, int32_t Z,
-                                 int32_t *at, decode_part *part) {
-  if (src->block_keys >= Z) { /* one block, or blocks of Z keys or more (a power of two: whole shares) */
-    if (*at >= job->num_keys) return false;
-    *at = job->num_keys, part->job = job, part->src = *src;
-    return true;
-  }
-  if (!uattn_decode_next_stretch(job, src, t, at, &part->stretch)) return false;
-  part->job = &part->stretch.job;
-  part->src = uattn_decode_one_block(&part->stretch.k, &part->stretch.v, src->stride, src->head_stride);
-  return true;
-}
 
 V16_INLINE void decode_walk_begin(decode_walk *w, const uattn_panel_job *job, const decode_shape *s, int32_t Z) {
   for (int32_t b = 0; b < s->blocks; b++) {
@@ -441,21 +431,49 @@ V16_INLINE bool decode_walk_next(decode_walk *w, const uattn_panel_job *job, con
   const int32_t k0 = w->c * Z, k1 = k0 + Z;
   w->lo = s->LO > k0 ? s->LO : k0, w->hi = s->HI < k1 ? s->HI : k1;
   w->c0 = k0 > s->j0 ? k0 : s->j0, w->c1 = k1 < s->j0 + s->W ? k1 : s->j0 + s->W;
-  const int32_t blk = k0 >> s->shift;
-  const size_t head = (size_t)w->g * s->head_step;
-  w->at = blk << s->shift, w->kz = (const char *)s->kb[blk] + head, w->vz = (const char *)s->vb[blk] + head;
-  const size_t first = (size_t)(k0 - w->at) * s->step; /* the share's first row */
-  w->pk = decode_next_share(s, s->kb, w->kz + first, w->c, w->C1, w->g, Z, job->next_k);
-  w->pv = decode_next_share(s, s->vb, w->vz + first, w->c, w->C1, w->g, Z, job->next_v);
+  const size_t head = (size_t)w->g * s->head_step, block = ((size_t)1 << s->shift) * s->step; /* a block's rows */
+  const char *kprev = NULL, *vprev = NULL;                                                    /* the last block's */
+  w->pieces = 0;
+  for (int32_t b = w->lo >> s->shift; b <= (w->hi - 1) >> s->shift; b++) {
+    const char *k = (const char *)s->kb[b], *v = (const char *)s->vb[b];
+    if (!(w->pieces && k == kprev + block && v == vprev + block)) /* a block that does not follow the last: a piece */
+      w->at[w->pieces] = b << s->shift, w->kz[w->pieces] = k + head, w->vz[w->pieces] = v + head, w->pieces++;
+    kprev = k, vprev = v;
+  }
+  w->at[w->pieces] = w->hi;
+  for (int32_t x = 0; x < w->pieces; x++) {
+    const int32_t f = w->at[x] > w->lo ? w->at[x] : w->lo; /* the piece's first key */
+    const size_t first = (size_t)(f - w->at[x]) * s->step;
+    w->pk[x] = decode_next_share(s, s->kb, w->kz[x] + first, f, k0, w->g, Z, job->next_k);
+    w->pv[x] = decode_next_share(s, s->vb, w->vz[x] + first, f, k0, w->g, Z, job->next_v);
+  }
   w->Sg = S + (size_t)w->g * s->n * s->W;
   return true;
 }
 
-/* The 4 rows from key j of head g's share (past hi, the last again) into r; returns the keys among them. */
-V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, int32_t j, const char **r) {
+/* The 4 rows from key j of head g's share (past hi, the last again) into r, and their decode_next_share
+ * distances into pf; returns the keys among them. */
+V16_INLINE int32_t decode_walk_rows(const decode_walk *w, const decode_shape *s, int32_t j, const char **r,
+                                    intptr_t *pf) {
   const int32_t keys = w->hi - j < 4 ? w->hi - j : 4;
-  for (int x = 0; x < 4; x++) r[x] = w->kz + (size_t)(j - w->at + (x < keys ? x : keys - 1)) * s->step;
+  int32_t x = 0;
+  for (int i = 0; i < 4; i++) {
+    const int32_t key = j + (i < keys ? i : keys - 1);
+    while (key >= w->at[x + 1]) x++;
+    r[i] = w->kz[x] + (size_t)(key - w->at[x]) * s->step, pf[i] = w->pk[x];
+  }
   return keys;
+}
+
+/* Piece x of share w within keys [lo, hi) (a block of vectors' keys with P) as a P V run: its keys
+ * [*lo_x, *hi_x) and share's first column *c0_x counted from its rows' first key (vz[x]); false when the
+ * piece has none of them. */
+V16_INLINE bool decode_walk_piece(const decode_walk *w, int32_t x, int32_t lo, int32_t hi, int32_t *c0_x, int32_t *lo_x,
+                                  int32_t *hi_x) {
+  const int32_t a = w->at[x] > lo ? w->at[x] : lo, b = w->at[x + 1] < hi ? w->at[x + 1] : hi;
+  if (a >= b) return false;
+  *c0_x = w->c0 - w->at[x], *lo_x = a - w->at[x], *hi_x = b - w->at[x];
+  return true;
 }
 
 /* Decode on NHD and HND rows of any dtype in natural order (f16, f32, fp8; bf16 where the head dim is not a
@@ -472,9 +490,10 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
     const float *qg = job->q + (size_t)w.g * s->hq;
     for (int32_t j = w.lo; j < w.hi; j += 4) {
       const char *r[4];
-      const int32_t keys = decode_walk_rows(&w, s, j, r);
+      intptr_t pf[4];
+      const int32_t keys = decode_walk_rows(&w, s, j, r, pf);
       for (int32_t b = 0; b < s->blocks; b++)
-        DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? w.pk : 0,
+        DECODE_BY_NB(s->nb[b], wide_score4, t, D, qg + (size_t)s->x0[b] * D, r, b == 0 ? pf : NULL,
                      w.Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
     }
     int32_t plo[4], phi[4];
@@ -482,34 +501,35 @@ V16_INLINE void wide_fused(const uattn_panel_job *job, const decode_shape *s, ua
       wide_softmax_cols(job, s, w.g, b, w.rule[b], w.Sg + (size_t)s->x0[b] * s->W, w.c0, w.c1, &plo[b], &phi[b],
                         DECODE_SHARE_KEYS, D);
     for (int32_t b = 0; b < s->blocks; b++) {
-      if (plo[b] >= phi[b]) continue;
       const float *P = w.Sg + (size_t)s->x0[b] * s->W + (w.c0 - s->j0);
-      const char *vg = w.vz;
-      const int32_t c0 = w.c0 - w.at, lo = plo[b] - w.at, hi = phi[b] - w.at; /* in the block's rows */
       float *o = job->o + (size_t)w.g * s->hq + (size_t)s->x0[b] * D;
-      const intptr_t pf = b == 0 ? w.pv : 0;
-      int32_t d = 0;
-      for (; d + 64 <= D; d += 64)
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
-      switch ((D - d) / 16) {
-      case 1:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
-        break;
-      case 2:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
-        break;
-      case 3:
-        DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
-        break;
-      default: break;
+      int32_t c0, lo, hi; /* in the piece's rows */
+      for (int32_t x = 0; x < w.pieces; x++) {
+        if (!decode_walk_piece(&w, x, plo[b], phi[b], &c0, &lo, &hi)) continue;
+        const char *vg = w.vz[x];
+        const intptr_t pf = b == 0 ? w.pv[x] : 0;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 4, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
+        switch ((D - d) / 16) {
+        case 1:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 1, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
+          break;
+        case 2:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 2, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
+          break;
+        case 3:
+          DECODE_BY_NB(s->nb[b], wide_pv_step, 3, false, t, P, s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
+          break;
+        default: break;
+        }
       }
     }
   }
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body). The phases walk takes a list of blocks as it is,
- * the fused walk too where each block holds whole shares (decode_next_part), else a stretch of adjacent
- * blocks at a time (8-key blocks: in order as one, scattered ones one a call). */
+/* decode in kernels.h (the arguments of avx2_decode_body). Either walk takes a call's list of blocks as it is
+ * (the fused walk's shares in pieces where the blocks are smaller: decode_walk). */
 V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                    const uattn_decode_src *src, float *scratch, const int32_t D) {
   if (D % 16) { /* 16-float vectors need whole 16s of the head dim */
@@ -523,13 +543,10 @@ V16_INLINE void avx512_decode_body(const uattn_panel_job *job, int32_t heads, si
     wide_decode_phases(true, job, &s, t, scratch, D);
     return;
   }
-  decode_part part;
-  for (int32_t at = 0; decode_next_part(job, src, t, DECODE_SHARE_KEYS, &at, &part);) {
-    decode_shape s;
-    if (!decode_shape_of(part.job, heads, head_vectors, t, &part.src, D, &s)) continue; /* no vector sees a key */
-    s.order = DECODE_NATURAL;
-    wide_fused(part.job, &s, t, scratch + (size_t)heads * s.n * D, D);
-  }
+  decode_shape s;
+  if (!decode_shape_of(job, heads, head_vectors, t, src, D, &s)) return; /* no vector sees a key */
+  s.order = DECODE_NATURAL;
+  wide_fused(job, &s, t, scratch + (size_t)heads * s.n * D, D);
 }
 
 #endif

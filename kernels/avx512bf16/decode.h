@@ -101,11 +101,12 @@ BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_
 /* ---- the bf16 path ---------------------------------------------------------------------------------------- */
 
 /* scale <q_i, k_j> for NB <= 4 vectors (bf16 pairs at q + i * Dh, Dh a multiple of 16) and the 4 bf16 rows
- * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`. With tab (fp8 rows,
+ * r[j]: vector i's 4 scores at S + i * ld, or (keys < 4: a ragged end) its first `keys`; each line of row j
+ * asks for its place pf[j] bytes on (pf NULL: none) into L1. With tab (fp8 rows,
  * Dh a multiple of 32) the rows are widened 64 dims at a time by v16i_fp8_widen, whose lane order the query
  * pairs are in (unpack32_to's order of 32-bit elements, bf16_decode_body). */
 BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab, float scale, const uint32_t *q,
-                             const char *const *r, intptr_t pf, float *S, size_t ld, int32_t keys) {
+                             const char *const *r, const intptr_t *pf, float *S, size_t ld, int32_t keys) {
   const int(*slot)[4] = sum16_slot;
   v16 a[16];
   for (int x = 0; x < 16; x++) a[x] = v16_zero();
@@ -113,7 +114,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
     v16i k[4][2];
     for (int j = 0; j < 4; j++) v16i_fp8_widen(v16i_load(r[j] + 2 * (size_t)p), tab, &k[j][0], &k[j][1]);
     for (int j = 0; pf && j < keys; j++)
-      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + 2 * p, _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf[j]) + 2 * p, _MM_HINT_T0);
     for (int i = 0; i < NB; i++)
       for (int h = 0; h < 2; h++) {
         const v16i qv = v16i_load(q + (size_t)i * Dh + p + 16 * h);
@@ -124,7 +125,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
     v16i k[4];
     for (int j = 0; j < 4; j++) k[j] = v16i_load(r[j] + 4 * (size_t)p);
     for (int j = 0; pf && j < keys; j++)
-      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf) + 4 * p, _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)r[j] + (uintptr_t)pf[j]) + 4 * p, _MM_HINT_T0);
     for (int i = 0; i < NB; i++) {
       const v16i qv = v16i_load(q + (size_t)i * Dh + p);
       for (int j = 0; j < 4; j++) a[slot[i][j]] = v16_dpbf16(a[slot[i][j]], qv, k[j]);
@@ -150,7 +151,7 @@ BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uin
       for (int x = 0; x < 4; x++) r[x] = decode_row(s, s->kb, j + (x < keys ? x : keys - 1)) + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, 0, Sb,
+        DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, scale, q + ((size_t)g * s->n + s->x0[b]) * Dh, r, NULL, Sb,
                      (size_t)s->W, keys);
       }
     }
@@ -309,10 +310,11 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
                                    const uint8_t *tab, const uint32_t *q, const int32_t Dh) {
   for (int32_t j = w->lo; j < w->hi; j += 4) {
     const char *r[4];
-    const int32_t keys = decode_walk_rows(w, s, j, r);
+    intptr_t pf[4];
+    const int32_t keys = decode_walk_rows(w, s, j, r, pf);
     for (int32_t b = 0; b < s->blocks; b++)
       DECODE_BY_NB(s->nb[b], bf16_score4, Dh, tab, job->scale, q + ((size_t)w->g * s->n + s->x0[b]) * Dh, r,
-                   b == 0 ? w->pk : 0, w->Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
+                   b == 0 ? pf : NULL, w->Sg + (size_t)s->x0[b] * s->W + (j - s->j0), (size_t)s->W, keys);
   }
 }
 
@@ -395,17 +397,21 @@ BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, c
     for (int32_t b = 0; b < s->blocks; b++)
       bf16_softmax_cols(job, s, p.g, b, p.rule[b], p.Sg + (size_t)s->x0[b] * s->W, p.c0, p.c1, &plo[b], &phi[b], Z, D);
     for (int32_t b = 0; b < s->blocks; b++) {
-      if (plo[b] >= phi[b]) continue;
       const uint32_t *pp = (const uint32_t *)(p.Sg + (size_t)s->x0[b] * s->W + (p.c0 - s->j0));
-      const char *vg = p.vz;
-      const int32_t c0 = p.c0 - p.at, lo = plo[b] - p.at, hi = phi[b] - p.at; /* in the block's rows */
       float *o = job->o + (size_t)p.g * s->hq + (size_t)s->x0[b] * D;
-      const intptr_t pf = b == 0 ? p.pv : 0;
-      int32_t d = 0;
-      for (; d + 64 <= D; d += 64)
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
-      if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
-        DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D, pf);
+      int32_t c0, lo, hi; /* in the piece's rows: each piece starts at an even key, so no pair of keys straddles two */
+      for (int32_t x = 0; x < p.pieces; x++) {
+        if (!decode_walk_piece(&p, x, plo[b], phi[b], &c0, &lo, &hi)) continue;
+        const char *vg = p.vz[x];
+        const intptr_t pf = b == 0 ? p.pv[x] : 0;
+        int32_t d = 0;
+        for (; d + 64 <= D; d += 64)
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 2, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D,
+                       pf);
+        if (d < D) /* bf16 rows only: fp8's head dims are whole 64s */
+          DECODE_BY_NB(s->nb[b], bf16_pv_run, 1, tab, pp, (size_t)s->W, c0, lo, hi, vg + esz * d, s->step, o + d, D,
+                       pf);
+      }
     }
     if (more && !ahead) bf16_fused_scores(job, s, &w, tab, q, Dh);
   }
@@ -436,40 +442,30 @@ BF16_INLINE void bf16_fp8_pairs_order(uint32_t *q, const decode_shape *s, const 
   unpack32_apply((float *)q, s->heads * s->n * (D / 2), unpack32_to);
 }
 
-/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. The phases walk takes a list
- * of blocks as it is, the fused walks (bf16 and fp8 rows, P in bf16) too where each block holds whole shares
- * (decode_next_part: blocks smaller than a share a stretch of adjacent blocks at a time, in order as one,
- * scattered ones one a call). */
+/* decode in kernels.h (the arguments of avx2_decode_body); D a multiple of 8. Every walk takes a call's list
+ * of blocks as it is (the fused walks' shares in pieces where the blocks are smaller: decode_walk). */
 BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
                                   const uattn_decode_src *src, float *scratch, const int32_t D) {
   /* fp8 rows take the bf16 path through the widening lookups (exact) where they are whole 64s of dims */
   const bool fp8 = uattn_dtype_is_fp8(t) && D % 64 == 0;
   const bool bf16 = (t == UATTN_BF16 && D % 32 == 0) || fp8;
   const uint8_t *tab = fp8 ? fp8_bf16_table(t) : NULL;
-  if (bf16 && !job->probs_fp32) {
-    decode_part part;
-    for (int32_t at = 0; decode_next_part(job, src, t, fp8 ? FP8_SHARE_KEYS : DECODE_SHARE_KEYS, &at, &part);) {
-      decode_shape s;
-      uint32_t *q;
-      float *S;
-      if (!bf16_decode_begin(part.job, heads, head_vectors, t, &part.src, scratch, D, &s, &q, &S)) continue;
-      if (fp8) {
-        bf16_fp8_pairs_order(q, &s, D);
-        bf16_fused(part.job, &s, tab, q, S, D);
-      } else /* a constant NULL: the bf16 instance has no fp8 branch */
-        bf16_fused(part.job, &s, NULL, q, S, D);
-    }
-    return;
-  }
   decode_shape s;
   uint32_t *q;
   float *S;
   if (!bf16_decode_begin(job, heads, head_vectors, t, src, scratch, D, &s, &q, &S)) return;
+  if (fp8) bf16_fp8_pairs_order(q, &s, D);
+  if (bf16 && !job->probs_fp32) {
+    if (fp8)
+      bf16_fused(job, &s, tab, q, S, D);
+    else /* a constant NULL: the bf16 instance has no fp8 branch */
+      bf16_fused(job, &s, NULL, q, S, D);
+    return;
+  }
   const int32_t n = s.n;
-  if (fp8) {
-    bf16_fp8_pairs_order(q, &s, D);
+  if (fp8)
     bf16_scores(&s, q, tab, job->scale, S, D);
-  } else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
+  else if (bf16) /* a constant NULL: the bf16 instance has no fp8 branch */
     bf16_scores(&s, q, NULL, job->scale, S, D);
   else
     WIDE_SCORES(&s, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
