@@ -344,13 +344,14 @@ V16_INLINE void wide_softmax_cols(const uattn_panel_job *job, const decode_shape
  * row at x, in the call's blocks of keys or values) to its place in the walk's next share: head g + 1's, or
  * the next chunk's head 0 (key f + Z's row, in whichever block holds it), or (next: the next call's first
  * key row, whose first keys it reads) the next call's first share, whose first block is known; 0 past them
- * (a row of the next chunk past the call's keys, a piece past the next call's first block). A share further on measured slower (bf16 NHD
- * 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they are read). Other ways of
- * asking, on a 2-vCPU Zen 5 (one NHD row at GQA 4, a cold walk, the two builds alternated and pinned,
- * ratios of speed): fp8 E4M3 two shares ahead 0.96-0.97x; into L2 (prefetcht1) 0.78-0.80x; not asking at
- * all 0.48-0.49x (bf16 0.36-0.38x: the hardware prefetchers do not follow NHD's pieces of rows); the next
- * chunk's rows in address order, an eighth of them during each head's share, instead of each share's
- * lines 0.57-0.62x into L1 or L2 (bf16 alike), and into L2 besides each share's 0.93-0.94x. */
+ * (a row of the next chunk past the call's keys, a piece past the next call's first block). A share further
+ * on measured slower (bf16 NHD 1.0-1.1x, HND 1.3-1.7x: lines asked for into L1 that far are gone before they
+ * are read). Other ways of asking, on a 2-vCPU Zen 5 (one NHD row at GQA 4, a cold walk, the two builds
+ * alternated and pinned, ratios of speed): fp8 E4M3 two shares ahead 0.96-0.97x; into L2 (prefetcht1)
+ * 0.78-0.80x; not asking at all 0.48-0.49x (bf16 0.36-0.38x: the hardware prefetchers do not follow NHD's
+ * pieces of rows); the next chunk's rows in address order, an eighth of them during each head's share,
+ * instead of each share's lines 0.57-0.62x into L1 or L2 (bf16 alike), and into L2 besides each share's
+ * 0.93-0.94x. */
 V16_INLINE intptr_t decode_next_share(const decode_shape *s, const void *const *blocks, const char *x, int32_t f,
                                       int32_t k0, int32_t g, int32_t Z, const char *next) {
   if (g + 1 < s->heads) return (intptr_t)s->head_step;
