@@ -67,7 +67,7 @@ test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@cat $(BUILD)/isa_paths.txt 2>/dev/null || true
 
-# Criterion forks each test; ASan's own SEGV handler would hide a crash test's signal (shared/NOTES.md).
+# Criterion forks each test; ASan's own SEGV handler would hide a crash test's signal (handle_segv=0).
 test-asan: build-asan
 	ASAN_OPTIONS=handle_segv=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)

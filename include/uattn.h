@@ -534,7 +534,7 @@ typedef struct uattn_tensors {
 } uattn_tensors;
 
 /* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every
- * query row (DESIGN.md §1): the causal, shared and unique parts of the seed, merged with its fmin/feps
+ * query row (docs/design.md): the causal, shared and unique parts of the seed, merged with its fmin/feps
  * guards, with fp32 accumulation. A prompt row reads this step's keys from k/v; any other row (decode,
  * verification) reads all its keys from the cache, its own new ones included, as stored (in cache_dtype).
  * A row with no visible key gets zeros (lse -inf). On an error nothing has been written to the caches or
@@ -549,7 +549,7 @@ UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *
  * environment variable UATTN_ISA. */
 UATTN_API const char *uattn_kernel_set(const char **why);
 
-/* The parts of the attention (DESIGN.md §1), each served by its own kernel entry. */
+/* The parts of the attention (docs/design.md), each served by its own kernel entry. */
 typedef enum uattn_part {
   UATTN_PART_CAUSAL = 0, /* prompt rows against this step's keys */
   UATTN_PART_SHARED = 1, /* context blocks several rows read; cross attention's encoder keys */

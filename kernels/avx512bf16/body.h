@@ -2,7 +2,7 @@
  * avx512bf16/set.c instantiates them with vdpbf16ps, avx512bf16/twin.c with its emulation, each generated
  * bucket (avx512bf16/bucket.h) with a constant head dim.
  *
- * Arithmetic (DESIGN.md §1: scores and outputs accumulated in fp32):
+ * Arithmetic (docs/design.md: scores and outputs accumulated in fp32):
  *   S = Q K^T   products of bf16 pairs, fp32 accumulation (vdpbf16ps). The query is rounded to bf16
  *               *unscaled* (uattn_kernels.unscaled_q: forward.c hands it the query as widened), and each fp32
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is

@@ -321,7 +321,7 @@ typedef struct policy_ranges {
   int64_t fallbacks;
 } policy_ranges;
 
-/* The seed's range (DESIGN.md §1) with n points instead of ten. */
+/* The seed's range (docs/design.md, Bucketing) with n points instead of ten. */
 static int32_t seed_range(int32_t min, int32_t max, int32_t round_up, int32_t n, int32_t *out) {
   int32_t count = 0;
   if (min == 0) {

@@ -1,6 +1,6 @@
 """The tests' ground truth and a small paged-cache engine to drive uattn with.
 
-`dense_attention` is attention as DESIGN.md section 1 defines it, in float64 over each request's whole key
+`dense_attention` is attention as docs/design.md defines it, in float64 over each request's whole key
 history, unpaged, written from the definition (nothing here is taken from uattn). `PagedSim` keeps that
 history next to a paged cache it hands to uattn, allocates blocks, plans steps and checks every row of every
 forward against the dense result.

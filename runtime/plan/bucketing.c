@@ -1,4 +1,4 @@
-/* Bucketing: padding a step to one of a fixed set of shapes, the seed's way (DESIGN.md §1, Bucketing).
+/* Bucketing: padding a step to one of a fixed set of shapes, the seed's way (docs/design.md, Bucketing).
  *
  * Engines that replay static-shape graphs (as the Gaudi plugin does) need every step padded to a shape
  * from a fixed list. The list is the product of three exponential ranges filtered by the seed's rules;

@@ -1,6 +1,6 @@
 /* The unified-batch planner: one step's scheduler state in, everything attention needs out.
  *
- * Re-creates the seed's create_unified_batch (unified_batch.py) with uattn's semantics (DESIGN.md §1):
+ * Re-creates the seed's create_unified_batch (unified_batch.py) with uattn's semantics (docs/design.md):
  *  - a prompt request reads its num_computed cached keys from the cache and this step's keys through the
  *    causal part; any other request (decode, spec-decode verification) reads all its keys from the cache,
  *    where this step's K/V has been written first, and gets nothing from the causal part. The seed lets

@@ -2,7 +2,7 @@
  *
  * uattn's own kernels never read these (masks come from positions and usages); they exist for engines that
  * feed seed-style kernels and for parity checks against the seed. They follow uattn's semantics: a decode
- * row gets nothing from the causal bias and usages are per token (DESIGN.md §1, the seed's two defects).
+ * row gets nothing from the causal bias and usages are per token (docs/design.md, the seed's two defects).
  */
 #include <math.h>
 #include <string.h>

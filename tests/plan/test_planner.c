@@ -12,7 +12,7 @@
 /* ---- worked examples ------------------------------------------------------------------------------- */
 
 /* The docs' batch: block size 4, query lengths [8, 4, 1, 1], contexts [0, 4, 6, 4]: a prompt, the second
- * chunk of a prompt, and two decodes. Expected values worked out by hand from DESIGN.md §1. */
+ * chunk of a prompt, and two decodes. Expected values worked out by hand from docs/design.md. */
 Test(planner_examples, docs_batch) {
   uattn_plan_config cfg = uattn_plan_config_default(4, 16, 8, 64, 64);
   uattn_plan *plan;

@@ -1,5 +1,5 @@
 /*
- * The dense attention oracle (see dense_oracle.h). Written from DESIGN.md §1 and uattn.h only.
+ * The dense attention oracle (see dense_oracle.h). Written from docs/design.md and uattn.h only.
  *
  * The computation, per request r and KV head g:
  *   1. widen every key and value the request can see (cache for j < num_computed, this step's rows after;

@@ -1,5 +1,5 @@
 /*
- * The dense attention oracle: DESIGN.md §1 computed per request, in double precision, straight from the
+ * The dense attention oracle: docs/design.md's semantics per request, in double precision, straight from the
  * step description and the tensors. It shares no code with runtime/ or kernels/ and knows nothing of the
  * planner (no causal/shared/unique split, no biases, no buckets), so that uattn_forward can be tested
  * against something that cannot share its mistakes.

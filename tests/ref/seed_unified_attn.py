@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Step-level parity for uattn-run: random steps, a dense oracle, and a numpy re-statement of the seed's attention.
 
-Re-states `unified_attn` and its helpers from vllm_gaudi/extension/unified.py (seed 001: partial_attn_causal,
+Re-states `unified_attn` and its helpers from vllm_gaudi/extension/unified.py (partial_attn_causal,
 partial_attn_shared, partial_attn_unique, merge, CacheUtils, block2batch, reduce_max) and PR 784's chunked
-shared attention with dense biases and an online-softmax merge (seed 003). Run with Debian's /usr/bin/python3
+shared attention with dense biases and an online-softmax merge (vllm-gaudi). Run with Debian's /usr/bin/python3
 (numpy 1.24); imports numpy, the standard library and its sibling seed_unified_batch.py only.
 
     seed_unified_attn.py make-step --out DIR --seed S [--kind KIND] [--dtype f32|bf16|f16] [--layout NHD|HND|TILED] ...
@@ -15,7 +15,7 @@ shared attention with dense biases and an online-softmax merge (seed 003). Run w
   cache-update   our own slot mapping writes this step's k/v, converted to the cache dtype with round to nearest
                  even, into copies of the input caches; the runner's key_cache.npy / value_cache.npy must be
                  bit-identical (and plan.json's slot_mapping equal to ours).
-  oracle-out     a dense float64 oracle of DESIGN.md section 1 against out.npy: max |out - ref| <= tol * max |ref|
+  oracle-out     a dense float64 oracle of docs/design.md against out.npy: max |out - ref| <= tol * max |ref|
   oracle-lse     the same oracle's log-sum-exp (sinks included) against lse.npy: max |lse - ref| <= tol *
                  max(1, max |ref|). tol: f32 1e-5, bf16 4e-3, f16 1e-3, of the coarser of dtype and cache_dtype.
   seed-tensors   the runner's seed-format tensors against an independent derivation (seed_unified_batch.py's
@@ -41,7 +41,7 @@ Choices this script makes where the seed or the brief leaves room:
     the result trimmed to the step's T rows. The causal part is always present (uattn-run always dumps a causal
     bias, all -inf in a batch without prompts, which adds nothing); a shared or unique part with 0 blocks is None.
  5. The dense oracle reads keys j < num_computed from the updated cache and j >= num_computed from this step's k/v
-    (DESIGN.md section 1). uattn reads a non-prompt request's new keys back from the cache, so when the cache dtype
+    (docs/design.md). uattn reads a non-prompt request's new keys back from the cache, so when the cache dtype
     is coarser than the dtype the two differ by the cache rounding: the tolerance is the coarser dtype's.
     Seed parity is not affected (the seed, fed uattn's tensors, reads those keys from the cache too), and it
     also runs for an f32 step over a bf16 or f16 cache: both sides read the same cache values widened to f32.
@@ -122,7 +122,7 @@ def coarser(a, b):
 
 
 # ------------------------------------------------------------------------------------------------------
-# A step: reading STEP.json and the per-row bookkeeping (DESIGN.md section 1)
+# A step: reading STEP.json and the per-row bookkeeping (docs/design.md)
 # ------------------------------------------------------------------------------------------------------
 
 
@@ -224,7 +224,7 @@ def cache_from_nhd(nhd, layout, which, bs):
 
 
 def expected_caches(st):
-    """The cache update of DESIGN.md section 1: this step's k/v of row t written at slot(t), converted to the
+    """The cache update of docs/design.md: this step's k/v of row t written at slot(t), converted to the
     cache dtype with round to nearest even. Returns copies of the input caches after the update."""
     out = []
     for which, cache, new in (("key", st.key_cache, st.k), ("value", st.value_cache, st.v)):
@@ -239,7 +239,7 @@ def expected_caches(st):
 
 
 # ------------------------------------------------------------------------------------------------------
-# The dense oracle (float64, DESIGN.md section 1)
+# The dense oracle (float64, docs/design.md)
 # ------------------------------------------------------------------------------------------------------
 
 
@@ -297,7 +297,7 @@ def dense_oracle(st, key_cache, value_cache):
 
 
 # ------------------------------------------------------------------------------------------------------
-# The seed's attention (seed 001, unified.py) and PR 784's chunked shared part (seed 003), in float32
+# The seed's attention (vllm-gaudi's unified.py) and PR 784's chunked shared part, in float32
 # ------------------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """An independent numpy re-statement of the seed's unified-batch planner, and golden fixtures for uattn.
 
-Re-states `create_unified_batch` and its helpers from vllm_gaudi/extension/unified_batch.py (seed 000),
-PR 784's dense shared usage table (seed 003) and the seed's unified bucketing (DESIGN.md section 1,
+Re-states `create_unified_batch` and its helpers from vllm_gaudi/extension/unified_batch.py,
+vllm-gaudi PR 784's dense shared usage table and the seed's unified bucketing (docs/design.md,
 "Bucketing"). Run with Debian's /usr/bin/python3 (numpy 1.24); imports numpy and the standard library only.
 
     seed_unified_batch.py golden --out FILE [--count N] [--seed S]   fixtures for the C planner's tests

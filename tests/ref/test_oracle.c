@@ -1085,7 +1085,7 @@ static double key_elem(const env *e, bool v, int32_t r, int32_t j, int32_t g, in
   return oracle_load(v ? e->t.v : e->t.k, e->L.dtype, off);
 }
 
-/* DESIGN.md §1, one (row, head, key) at a time. */
+/* docs/design.md's semantics, one (row, head, key) at a time. */
 static void plain_attention(const env *e, double *out, double *lse) {
   const uattn_layer *L = &e->L;
   const int32_t Hq = L->num_q_heads, D = L->head_dim, group = Hq / L->num_kv_heads;

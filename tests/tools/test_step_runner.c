@@ -5,7 +5,7 @@
  * uattn-run ($UATTN_RUN, the built binary): every kind of bad input exits 2 with one line naming the key or
  * file, and whole steps — f32; bf16 with an f16 HND cache, sinks, ALiBi, soft cap and a sliding window;
  * fp8 caches with scales; TILED caches; encoder — are compared with a dense attention computed here in
- * double, straight from the semantics (DESIGN.md §1), never from the plan. */
+ * double, straight from the semantics (docs/design.md), never from the plan. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -934,7 +934,7 @@ static int64_t slot_of(const spec *s, int r, int32_t pos) {
   return (int64_t)s->table[r][pos / s->bs] * s->bs + pos % s->bs;
 }
 
-/* DESIGN.md §1 read literally, in double: every key of the request up to the query's position (all of them
+/* docs/design.md read literally, in double: every key of the request up to the query's position (all of them
  * for an encoder), from the cache below num_computed and from this step's k/v above. */
 static void dense_attention(const spec *s, double *out, double *lse) {
   const int group = s->hq / s->hkv;
