@@ -457,7 +457,7 @@ typedef enum uattn_kv_layout {
    * an engine allocates it like the others and leaves its contents to uattn. Needs a block size that is a
    * multiple of 16 and an even head dim. Where the CPU has AVX512-BF16 its decodes are the fastest of the three
    * layouts (1.1-1.3x NHD's on this project's Zen 4), its prefill-like parts 2-9% slower: a layout for
-   * decode-heavy serving. Elsewhere its blocks are gathered into rows. Measured: README (Kernels). */
+   * decode-heavy serving. Elsewhere its blocks are gathered into rows. Measured: docs/performance.md. */
   UATTN_LAYOUT_TILED = 2,
 } uattn_kv_layout;
 

@@ -41,7 +41,7 @@
  * --decode-layouts, GQA 4, 1 row, ns a key and KV head, three alternations): hot 18.0-18.2 -> 18.9-19.4 (a
  * softmax and the outputs' loads a share), NHD cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a
  * plain read 18.4-19.8; through the forward
- * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated; the README) Llama-3-8B
+ * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated) Llama-3-8B
  * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69;
  * fp8 E4M3 on NHD (decode-long, three rounds alternated) 1 x 32k 4.61 / 2.56 -> 3.83 / 2.09, 32 x 4k 18.2 /
  * 9.6 -> 15.6 / 8.2.
@@ -49,7 +49,7 @@
  * without v16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
  * vectors; a standalone test of the scores alone), while transposing NHD rows in the kernel costs what the
  * tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so (decode_tiled.h, measured
- * there and in the README). */
+ * there). */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 
@@ -371,7 +371,7 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * blocks' P V as one block of 7 vectors 32 dims at a time (16 accumulators; each pair of value rows loaded
  * and interleaved once where each block did it again, P broadcast twice as often) 0.92-0.97x hot and cold.
  * After uattn-kernel-bench --pipes showed vshuff32x4 taking half a dot product's place and vshufps and
- * vblendmps none (the README), also level (two-build program, both cores, GQA 4 one row and GQA 7): v16_sum16
+ * vblendmps none, also level (two-build program, both cores, GQA 4 one row and GQA 7): v16_sum16
  * with its moves across quarters last (4 vshuff32x4 a tree where there are 16; the accumulators in natural
  * order) bf16 hot 1.00-1.01x, cold 0.98-0.99x, fp8 hot 1.00-1.01x, cold 0.94-0.98x; and the softmax of a
  * whole share keeping m where no score passes it by more than 8 (no horizontal maximum, no rescale, P up to

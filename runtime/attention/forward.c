@@ -919,8 +919,8 @@ static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t fi
  * sees whole but for the last, wherever they lie in the cache (at block sizes that take no list, adjacent NHD
  * blocks), up to UATTN_DECODE_MAX_KEYS keys. The decode
  * kernel's fixed cost a call (the query vectors and outputs put into its order and back, each vector's
- * softmax steps) is then paid once for them: on 16-key blocks it was a third of a call (README, Performance:
- * block size), and the kernel asks for the next block's rows as it nears them. Which blocks go together
+ * softmax steps) is then paid once for them: on 16-key blocks it was a third of a call (uattn-bench
+ * --block-size 16), and the kernel asks for the next block's rows as it nears them. Which blocks go together
  * depends on the block table alone, so the answer does not depend on the threads. Their cache blocks into ids
  * (MAX_DECODE_BLOCKS). */
 static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {

@@ -5,7 +5,7 @@
  * and compared byte for byte after it. Where 0 is a legal count the call must succeed.
  *
  * The cases are tables, one per function: a row edits the function's valid arguments (a field of its
- * argument struct, found by offsetof) and says what the call must return. README.md's "Bad input" table
+ * argument struct, found by offsetof) and says what the call must return. docs/testing.md's "Bad input" table
  * is this file's summary; keep the two together.
  *
  * INT32_MAX is not tried for a count that is only the length of an array the caller passes (num_reqs of
