@@ -693,6 +693,19 @@ UATTN_API uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t
                                                                          int32_t swaps_capacity, int32_t *num_swaps,
                                                                          int32_t *order);
 
+/* Today's vLLM reorder_batch_to_split_decodes_and_prefills, which also takes each request's prompt length
+ * num_prompt (each >= 1): the swaps that put the batch in decode -> short extend -> long extend -> prefill
+ * order, where a prefill has num_computed == 0, a long extend num_scheduled > decode_threshold, a decode
+ * num_computed >= num_prompt (done with its prompt) and a short extend is the rest (a prompt chunk of at
+ * most decode_threshold tokens). Swaps, their number (the fewest possible, so a capacity of num_reqs
+ * suffices), *num_swaps == 0 and order as in uattn_reorder_batch_to_split_decodes_and_prefills. Each
+ * request lands in vLLM's region; the order within a region is not kept (vLLM's is another one, the
+ * cost of its longer swap sequences). */
+UATTN_API uattn_status uattn_reorder_batch_with_prompt_lens(int32_t num_reqs, const int32_t *num_scheduled,
+                                                            const int32_t *num_computed, const int32_t *num_prompt,
+                                                            int32_t decode_threshold, uattn_swap *swaps,
+                                                            int32_t swaps_capacity, int32_t *num_swaps, int32_t *order);
+
 /* How many virtual batches uattn_make_local_attention_virtual_batches makes, and the block-table
  * columns of each (attn_chunk_size / block_size). attn_chunk_size and block_size > 0, attn_chunk_size a
  * multiple of block_size; seq_lens [num_reqs], each >= the request's query length. */

@@ -1486,20 +1486,19 @@ done:
   return r;
 }
 
-static PyObject *py_reorder(PyObject *mod, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"num_scheduled", "num_computed", "decode_threshold", NULL};
-  PyObject *ns_o, *nc_o;
-  int threshold = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:reorder_batch_to_split_decodes_and_prefills", kwlist, &ns_o, &nc_o,
-                                   &threshold))
-    return NULL;
-  array a[2];
+/* Both reorders: objs are num_scheduled, num_computed and (with_prompt) num_prompt, one length. */
+static PyObject *reorder_swaps(PyObject *const *objs, bool with_prompt, int threshold) {
+  static const char *names[] = {"num_scheduled", "num_computed", "num_prompt"};
+  const int narr = with_prompt ? 3 : 2;
+  array a[3];
   memset(a, 0, sizeof a);
   PyObject *r = NULL, *order = NULL, *swaps = NULL;
   uattn_swap *sw = NULL;
-  if (array_index(&a[0], ns_o, "num_scheduled", 1)) goto done;
-  Py_ssize_t want[1] = {a[0].shape[0]};
-  if (array_index(&a[1], nc_o, "num_computed", 1) || array_shape(&a[1], 1, want)) goto done;
+  Py_ssize_t want[1] = {-1};
+  for (int i = 0; i < narr; i++) {
+    if (array_index(&a[i], objs[i], names[i], 1) || array_shape(&a[i], 1, want)) goto done;
+    want[0] = a[i].shape[0];
+  }
   int32_t R = (int32_t)want[0], ns = 0;
   void *op;
   order = new_numpy_str(1, want, "int32", &op);
@@ -1509,7 +1508,9 @@ static PyObject *py_reorder(PyObject *mod, PyObject *args, PyObject *kw) {
     goto done;
   }
   uattn_status st =
-      uattn_reorder_batch_to_split_decodes_and_prefills(R, a[0].data, a[1].data, threshold, sw, R, &ns, op);
+      with_prompt
+          ? uattn_reorder_batch_with_prompt_lens(R, a[0].data, a[1].data, a[2].data, threshold, sw, R, &ns, op)
+          : uattn_reorder_batch_to_split_decodes_and_prefills(R, a[0].data, a[1].data, threshold, sw, R, &ns, op);
   if (st != UATTN_OK) {
     raise_status(st);
     goto done;
@@ -1518,12 +1519,31 @@ static PyObject *py_reorder(PyObject *mod, PyObject *args, PyObject *kw) {
   for (int32_t i = 0; swaps && i < ns; i++) PyList_SET_ITEM(swaps, i, Py_BuildValue("(ii)", sw[i].a, sw[i].b));
   if (swaps) r = PyTuple_Pack(2, swaps, order);
 done:
-  array_release(&a[0]);
-  array_release(&a[1]);
+  for (int i = 0; i < narr; i++) array_release(&a[i]);
   PyMem_Free(sw);
   Py_XDECREF(swaps);
   Py_XDECREF(order);
   return r;
+}
+
+static PyObject *py_reorder(PyObject *mod, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"num_scheduled", "num_computed", "decode_threshold", NULL};
+  PyObject *objs[2];
+  int threshold = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|i:reorder_batch_to_split_decodes_and_prefills", kwlist, &objs[0],
+                                   &objs[1], &threshold))
+    return NULL;
+  return reorder_swaps(objs, false, threshold);
+}
+
+static PyObject *py_reorder_with_prompt_lens(PyObject *mod, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"num_scheduled", "num_computed", "num_prompt", "decode_threshold", NULL};
+  PyObject *objs[3];
+  int threshold = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|i:reorder_batch_with_prompt_lens", kwlist, &objs[0], &objs[1],
+                                   &objs[2], &threshold))
+    return NULL;
+  return reorder_swaps(objs, true, threshold);
 }
 
 static PyObject *py_compute_slot_mapping(PyObject *mod, PyObject *args, PyObject *kw) {
@@ -1584,6 +1604,11 @@ static PyMethodDef module_methods[] = {
      "reorder_batch_to_split_decodes_and_prefills(num_scheduled, num_computed, decode_threshold=1)\n"
      "-> (swaps, order): the fewest swaps [(a, b), ...] that put decodes first, then extends, then prefills,\n"
      "and the original position of the request at each position afterwards. An empty list: no change."},
+    {"reorder_batch_with_prompt_lens", (PyCFunction)(void (*)(void))py_reorder_with_prompt_lens,
+     METH_VARARGS | METH_KEYWORDS,
+     "reorder_batch_with_prompt_lens(num_scheduled, num_computed, num_prompt, decode_threshold=1)\n"
+     "-> (swaps, order) for today's vLLM's four regions: decodes, short extends (prompt chunks of at most\n"
+     "decode_threshold tokens), long extends, prefills; the fewest swaps, order within a region not kept."},
     {"compute_slot_mapping", (PyCFunction)(void (*)(void))py_compute_slot_mapping, METH_VARARGS | METH_KEYWORDS,
      "compute_slot_mapping(is_profile_run, seq_len, context_len, start_idx, block_size, block_table=None)\n"
      "-> int64 slots of positions [context_len, seq_len) (PAD_SLOT_ID before start_idx), as vLLM v0's."},

@@ -1,5 +1,7 @@
 """The module's contract beyond the numbers: zero copies, errors, threads, DLPack/PyTorch, the helpers."""
 import importlib.util
+import json
+import os
 import threading
 import time
 
@@ -542,6 +544,63 @@ def test_batch_utilities():
     assert list(uattn.compute_slot_mapping(True, 3, 0, 0, 4)) == [uattn.PAD_SLOT_ID] * 3
     with pytest.raises(uattn.Error):
         uattn.compute_slot_mapping(False, 20, 0, 0, 4, table)  # positions past the table
+
+
+REF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ref")
+
+
+def vllm_ref():
+    """tests/ref/vllm_utils_ref.py: the numpy re-statement of vLLM's batch helpers."""
+    spec = importlib.util.spec_from_file_location("vllm_utils_ref", os.path.join(REF_DIR, "vllm_utils_ref.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_reorder_with_prompt_lens_matches_todays_vllm():
+    ref = vllm_ref()
+    rng = np.random.default_rng(43)
+    beaten = 0
+    for _ in range(300):
+        n, th = int(rng.integers(0, 14)), int(rng.integers(0, 4))
+        nsched = rng.integers(0, 7, n).astype(np.int32)
+        ncomp = np.where(rng.random(n) < 0.3, 0, rng.integers(1, 12, n)).astype(np.int32)
+        nprompt = rng.integers(1, 12, n).astype(np.int32)
+        swaps, order = uattn.reorder_batch_with_prompt_lens(nsched, ncomp, nprompt, decode_threshold=th)
+        perm = list(range(n))
+        for a_, b_ in swaps:
+            perm[a_], perm[b_] = perm[b_], perm[a_]
+        assert list(order) == perm
+        regions = ref.regions_vllm(nsched, ncomp, nprompt, th)
+        vllm_swaps, vllm_batch = ref.reorder_vllm(nsched, ncomp, nprompt, th)
+        # each position holds a request of the region vLLM puts there; the order inside a region is uattn's
+        assert list(regions[perm]) == list(regions[vllm_batch])
+        assert len(swaps) == ref.fewest_swaps(regions.tolist()) <= len(vllm_swaps)
+        beaten += len(swaps) < len(vllm_swaps)
+    assert beaten > 0
+    # vLLM's own cases, by the region each position holds (uattn's order inside a region is its own)
+    with open(os.path.join(REF_DIR, "vllm_reorder_cases.json")) as f:
+        cases = json.load(f)["cases"]
+    assert len(cases) == 16
+    for name, case in cases.items():
+        nsched, ncomp, nprompt = (np.array(c, np.int32) for c in zip(*case["requests"]))
+        th = case["decode_threshold"]
+        swaps, order = uattn.reorder_batch_with_prompt_lens(nsched, ncomp, nprompt, decode_threshold=th)
+        regions = ref.regions_vllm(nsched, ncomp, nprompt, th)
+        assert list(regions[order]) == list(regions[case["expected_order"]]), name
+        assert bool(swaps) == case["expected_modified"], name
+    # issue 55's case that differs only inside the prefill region: vLLM r3, r2, r0, r1
+    swaps, order = uattn.reorder_batch_with_prompt_lens([100, 1, 50, 1], [0, 0, 100, 10], [100, 1, 100, 10])
+    assert list(order[:2]) == [3, 2] and sorted(order[2:]) == [0, 1]
+    for bad in ([1, 1], [1, 1, 1, 1, 1]):  # wrong length
+        with pytest.raises(ValueError):
+            uattn.reorder_batch_with_prompt_lens([1, 1, 1], [1, 1, 1], bad)
+    with pytest.raises(uattn.Error, match="num_prompt"):
+        uattn.reorder_batch_with_prompt_lens([1, 1], [1, 1], [1, 0])
+    with pytest.raises(uattn.Error, match="num_computed"):
+        uattn.reorder_batch_with_prompt_lens([1, 1], [1, -1], [1, 1])
+    with pytest.raises(uattn.Error, match="decode_threshold"):
+        uattn.reorder_batch_with_prompt_lens([1], [1], [1], decode_threshold=-1)
 
 
 def test_plan_info_fields():

@@ -207,39 +207,50 @@ uattn_status uattn_split_decodes_prefills_and_extends(int32_t num_reqs, const in
 
 /* ---- reorder (reorder_batch_to_split_decodes_and_prefills) -------------------------------------------
  *
- * A "move" is one swap of two positions (the seed's input_batch.swap_states). Regions: 0 decode,
- * 1 extend, 2 prefill; zone z is the range of positions that must hold region z at the end. Let M[a][b]
- * be the number of region-a requests sitting in zone b (a != b), m their sum (the misplaced requests),
- * P = sum over a < b of min(M[a][b], M[b][a]) and T = |M[0][1] - M[1][0]|. We emit P + 2T swaps: one per
- * pair (a in zone b, b in zone a), then two per leftover triple, which always runs one way round the three
- * zones. Why nobody can do with fewer:
- *  - s swaps compose to a permutation pi of positions, and realizing pi takes at least
- *    sum over its cycles of (length - 1) swaps. Let k be the number of cycles of pi that move a
- *    misplaced request: a cycle of length L holds at most L of them, so s >= m - k.
- *  - See a misplaced request as an edge from the zone it sits in to the zone it must reach; requests
- *    already in place are loops. The requests of one cycle of pi form a closed walk over zones, and its
- *    non-loop edges one that splits into simple zone cycles (of length 2 or 3), at least one per cycle of
- *    pi: so all m edges split into at least k simple zone cycles.
- *  - A split of all m edges into x 2-cycles and y 3-cycles has 2x + 3y = m, i.e. x + y = (m - y) / 2.
- *    Two-cycles take equally many edges each way between two zones and a 3-cycle takes one edge the same
- *    way round of every pair, so y >= T; then k <= x + y <= (m - T) / 2.
- *  - So s >= m - (m - T) / 2 = P + 2T, since m = 2P + 3T.
- * The suite also checks the count against a breadth-first search over all swap sequences on every batch
- * of up to 8 requests. The seed follows the cycles of one fixed assignment (stable order), which can join
- * requests into longer cycles: regions 1,2,0,1 take it 3 swaps where 2 suffice. */
+ * A "move" is one swap of two positions (vLLM's input_batch.swap_states). Regions, in their order: the
+ * seed's 0 decode, 1 extend, 2 prefill; today's 0 decode, 1 short extend, 2 long extend, 3 prefill. Zone z
+ * is the range of positions that must hold region z at the end. A misplaced request is an edge from the
+ * zone it sits in to the zone it must reach; let m be their number and M[a][z] the region-a requests in
+ * zone z. We split the edges into simple zone cycles: first min(M[a][b], M[b][a]) 2-cycles for every pair
+ * of zones, then 3-cycles, then (four regions) 4-cycles, each as many times as its edges allow, and do a
+ * cycle of length L in L - 1 swaps: m - c swaps for c cycles. Why nobody can do with fewer:
+ *  - s swaps compose to a permutation pi of positions, and realizing pi takes at least sum over its
+ *    cycles of (length - 1) swaps; a cycle of pi holds at most its length in misplaced requests, so
+ *    s >= m - k for the k cycles of pi that move one. The misplaced requests of one cycle of pi form a
+ *    closed walk over zones, which splits into at least one simple zone cycle: so k <= the most cycles
+ *    any split of the m edges has, and it remains to show that ours has that many.
+ *  - Some largest split takes our 2-cycles: a simple cycle holding both a->b and b->a is that 2-cycle,
+ *    and two cycles holding them apart can be traded for the 2-cycle and the closed walk of the rest,
+ *    which splits into at least one cycle.
+ *  - What is left runs one way between any two zones. Three zones: all copies of one 3-cycle. Four zones:
+ *    orient the empty pairs to make a tournament, which has at most two cyclic triangles and one 4-cycle,
+ *    and each of its triangles holds an edge no other of its cycles holds (the 4-cycle's diagonal); so
+ *    every split has the same cycles, as many of each as that edge's count, which is also what the
+ *    smallest count of its edges gives whatever order the triangles are taken in.
+ * The suite checks the count against a breadth-first search over all swap sequences on every batch of up
+ * to 8 requests (three regions) or 7 (four). vLLM follows the cycles of one fixed assignment (stable order), which can join requests
+ * into longer cycles: regions 1,2,0,1 take it 3 swaps where 2 suffice. */
+
+#define REORDER_MAX_REGIONS 4
 
 typedef struct reorder_ctx {
   const int32_t *num_scheduled;
   const int32_t *num_computed;
+  const int32_t *num_prompt; /* NULL: the seed's three regions */
   int32_t threshold;
-  int32_t zone_begin[3];
-  int32_t zone_end[3];
-  int32_t cursor[3][3]; /* cursor[a][z]: where the search for the next region-a request in zone z resumes */
+  int32_t zone_begin[REORDER_MAX_REGIONS];
+  int32_t zone_end[REORDER_MAX_REGIONS];
+  /* cursor[a][z]: where the search for the next region-a request in zone z resumes */
+  int32_t cursor[REORDER_MAX_REGIONS][REORDER_MAX_REGIONS];
 } reorder_ctx;
 
 static int region_of(const reorder_ctx *c, int32_t i) {
-  if (c->num_computed[i] == 0) return 2;
-  return c->num_scheduled[i] <= c->threshold ? 0 : 1;
+  const int32_t comp = c->num_computed[i];
+  const bool is_short = c->num_scheduled[i] <= c->threshold;
+  if (!c->num_prompt) return comp == 0 ? 2 : (is_short ? 0 : 1);
+  if (comp == 0) return 3;
+  if (!is_short) return 2;
+  return comp >= c->num_prompt[i] ? 0 : 1;
 }
 
 /* The next region-a request in zone z; each (a, z) cursor only moves forward, so all searches of one
@@ -251,71 +262,69 @@ static int32_t next_misplaced(reorder_ctx *c, int a, int z) {
   return i;
 }
 
-uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs, const int32_t *num_scheduled,
-                                                               const int32_t *num_computed, int32_t decode_threshold,
-                                                               uattn_swap *swaps, int32_t swaps_capacity,
-                                                               int32_t *num_swaps, int32_t *order) {
-  uattn_clear_error();
-  UATTN_CHECK_PTR(num_swaps, "num_swaps");
-  CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"}, {swaps_capacity, "swaps_capacity"});
-  if (swaps_capacity > 0) UATTN_CHECK_PTR(swaps, "swaps (with swaps_capacity > 0)");
-  UATTN_CHECK_ALIGNED(order, "order");
-  if (num_reqs > 0) {
-    UATTN_CHECK_PTR(num_scheduled, "num_scheduled");
-    UATTN_CHECK_PTR(num_computed, "num_computed");
-  }
-  for (int32_t i = 0; i < num_reqs; i++) {
-    if (num_scheduled[i] < 0)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_scheduled[%d] must be >= 0, got %d", i, num_scheduled[i]);
-    if (num_computed[i] < 0)
-      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_computed[%d] must be >= 0, got %d", i, num_computed[i]);
-  }
+/* Every simple cycle over four zones, each from its smallest zone: zone[i] holds requests of region
+ * zone[i + 1] (cyclically). Pairs, then triangles, then 4-cycles: the order the split needs. */
+typedef struct zone_cycle {
+  int8_t len;
+  int8_t zone[REORDER_MAX_REGIONS];
+} zone_cycle;
+static const zone_cycle zone_cycles[] = {
+    {2, {0, 1}},       {2, {0, 2}},       {2, {1, 2}},       {2, {0, 3}},       {2, {1, 3}},
+    {2, {2, 3}},       {3, {0, 2, 1}},    {3, {0, 1, 2}},    {3, {0, 3, 1}},    {3, {0, 1, 3}},
+    {3, {0, 3, 2}},    {3, {0, 2, 3}},    {3, {1, 3, 2}},    {3, {1, 2, 3}},    {4, {0, 1, 2, 3}},
+    {4, {0, 1, 3, 2}}, {4, {0, 2, 1, 3}}, {4, {0, 2, 3, 1}}, {4, {0, 3, 1, 2}}, {4, {0, 3, 2, 1}},
+};
+enum { NUM_ZONE_CYCLES = sizeof zone_cycles / sizeof zone_cycles[0] };
 
-  reorder_ctx c = {.num_scheduled = num_scheduled, .num_computed = num_computed, .threshold = decode_threshold};
-  int32_t count[3] = {0, 0, 0};
-  for (int32_t i = 0; i < num_reqs; i++) count[region_of(&c, i)]++;
-  c.zone_begin[0] = 0;
-  c.zone_end[0] = c.zone_begin[1] = count[0];
-  c.zone_end[1] = c.zone_begin[2] = count[0] + count[1];
-  c.zone_end[2] = num_reqs;
-  int32_t M[3][3] = {{0}};
-  for (int z = 0; z < 3; z++)
-    for (int32_t i = c.zone_begin[z]; i < c.zone_end[z]; i++) M[region_of(&c, i)][z]++;
+static bool cycle_fits(const zone_cycle *y, int regions) {
+  for (int i = 0; i < y->len; i++)
+    if (y->zone[i] >= regions) return false;
+  return true;
+}
 
-  int32_t pairs[3][3] = {{0}};
-  int32_t two_cycles = 0;
-  for (int a = 0; a < 3; a++)
-    for (int b = a + 1; b < 3; b++) {
-      pairs[a][b] = uattn_min_i32(M[a][b], M[b][a]);
-      two_cycles += pairs[a][b];
-    }
-  /* Leftovers run one way round the three zones: decode->extend->prefill->decode or the reverse. */
-  const int32_t fwd = M[0][1] - pairs[0][1];  /* 3-cycles made of (0 in zone 1, 1 in zone 2, 2 in zone 0) */
-  const int32_t back = M[1][0] - pairs[0][1]; /* 3-cycles made of (1 in zone 0, 2 in zone 1, 0 in zone 2) */
-  const int64_t needed = (int64_t)two_cycles + 2 * ((int64_t)fwd + back);
+/* How many copies of each cycle the split takes (M is consumed) and the swaps they need. */
+static int64_t split_into_cycles(int32_t M[REORDER_MAX_REGIONS][REORDER_MAX_REGIONS], int regions,
+                                 int32_t copies[NUM_ZONE_CYCLES]) {
+  int64_t swaps = 0;
+  for (int y = 0; y < NUM_ZONE_CYCLES; y++) {
+    const zone_cycle *cy = &zone_cycles[y];
+    copies[y] = 0;
+    if (!cycle_fits(cy, regions)) continue;
+    int32_t k = INT32_MAX;
+    for (int i = 0; i < cy->len; i++) k = uattn_min_i32(k, M[cy->zone[(i + 1) % cy->len]][cy->zone[i]]);
+    for (int i = 0; i < cy->len; i++) M[cy->zone[(i + 1) % cy->len]][cy->zone[i]] -= k;
+    copies[y] = k;
+    swaps += (int64_t)k * (cy->len - 1);
+  }
+  return swaps;
+}
+
+static uattn_status reorder(reorder_ctx *c, int regions, int32_t num_reqs, uattn_swap *swaps, int32_t swaps_capacity,
+                            int32_t *num_swaps, int32_t *order) {
+  int32_t count[REORDER_MAX_REGIONS] = {0};
+  for (int32_t i = 0; i < num_reqs; i++) count[region_of(c, i)]++;
+  for (int z = 0, at = 0; z < regions; z++) {
+    c->zone_begin[z] = at;
+    c->zone_end[z] = at += count[z];
+  }
+  int32_t M[REORDER_MAX_REGIONS][REORDER_MAX_REGIONS] = {{0}}, copies[NUM_ZONE_CYCLES];
+  for (int z = 0; z < regions; z++)
+    for (int32_t i = c->zone_begin[z]; i < c->zone_end[z]; i++) M[region_of(c, i)][z]++;
+  const int64_t needed = split_into_cycles(M, regions, copies);
   if (needed > swaps_capacity) return capacity_error("swaps", needed, swaps_capacity);
 
-  for (int a = 0; a < 3; a++)
-    for (int z = 0; z < 3; z++) c.cursor[a][z] = c.zone_begin[z];
+  for (int a = 0; a < regions; a++)
+    for (int z = 0; z < regions; z++) c->cursor[a][z] = c->zone_begin[z];
   int32_t n = 0;
-  for (int a = 0; a < 3; a++)
-    for (int b = a + 1; b < 3; b++)
-      for (int32_t k = 0; k < pairs[a][b]; k++) {
-        swaps[n].a = next_misplaced(&c, a, b);
-        swaps[n].b = next_misplaced(&c, b, a);
-        n++;
-      }
-  for (int32_t k = 0; k < fwd; k++) {
-    int32_t p0 = next_misplaced(&c, 2, 0), p1 = next_misplaced(&c, 0, 1), p2 = next_misplaced(&c, 1, 2);
-    /* p0 takes the decode at p1; p1, now holding the prefill, trades it for p2's extend. */
-    swaps[n++] = (uattn_swap){p0, p1};
-    swaps[n++] = (uattn_swap){p1, p2};
-  }
-  for (int32_t k = 0; k < back; k++) {
-    int32_t p0 = next_misplaced(&c, 1, 0), p1 = next_misplaced(&c, 2, 1), p2 = next_misplaced(&c, 0, 2);
-    /* p0 takes the decode at p2; p2, now holding the extend, trades it for p1's prefill. */
-    swaps[n++] = (uattn_swap){p0, p2};
-    swaps[n++] = (uattn_swap){p2, p1};
+  for (int y = 0; y < NUM_ZONE_CYCLES; y++) {
+    const zone_cycle *cy = &zone_cycles[y];
+    for (int32_t k = 0; k < copies[y]; k++) {
+      int32_t at[REORDER_MAX_REGIONS];
+      for (int i = 0; i < cy->len; i++) at[i] = next_misplaced(c, cy->zone[(i + 1) % cy->len], cy->zone[i]);
+      /* at[0] takes the request it needs from the last zone, which then takes its own from the one
+       * before, and so on: each swap puts one request in place for good, the last one two. */
+      for (int i = cy->len - 1; i >= 1; i--) swaps[n++] = (uattn_swap){i == cy->len - 1 ? at[0] : at[i + 1], at[i]};
+    }
   }
   if (order) {
     for (int32_t i = 0; i < num_reqs; i++) order[i] = i;
@@ -327,6 +336,59 @@ uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs,
   }
   *num_swaps = n;
   return UATTN_OK;
+}
+
+/* The checks both reorders share; num_prompt is checked only when given (prompts are never empty). */
+static uattn_status check_reorder_args(int32_t num_reqs, const int32_t *num_scheduled, const int32_t *num_computed,
+                                       const int32_t *num_prompt, bool with_prompt, int32_t decode_threshold,
+                                       const uattn_swap *swaps, int32_t swaps_capacity, const int32_t *num_swaps,
+                                       const int32_t *order) {
+  UATTN_CHECK_PTR(num_swaps, "num_swaps");
+  CHECK_COUNTS({num_reqs, "num_reqs"}, {decode_threshold, "decode_threshold"}, {swaps_capacity, "swaps_capacity"});
+  if (swaps_capacity > 0) UATTN_CHECK_PTR(swaps, "swaps (with swaps_capacity > 0)");
+  UATTN_CHECK_ALIGNED(order, "order");
+  if (num_reqs > 0) {
+    UATTN_CHECK_PTR(num_scheduled, "num_scheduled");
+    UATTN_CHECK_PTR(num_computed, "num_computed");
+    if (with_prompt) UATTN_CHECK_PTR(num_prompt, "num_prompt");
+  }
+  for (int32_t i = 0; i < num_reqs; i++) {
+    if (num_scheduled[i] < 0)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_scheduled[%d] must be >= 0, got %d", i, num_scheduled[i]);
+    if (num_computed[i] < 0)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_computed[%d] must be >= 0, got %d", i, num_computed[i]);
+    if (with_prompt && num_prompt[i] < 1)
+      return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "num_prompt[%d] must be >= 1 (a prompt has a token), got %d", i,
+                        num_prompt[i]);
+  }
+  return UATTN_OK;
+}
+
+uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs, const int32_t *num_scheduled,
+                                                               const int32_t *num_computed, int32_t decode_threshold,
+                                                               uattn_swap *swaps, int32_t swaps_capacity,
+                                                               int32_t *num_swaps, int32_t *order) {
+  uattn_clear_error();
+  uattn_status st = check_reorder_args(num_reqs, num_scheduled, num_computed, NULL, false, decode_threshold, swaps,
+                                       swaps_capacity, num_swaps, order);
+  if (st != UATTN_OK) return st;
+  reorder_ctx c = {.num_scheduled = num_scheduled, .num_computed = num_computed, .threshold = decode_threshold};
+  return reorder(&c, 3, num_reqs, swaps, swaps_capacity, num_swaps, order);
+}
+
+uattn_status uattn_reorder_batch_with_prompt_lens(int32_t num_reqs, const int32_t *num_scheduled,
+                                                  const int32_t *num_computed, const int32_t *num_prompt,
+                                                  int32_t decode_threshold, uattn_swap *swaps, int32_t swaps_capacity,
+                                                  int32_t *num_swaps, int32_t *order) {
+  uattn_clear_error();
+  uattn_status st = check_reorder_args(num_reqs, num_scheduled, num_computed, num_prompt, true, decode_threshold, swaps,
+                                       swaps_capacity, num_swaps, order);
+  if (st != UATTN_OK) return st;
+  reorder_ctx c = {.num_scheduled = num_scheduled,
+                   .num_computed = num_computed,
+                   .num_prompt = num_prompt,
+                   .threshold = decode_threshold};
+  return reorder(&c, 4, num_reqs, swaps, swaps_capacity, num_swaps, order);
 }
 
 /* ---- local attention virtual batches (make_local_attention_virtual_batches) ------------------------ */

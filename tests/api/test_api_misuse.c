@@ -942,8 +942,8 @@ Test(api_misuse, uattn_split_decodes_and_prefills_and_extends) {
 
 typedef struct reorder_args {
   int32_t num_reqs, decode_threshold, swaps_capacity;
-  const int32_t *num_scheduled, *num_computed;
-  int32_t scheduled[3], computed[3];
+  const int32_t *num_scheduled, *num_computed, *num_prompt; /* num_prompt: the four-region form only */
+  int32_t scheduled[3], computed[3], prompt[3];
   uattn_swap *swaps;
   int32_t *num_swaps, *order;
   struct {
@@ -953,8 +953,19 @@ typedef struct reorder_args {
 } reorder_args;
 static void reorder_init(void *p) {
   reorder_args *a = p;
-  *a =
-      (reorder_args){3, 1, 3, a->scheduled, a->computed, {5, 1, 1}, {0, 4, 3}, a->w.swaps, &a->w.num_swaps, a->w.order};
+  /* a prefill and two decodes, or with the prompt lengths a prefill, a short extend and a decode: one swap */
+  *a = (reorder_args){.num_reqs = 3,
+                      .decode_threshold = 1,
+                      .swaps_capacity = 3,
+                      .num_scheduled = a->scheduled,
+                      .num_computed = a->computed,
+                      .num_prompt = a->prompt,
+                      .scheduled = {5, 1, 1},
+                      .computed = {0, 4, 3},
+                      .prompt = {5, 9, 3},
+                      .swaps = a->w.swaps,
+                      .num_swaps = &a->w.num_swaps,
+                      .order = a->w.order};
 }
 static uattn_status reorder_call(void *p) {
   reorder_args *a = p;
@@ -962,24 +973,34 @@ static uattn_status reorder_call(void *p) {
                                                            a->decode_threshold, a->swaps, a->swaps_capacity,
                                                            a->num_swaps, a->order);
 }
+#define reorder4_init reorder_init
+static uattn_status reorder4_call(void *p) {
+  reorder_args *a = p;
+  return uattn_reorder_batch_with_prompt_lens(a->num_reqs, a->num_scheduled, a->num_computed, a->num_prompt,
+                                              a->decode_threshold, a->swaps, a->swaps_capacity, a->num_swaps, a->order);
+}
+
+/* The rows both reorders share. */
+#define REORDER_MISUSE(T)                                                                                              \
+  NULL_ARG(T, num_scheduled, "num_scheduled"), NULL_ARG(T, num_computed, "num_computed"), NULL_ARG(T, swaps, "swaps"), \
+      NULL_ARG(T, num_swaps, "num_swaps"), MISALIGNED(T, num_scheduled, "num_scheduled"),                              \
+      MISALIGNED(T, num_computed, "num_computed"), MISALIGNED(T, swaps, "swaps"),                                      \
+      MISALIGNED(T, num_swaps, "num_swaps"), MISALIGNED(T, order, "order"), LENGTH(T, num_reqs, UATTN_OK, "num_reqs"), \
+      COUNT(T, decode_threshold, UATTN_OK, UATTN_OK, "decode_threshold"),                                              \
+      COUNT(T, swaps_capacity, REFUSED, UATTN_OK, "swaps")
 
 Test(api_misuse, uattn_reorder_batch_to_split_decodes_and_prefills) {
   typedef reorder_args T;
   static const api_fn fn = API_FN(reorder, T);
-  static const misuse cases[] = {
-      NULL_ARG(T, num_scheduled, "num_scheduled"),
-      NULL_ARG(T, num_computed, "num_computed"),
-      NULL_ARG(T, swaps, "swaps"),
-      NULL_ARG(T, num_swaps, "num_swaps"),
-      MISALIGNED(T, num_scheduled, "num_scheduled"),
-      MISALIGNED(T, num_computed, "num_computed"),
-      MISALIGNED(T, swaps, "swaps"),
-      MISALIGNED(T, num_swaps, "num_swaps"),
-      MISALIGNED(T, order, "order"),
-      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
-      COUNT(T, decode_threshold, UATTN_OK, UATTN_OK, "decode_threshold"),
-      COUNT(T, swaps_capacity, REFUSED, UATTN_OK, "swaps"),
-  };
+  static const misuse cases[] = {REORDER_MISUSE(T)};
+  RUN(fn, cases);
+}
+
+Test(api_misuse, uattn_reorder_batch_with_prompt_lens) {
+  typedef reorder_args T;
+  static const api_fn fn = API_FN(reorder4, T);
+  static const misuse cases[] = {REORDER_MISUSE(T), NULL_ARG(T, num_prompt, "num_prompt"),
+                                 MISALIGNED(T, num_prompt, "num_prompt")};
   RUN(fn, cases);
 }
 

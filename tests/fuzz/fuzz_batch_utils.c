@@ -98,6 +98,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uattn_swap *swaps = nulls & 4 ? NULL : output(&o, sizeof *swaps * cap_n);
     int32_t *num_swaps = nulls & 8 ? NULL : output(&o, sizeof *num_swaps);
     int32_t *order = nulls & 16 ? output(&o, sizeof *order * (size_t)n) : NULL;
+    if (nulls & 32) { /* today's form: num_prompt too, NULL when bit 6 is set */
+      name = "uattn_reorder_batch_with_prompt_lens";
+      table = fuzz_ints(&in, n, -1, 6);
+      st = uattn_reorder_batch_with_prompt_lens(num_reqs, nulls & 1 ? NULL : ints, nulls & 2 ? NULL : ints + n,
+                                                nulls & 64 ? NULL : table, fuzz_count(&in, 0, 4), swaps, cap, num_swaps,
+                                                order);
+      break;
+    }
     st = uattn_reorder_batch_to_split_decodes_and_prefills(num_reqs, nulls & 1 ? NULL : ints,
                                                            nulls & 2 ? NULL : ints + n, fuzz_count(&in, 0, 4), swaps,
                                                            cap, num_swaps, order);

@@ -8,6 +8,7 @@ divisor, negative indexing, clip(max=) only) come out as the seed's do. It share
 Usage: vllm_utils_ref.py [--seed N] [--cases N] [--only SECTION]   (JSON on stdout)
 """
 import argparse
+import functools
 import json
 import sys
 
@@ -93,8 +94,14 @@ def reorder_seed(num_scheduled, num_computed, decode_threshold):
     target = np.zeros(num_reqs, dtype=np.int32)
     target[num_decodes:num_decodes + num_extends] = 1
     target[num_decodes + num_extends:] = 2
+    return follow_swaps(req_regions, target)
+
+
+def follow_swaps(req_regions, target):
+    """The seed's and today's shared tail: move the misplaced requests, taken in stable region order, onto
+    the misplaced positions, following each cycle of that assignment."""
     needs_swap = req_regions != target
-    batch = list(range(num_reqs))
+    batch = list(range(len(req_regions)))
     swaps = []
     if not needs_swap.any():
         return swaps, batch
@@ -110,6 +117,76 @@ def reorder_seed(num_scheduled, num_computed, decode_threshold):
             src_dest[dst] = dst
             dst = nxt
     return swaps, batch
+
+
+# ---- v1: today's reorder_batch_to_split_decodes_and_prefills (four regions, prompt lengths) ----------
+def regions_vllm(num_scheduled, num_computed, num_prompt, decode_threshold):
+    """Today's vLLM's region of each request: 0 decode, 1 short extend, 2 long extend, 3 prefill."""
+    num_scheduled = np.asarray(num_scheduled)
+    num_computed = np.asarray(num_computed)
+    num_prompt = np.asarray(num_prompt)
+    has_context = num_computed > 0
+    is_below_threshold = num_scheduled <= decode_threshold
+    done_prefilling = num_computed >= num_prompt
+    req_regions = np.zeros(len(num_scheduled), dtype=np.int32)
+    req_regions[has_context & is_below_threshold & ~done_prefilling] = 1
+    req_regions[has_context & ~is_below_threshold] = 2
+    req_regions[~has_context] = 3
+    return req_regions
+
+
+def reorder_vllm(num_scheduled, num_computed, num_prompt, decode_threshold):
+    """Returns (today's vLLM's swaps, the batch after them as original indices)."""
+    req_regions = regions_vllm(num_scheduled, num_computed, num_prompt, decode_threshold)
+    counts = [int((req_regions == r).sum()) for r in range(4)]
+    return follow_swaps(req_regions, np.repeat([0, 1, 2, 3], counts).astype(np.int32))
+
+
+def fewest_swaps(regions):
+    """The fewest swaps that sort a list of region numbers, counted without the library's argument: a swap
+    sequence's permutation needs (its moved requests) - (its cycles) swaps, and its cycles can at best be
+    a split of the misplaced requests (edges zone sat in -> zone to reach) into simple zone cycles; the
+    most cycles any split has is found here by trying every cycle through one edge at each step."""
+    regions = list(regions)
+    k = max(regions) + 1 if regions else 0
+    target = sorted(regions)
+    edges = {}
+    for sat, want in zip(target, regions):
+        if sat != want:
+            edges[(sat, want)] = edges.get((sat, want), 0) + 1
+    keys = sorted(edges)
+
+    def cycles_through(u, v):  # every simple zone cycle u -> v -> ... -> u, as its list of zones
+        out = []
+
+        def walk(path):
+            for w in range(k):
+                if w == u:
+                    out.append(path + [u])
+                elif w not in path:
+                    walk(path + [w])
+        walk([u, v])
+        return out
+
+    @functools.lru_cache(maxsize=None)
+    def most(state):
+        left = dict(zip(keys, state))
+        first = next((e for e in keys if left[e]), None)
+        if first is None:
+            return 0
+        best = None
+        for cyc in cycles_through(*first):
+            used = list(zip(cyc[:-1], cyc[1:]))
+            if all(left.get(e, 0) >= used.count(e) for e in used):
+                nxt = dict(left)
+                for e in used:
+                    nxt[e] -= 1
+                got = 1 + most(tuple(nxt[e] for e in keys))
+                best = got if best is None else max(best, got)
+        assert best is not None, "an Eulerian edge set always closes a cycle"
+        return best
+
+    return sum(edges.values()) - most(tuple(edges[e] for e in keys))
 
 
 # ---- v1: make_local_attention_virtual_batches -------------------------------------------------------
@@ -310,6 +387,17 @@ def gen_reorder(rd):
             "seed_batch": batch}
 
 
+def gen_reorder4(rd):
+    n, thr = rd.int(0, 16), rd.int(0, 4)
+    sched = [rd.int(0, 7) for _ in range(n)]
+    comp = [0 if rd.unit() < 0.3 else rd.int(1, 12) for _ in range(n)]
+    prompt = [rd.int(1, 12) for _ in range(n)]
+    swaps, batch = reorder_vllm(sched, comp, prompt, thr)
+    return {"num_scheduled": sched, "num_computed": comp, "num_prompt": prompt, "thr": thr,
+            "vllm_swaps": len(swaps), "vllm_batch": batch,
+            "fewest": fewest_swaps(regions_vllm(sched, comp, prompt, thr).tolist())}
+
+
 def gen_local(rd):
     # chunk a multiple of the block size; rows sometimes shorter than needed (the seed's clip)
     bs = [1, 2, 4][rd.int(0, 2)]
@@ -386,7 +474,7 @@ def gen_conv1d(rd):
     return {"qsl": [v + shift for v in qsl_of(lens)], "expect": r}
 
 
-SECTIONS = ["split2", "split3", "reorder", "local", "slots", "chunks", "dcp", "fast_prefill", "conv1d"]
+SECTIONS = ["split2", "split3", "reorder", "local", "slots", "chunks", "dcp", "fast_prefill", "conv1d", "reorder4"]
 
 
 def main():
