@@ -388,6 +388,9 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
            o->runs, lim->bf16_gflops_1, lim->bf16_gflops_all, lim->threads, lim->bf16_gflops_all / lim->fma_gflops_all);
   else
     printf("bf16 dot peak: n/a (no AVX512-BF16)\n");
+  if (lim->amx) /* a line only where the CPU has AMX and the OS grants the tiles: a plain absence elsewhere */
+    printf("AMX bf16 peak (tdpbf16ps, best of %d): %.1f GFLOP/s on 1 thread, %.1f on %d (%.2fx the fp32 FMA peak)\n",
+           o->runs, lim->amx_gflops_1, lim->amx_gflops_all, lim->threads, lim->amx_gflops_all / lim->fma_gflops_all);
   printf("load average: %s at the start, %s at the end\n", load0, load1);
   const bool dot = shows_bf16_dot(o, lim);
   const bench_preset *last = NULL;
@@ -444,7 +447,7 @@ static const char *json_number(char *buf, size_t size, const char *fmt, double v
 
 static void print_json(const options *o, const bench_limits *lim, const case_result *res, int n, const char *load0,
                        const char *load1) {
-  char b1[32], b2[32];
+  char b1[32], b2[32], a1[32], a2[32];
   printf(
       "{\"uattn\": \"%s\", \"kernel_set\": \"%s\", \"threads\": %d, \"runs\": %d, \"dtype\": \"%s\", "
       "\"cache_dtype\": \"%s\", \"block_size\": %d, \"scatter\": %s, \"layout\": \"%s\", \"probs_fp32\": %s, "
@@ -453,13 +456,15 @@ static void print_json(const options *o, const bench_limits *lim, const case_res
       "%.2f, "
       "\"read_gbs_all\": %.2f, \"fma_lanes\": %d, \"fma_gflops_1\": %.2f, \"fma_gflops_all\": %.2f, \"bf16_dot\": %s, "
       "\"bf16_dot_gflops_1\": %s, "
-      "\"bf16_dot_gflops_all\": %s},\n \"cases\": [",
+      "\"bf16_dot_gflops_all\": %s, \"amx\": %s, \"amx_gflops_1\": %s, \"amx_gflops_all\": %s},\n \"cases\": [",
       uattn_version(), uattn_kernel_set(NULL), lim->threads, o->runs, uattn_dtype_name(o->dtype),
       uattn_dtype_name(o->cache_dtype), o->block_size, o->scatter ? "true" : "false", layout_names[o->layout],
       o->probs_fp32 ? "true" : "false", load0, load1, lim->read_gbs_1, lim->read_gbs_all, lim->fma_lanes,
       lim->fma_gflops_1, lim->fma_gflops_all, lim->bf16_dot ? "true" : "false",
       json_number(b1, sizeof b1, "%.2f", lim->bf16_gflops_1, lim->bf16_dot),
-      json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot));
+      json_number(b2, sizeof b2, "%.2f", lim->bf16_gflops_all, lim->bf16_dot), lim->amx ? "true" : "false",
+      json_number(a1, sizeof a1, "%.2f", lim->amx_gflops_1, lim->amx),
+      json_number(a2, sizeof a2, "%.2f", lim->amx_gflops_all, lim->amx));
   for (int i = 0; i < n; i++) {
     const case_result *r = &res[i];
     const rates x = rates_of(o, r, lim);

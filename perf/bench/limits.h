@@ -1,6 +1,7 @@
 /* The machine's own limits for uattn-bench, measured in the same run as the cases they judge: read
- * bandwidth, fp32 FMA peak and, where the CPU has AVX512-BF16, the bf16 dot-product peak, with one thread
- * and with all. They run on plain threads, so they measure the machine rather than the library. */
+ * bandwidth, fp32 FMA peak and, where the CPU has them, the bf16 dot-product peak (AVX512-BF16) and the AMX
+ * bf16 tile peak, with one thread and with all. They run probe.h's loops on plain threads, so they measure the
+ * machine rather than the library. */
 #ifndef UATTN_PERF_BENCH_LIMITS_H
 #define UATTN_PERF_BENCH_LIMITS_H
 
@@ -17,13 +18,14 @@ typedef struct bench_limits {
   double fma_gflops_1, fma_gflops_all;
   int fma_lanes;
   /* bf16 pair products into fp32 (vdpbf16ps zmm: 32 products and 32 adds, 64 flops): what bounds bf16
-   * work on such a CPU. Both 0 where bf16_dot is 0. */
-  int bf16_dot; /* bench_has_bf16_dot() */
+   * vector work on such a CPU. Both 0 where bf16_dot is 0. */
+  int bf16_dot; /* bench_probe_has_bf16_dot() */
   double bf16_gflops_1, bf16_gflops_all;
+  /* bf16 tile products into fp32 (AMX tdpbf16ps: 16 x 16 outputs, 32 pairs deep): what bounds bf16 work done
+   * in tiles. Both 0 where amx is 0. */
+  int amx; /* bench_probe_has_amx(): the CPU has AMX-BF16 and the OS grants this process the tiles */
+  double amx_gflops_1, amx_gflops_all;
 } bench_limits;
-
-/* 1 when this CPU and its OS run AVX512-BF16 (with AVX-512F/BW and the zmm state enabled). */
-int bench_has_bf16_dot(void);
 
 /* A buffer far past the caches that 1 to BENCH_LIMITS_MAX_THREADS plain threads stream through: the read
  * bandwidth limit, and the cold caches each timed run starts from (a layer's KV cache is cold in an engine:

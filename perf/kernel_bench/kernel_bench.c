@@ -69,6 +69,7 @@
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 #include "avx512bf16/avx512bf16.h"
+#include "bench/probe.h"
 #include "kernel_bench/overlap.h"
 #include "kernel_bench/pipes.h"
 
@@ -150,24 +151,13 @@ static void time_both(void (*fn)(void *, long), void *const arg[2], double secon
 
 /* ---- the machine: fp32 FMA peak of one core ------------------------------------------------------------ */
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2,fma"))) static void fma_loop(void *arg, long call) {
+enum { FMA_ITERS = 100000 };
+
+/* uattn-bench's probe (bench/probe.h) on ymm, a call at a time for time_both. */
+static void fma_loop(void *arg, long call) {
   (void)call;
-  __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
-  for (int i = 0; i < 100000; i++) /* 12 independent chains cover the FMA latency on two ports */
-    for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], b, c);
-  __m256 s = a[0];
-  for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
-  _mm256_storeu_ps(arg, s);
+  ((double *)arg)[0] += bench_probe_fma(FMA_ITERS, 8);
 }
-#else
-static void fma_loop(void *arg, long call) { /* never reached: main needs the avx2 set */
-  (void)call;
-  ((float *)arg)[0] = 0.0f;
-}
-#endif
 
 /* ---- attend ----------------------------------------------------------------------------------------------- */
 
@@ -890,12 +880,12 @@ int main(int argc, char **argv) {
     sets[0] = &e->set, sets[1] = &b->set;
   else if (bucket) /* the generic set of the bucket's ISA against the bucket */
     sets[0] = generic_set(e->isa), sets[1] = &e->set;
-  float sink[8];
+  double sink[1] = {0};
   for (const double t0 = perf_seconds(); perf_seconds() - t0 < 0.3;) fma_loop(sink, 0); /* wake the core up to speed */
   void *const sinks[2] = {sink, sink};
   double fma_seconds[2];
   time_both(fma_loop, sinks, fma_seconds, NULL);
-  const double peak = 2.0 * 8 * 12 * 100000 / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
+  const double peak = FMA_ITERS * BENCH_PROBE_FMA_FLOPS(8) / fmin(fma_seconds[0], fma_seconds[1]) * 1e-9;
   printf("uattn-kernel-bench: one thread, head dim %d, %d heads a KV head, %d-key %s panels; medians of %d runs%s\n",
          head_dim, GROUP, block_keys, uattn_dtype_name(cache_dtype), runs, cpu_time ? " (thread CPU time)" : "");
   /* ymm: the width of the avx2 bodies and of libxsmm pinned to AVX2; a core with two zmm FMA pipes (Zen 5,
