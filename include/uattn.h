@@ -439,7 +439,7 @@ typedef enum uattn_dtype {
   /* 8-bit floats, for KV caches only (uattn_layer.cache_dtype; q, k, v and out stay f32/bf16/f16). A cache
    * holds fp8(x / scale) of each value x, scale the layer's k_scale or v_scale, rounded to nearest even and
    * saturated to the largest finite value (infinities too); NaN stays NaN (S.1111.111 in both). Every read
-   * uses fp8 * scale in fp32. */
+   * uses fp8 * scale in fp32, of every key and value, this step's own included (uattn_forward). */
   UATTN_FP8_E4M3 = 3, /* the "fn" variant: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, max 448 */
   UATTN_FP8_E5M2 = 4, /* 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like, max finite 57344 */
 } uattn_dtype;
@@ -476,7 +476,7 @@ typedef struct uattn_layer {
   float soft_cap;          /* > 0: score = soft_cap * tanh(score / soft_cap) */
   int32_t sliding_window;  /* > 0: a query at p sees keys j > p - sliding_window */
   uattn_dtype dtype;       /* of q, k, v and out */
-  uattn_dtype cache_dtype; /* of the key and value caches */
+  uattn_dtype cache_dtype; /* of the key and value caches, which the attention reads every key as (uattn_forward) */
   uattn_kv_layout kv_layout;
   uattn_attention_type attn_type;
   const float *sinks;        /* optional [num_q_heads]: a logit that enters each head's denominator only */
@@ -495,7 +495,8 @@ typedef struct uattn_layer {
   bool probs_fp32;
   /* fp8 caches only (ignored otherwise): the per-layer scales of the keys and the values, finite and > 0
    * (uattn_layer_default: 1). The cache write stores fp8(k / k_scale) and fp8(v / v_scale); the attention
-   * reads fp8 * k_scale and fp8 * v_scale. */
+   * reads fp8 * k_scale and fp8 * v_scale for every key and value, this step's own included: a prompt row
+   * sees its own step's keys quantized as a later step will (uattn_forward). */
   float k_scale, v_scale;
 } uattn_layer;
 
@@ -535,8 +536,13 @@ typedef struct uattn_tensors {
 
 /* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every
  * query row (docs/design.md): the causal, shared and unique parts of the seed, merged with its fmin/feps
- * guards, with fp32 accumulation. A prompt row reads this step's keys from k/v; any other row (decode,
- * verification) reads all its keys from the cache, its own new ones included, as stored (in cache_dtype).
+ * guards, with fp32 accumulation. Every key and value is read as the cache holds it (in cache_dtype; fp8
+ * times k_scale or v_scale), this step's own included, by every row: a decode or verification row reads its
+ * new keys back from the cache, a prompt row reads this step's keys from k/v rounded to cache_dtype by the
+ * cache write's own conversion (the same bits, slot or not). So a key has one value in its own step and in
+ * every later one, as in vLLM's backends, which write the cache first and read every key from it; on a bf16
+ * or f16 cache under f32 (or the other 16-bit) queries the same rule rounds the step's keys to the cache
+ * dtype, and on a cache as wide as the inputs (the same dtype, or f32) it reads k and v as given.
  * A row with no visible key gets zeros (lse -inf). On an error nothing has been written to the caches or
  * the outputs. rt: the threads to run on (NULL: the calling thread); the result is bitwise the same for
  * any number of threads. */

@@ -2,30 +2,32 @@
  *
  * The seed's decomposition (unified.py), computed per (work item, KV head, query tile) over only the pairs
  * that are visible, with masks derived from positions and per-row usages rather than bias tensors:
- *  - causal: a prompt's rows against this step's keys of the same request, read from k/v;
+ *  - causal: a prompt's rows against this step's keys of the same request, as the cache holds them;
  *  - shared: context blocks read by several rows (processed whole, or chunk_size blocks at a time and
  *    merged with an online softmax as in PR 784);
  *  - unique: context blocks read by one row, reduced per row;
  * then the seed's merge with its fmin/feps guards (and per-head sinks in the denominator). The two seed
  * defects are fixed by the plan: a decode row's keys all come from the cache, usages are per row.
  *
+ * Every key and value is read as the cache holds it, this step's own included (uattn.h, uattn_forward), so
+ * a key has one value whichever row reads it in whichever step. The causal part reads this step's keys from
+ * a copy of k and v in the cache dtype (step_kv): the bytes write_cache stores, made by the same conversion
+ * whether or not the token has a slot; where the cache dtype holds every input value exactly (equal dtypes,
+ * an f32 cache) it reads k and v themselves, which is the same.
+ *
  * fp8 caches (uattn.h: UATTN_FP8_E4M3, UATTN_FP8_E5M2) hold fp8(k / k_scale) and fp8(v / v_scale), and the
  * attention reads fp8 * k_scale and fp8 * v_scale, by folding the scales rather than applying them per key
  * (the kernels, whose loads widen the raw fp8 values exactly, stay as they are):
- *  - keys: every part that reads the cache (shared, chunked shared, unique, split-K ranges, cross attention's
- *    encoder keys) gets the score scale scale * k_scale instead of scale, on its queries or, for the sets that
- *    take unscaled queries, on its scores, so its scores are scale * <q, fp8 * k_scale> up to one rounding;
- *  - values: sum_j p_j (v_j * v_scale) = v_scale * sum_j p_j v_j, so the unnormalized output of each such
- *    part is multiplied by v_scale where a row's parts are merged into out (merge_tile, and merge_splits_job
- *    for split-K), which is linear in them; m, l and so lse are untouched.
- * The causal part reads this step's keys and values from k and v (uattn.h: a prompt row reads this step's
- * keys from k/v), so a prompt row sees its own step's keys unquantized while a decode row reads its new
- * key back from the cache, quantized: as vLLM does. Its queries keep the plain scale and its output no
- * v_scale.
+ *  - keys: every part (causal, shared, chunked shared, unique, split-K ranges, cross attention's encoder
+ *    keys) gets the score scale scale * k_scale instead of scale, on its queries or, for the sets that take
+ *    unscaled queries, on its scores, so its scores are scale * <q, fp8 * k_scale> up to one rounding;
+ *  - values: sum_j p_j (v_j * v_scale) = v_scale * sum_j p_j v_j, so the unnormalized output of each part is
+ *    multiplied by v_scale where a row's parts are merged into out (merge_tile, and merge_splits_job for
+ *    split-K), which is linear in them; m, l and so lse are untouched.
  *
  * Context parallelism (uattn.h: uattn_plan_config.cp_size > 1): the rank's cache holds its share of every
  * request at local positions, the plan's context lengths and block starts count local keys, and this step's
- * keys the rank holds are gathered from k/v (consecutive local positions, so the causal part stays one
+ * keys the rank holds are gathered as the causal part reads them (consecutive local positions, so it stays one
  * panel at a time). The kernels place key i at key_pos0 + i; a row's causal and window bounds are monotone
  * in the local position, so they are given in local terms: visible counts of local keys, and for a window
  * each row's query position moved to where the kernel's window test (key > query - window) cuts the local
@@ -314,24 +316,46 @@ static void to_cache_dtype(const uattn_layer *L, const void *src, uattn_dtype to
     uattn_convert(L->dtype, src, to, dst, (size_t)L->head_dim);
 }
 
-static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c) {
-  const size_t in_size = uattn_dtype_size(L->dtype);
+/* Whether the causal part reads this step's keys of request r (causal_part, run_rows): a prompt's, or a
+ * bidirectional self-attention's. */
+static bool reads_step_keys(const uattn_plan_info *in, const uattn_layer *L, int32_t r) {
+  return L->attn_type != UATTN_ATTENTION_ENCODER_DECODER &&
+         (L->attn_type != UATTN_ATTENTION_DECODER || in->is_prompt[r]);
+}
+
+/* Bytes of step_kv (the header comment): this step's k and v in the cache dtype, [2][T][Hkv][D], where the
+ * cache dtype rounds some input values (not equal dtypes, not an f32 cache) and a causal part reads them;
+ * else 0. */
+static size_t step_kv_bytes(const uattn_plan_info *in, const uattn_layer *L) {
+  if (L->cache_dtype == L->dtype || L->cache_dtype == UATTN_F32) return 0;
+  bool causal = false;
+  for (int32_t r = 0; r < in->num_reqs && !causal; r++) causal = reads_step_keys(in, L, r);
+  return causal ? 2 * (size_t)in->num_tokens * L->num_kv_heads * L->head_dim * uattn_dtype_size(L->cache_dtype) : 0;
+}
+
+/* This step's k and v into the caches at their slots and, where step_kv is not NULL, every row into it (the
+ * same bytes, [2][T][Hkv][D]), a slot or not. */
+static void write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c,
+                        char *step_kv) {
+  const size_t in_size = uattn_dtype_size(L->dtype), cache_size = uattn_dtype_size(c->dtype);
   const int32_t D = L->head_dim, H = L->num_kv_heads;
-  _Alignas(16) char kx[UATTN_MAX_HEAD_DIM * 4], vx[UATTN_MAX_HEAD_DIM * 4];
+  const size_t half = (size_t)in->num_tokens * H * D * cache_size; /* step_kv's keys, then its values */
+  _Alignas(16) char kbuf[UATTN_MAX_HEAD_DIM * 4], vbuf[UATTN_MAX_HEAD_DIM * 4];
   for (int32_t row = 0; row < in->num_tokens; row++) {
     const int64_t slot = in->slot_mapping[row];
-    if (slot < 0) continue;
+    if (slot < 0 && !step_kv) continue;
     for (int32_t h = 0; h < H; h++) {
       const size_t src = ((size_t)row * H + h) * D * in_size;
+      char *kx = step_kv ? step_kv + ((size_t)row * H + h) * D * cache_size : kbuf, *vx = step_kv ? kx + half : vbuf;
       to_cache_dtype(L, (const char *)t->k + src, c->dtype, kx, L->k_scale);
       to_cache_dtype(L, (const char *)t->v + src, c->dtype, vx, L->v_scale);
-      store_vectors(c, slot, h, kx, vx);
+      if (slot >= 0) store_vectors(c, slot, h, kx, vx);
     }
   }
 }
 
-/* The fp8 folding (the header comment): the score scale of the parts that read the cache, and the v_scale of
- * their outputs; on other caches the layer's scale, and no factor at all (bits unchanged). */
+/* The fp8 folding (the header comment): the score scale of every part, and the v_scale of their outputs; on
+ * other caches the layer's scale, and no factor at all (bits unchanged). */
 static float cache_score_scale(const uattn_layer *L) {
   return uattn_dtype_is_fp8(L->cache_dtype) ? L->scale * L->k_scale : L->scale;
 }
@@ -340,12 +364,16 @@ static float cache_score_scale(const uattn_layer *L) {
  * that never runs the part), and the merge leaves it out (seen_parts). */
 static bool part_seen(const uattn_state *s) { return s->l != 0.0f || s->m != -INFINITY; }
 
-/* The parts' unnormalized outputs that read the cache (shared, unique), times v_scale on an fp8 cache (those
- * that saw a key: the others' o is not read). */
+/* The parts' unnormalized outputs, times v_scale on an fp8 cache (those that saw a key: the others' o is not
+ * read). */
 static void fold_v_scale(const uattn_layer *L, uattn_state *parts, int32_t n) {
   if (!uattn_dtype_is_fp8(L->cache_dtype)) return;
-  for (int32_t k = 0; k < n; k++)
-    for (int32_t d = 0; part_seen(&parts[k]) && d < L->head_dim; d++) parts[k].o[d] *= L->v_scale;
+  const float vs = L->v_scale;
+  for (int32_t k = 0; k < n; k++) {
+    if (!part_seen(&parts[k])) continue;
+    float *o = parts[k].o; /* the test above once, so that the loop vectorizes */
+    for (int32_t d = 0; d < L->head_dim; d++) o[d] *= vs;
+  }
 }
 
 /* ---- the decode kernel ------------------------------------------------------------------------------ */
@@ -525,6 +553,8 @@ typedef struct step_ctx {
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys (the rank's, local) */
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
   int32_t heads;               /* an all-heads unit's KV heads from kv_head, which its decode calls take together */
+  const char *step_k, *step_v; /* this step's keys and values as the causal part reads them (header comment) */
+  uattn_dtype step_dtype;      /* theirs: the cache dtype (step_kv), or the layer's (k and v themselves) */
   const uattn_plan_config *cp; /* context parallelism: the plan's config (cp_size > 1), else NULL */
   bool pieces;                 /* ALiBi under context parallelism: kernel calls on runs of keys */
 } step_ctx;
@@ -557,8 +587,7 @@ static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int
       .l = w->state_l + idx,
       .o = w->state_o + idx * D,
       .scores = w->scores,
-      /* the causal part reads this step's k; the others the cache (fp8: the folded k_scale) */
-      .scale = acc == ACC_CAUSAL ? c->L->scale : cache_score_scale(c->L),
+      .scale = cache_score_scale(c->L), /* fp8: the folded k_scale, in every part */
       .probs_fp32 = c->L->probs_fp32,
   };
   return job;
@@ -676,7 +705,7 @@ static void causal_part_cp(const step_ctx *c, int32_t key_end) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
   const int32_t D = L->head_dim, Hkv = L->num_kv_heads, nc = c->in->token_positions[c->qs];
-  const size_t esz = uattn_dtype_size(L->dtype), row_bytes = (size_t)D * esz;
+  const size_t esz = uattn_dtype_size(c->step_dtype), row_bytes = (size_t)D * esz;
   char *gk = (char *)c->w->gather, *gv = gk + (size_t)c->w->panel * row_bytes;
   int32_t local = c->num_computed; /* the local position of the next key the rank holds */
   for (int32_t k = c->qs; k < key_end;) {
@@ -689,12 +718,12 @@ static void causal_part_cp(const step_ctx *c, int32_t key_end) {
       }
       if (n == 0) pos0 = pos;
       const size_t off = ((size_t)k * Hkv + c->kv_head) * row_bytes;
-      memcpy(gk + (size_t)n * row_bytes, (const char *)c->t->k + off, row_bytes);
-      memcpy(gv + (size_t)n * row_bytes, (const char *)c->t->v + off, row_bytes);
+      memcpy(gk + (size_t)n * row_bytes, c->step_k + off, row_bytes);
+      memcpy(gv + (size_t)n * row_bytes, c->step_v + off, row_bytes);
       n++;
     }
     if (n == 0) continue;
-    c->w->kern->load(L->dtype, gk, gv, (size_t)D, n, D, c->w->panel, c->w->keys, c->w->values);
+    c->w->kern->load(c->step_dtype, gk, gv, (size_t)D, n, D, c->w->panel, c->w->keys, c->w->values);
     const int32_t key_pos0 = c->pieces ? pos0 : local;
     for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
       const int32_t pos = c->in->token_positions[row];
@@ -710,9 +739,9 @@ static void causal_part_cp(const step_ctx *c, int32_t key_end) {
 PART_FN void causal_part(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
-  if (decoder && !c->in->is_prompt[c->req]) return; /* a decode row's keys are all in the cache */
+  if (!reads_step_keys(c->in, L, c->req)) return; /* a decode row's keys are all in the cache */
   const int32_t D = L->head_dim, Hkv = L->num_kv_heads;
-  const size_t esz = uattn_dtype_size(L->dtype);
+  const size_t esz = uattn_dtype_size(c->step_dtype);
   /* keys: this step's rows of the request; a decoder tile needs those up to its last row */
   const int32_t key_end = decoder ? c->row0 + c->rows : c->qe;
   if (c->cp) {
@@ -722,8 +751,8 @@ PART_FN void causal_part(const step_ctx *c) {
   for (int32_t k0 = c->qs; k0 < key_end; k0 += c->w->panel) {
     const int32_t n = key_end - k0 < c->w->panel ? key_end - k0 : c->w->panel;
     const size_t off = ((size_t)k0 * Hkv + c->kv_head) * D * esz;
-    c->w->kern->load(L->dtype, (const char *)c->t->k + off, (const char *)c->t->v + off, (size_t)Hkv * D, n, D,
-                     c->w->panel, c->w->keys, c->w->values);
+    c->w->kern->load(c->step_dtype, c->step_k + off, c->step_v + off, (size_t)Hkv * D, n, D, c->w->panel, c->w->keys,
+                     c->w->values);
     for (int32_t row = c->row0; row < c->row0 + c->rows; row++) {
       const int32_t hi = decoder ? row + 1 - k0 : n; /* a decoder row sees this step's keys up to its own */
       c->w->visible[tile_slot(c, row)] = hi < 0 ? 0 : (hi > n ? n : hi);
@@ -1102,7 +1131,7 @@ PART_FN void merge_tile(const step_ctx *c) {
       const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
       uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
                               acc_state(c->w, ACC_UNIQUE, x, g, D)};
-      fold_v_scale(L, parts + 1, 2); /* the tile is done with them: scaled in place */
+      fold_v_scale(L, parts, 3); /* the tile is done with them: scaled in place */
       const float lse = uattn_seed_merge(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
@@ -1140,6 +1169,8 @@ typedef struct forward_job {
   int32_t max_workers;  /* workers that take units (a tuning file may ask for fewer than the runtime has) */
   int32_t head_group;   /* KV heads an all-heads unit takes (all_heads_group) */
   int32_t *piece_begin; /* [num_items + 1]: item pos's pieces are [piece_begin[pos], piece_begin[pos + 1]) */
+  size_t step_kv_bytes; /* of step_kv (step_kv_bytes), 0 when the causal part reads k and v themselves */
+  char *step_kv;        /* in worker 0's scratch: [2][T][Hkv][D] in the cache dtype, or NULL */
 } forward_job;
 
 static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
@@ -1172,7 +1203,7 @@ static void store_split_state(const forward_job *job, int32_t slot, int32_t kv_h
 }
 
 /* First pass: every worker gets its scratch before anything is written, so a failure changes nothing.
- * Worker 0's also holds the split slots, which every worker writes, and piece_begin. Each worker reserves
+ * Worker 0's also holds the split slots, which every worker writes, piece_begin and step_kv. Each worker reserves
  * its own (a fresh page is first touched on its NUMA node), in a run of its own only where one must grow
  * (other_scratch_fits): otherwise the caller, worker 0, reserves its own alone, and sleeping workers are not
  * woken for nothing (tens of microseconds a forward on a VM). */
@@ -1181,14 +1212,15 @@ static void reserve_scratch(void *ctx, int32_t worker, int32_t num_workers) {
   forward_job *job = ctx;
   const size_t slots = (size_t)job->sched.split_slot[job->sched.num_items] * job->L->num_kv_heads;
   const size_t split_bytes = slots * job->split_floats * sizeof(float);
-  const size_t bytes =
-      job->scratch_bytes + (worker == 0 ? split_bytes + sizeof(int32_t) * ((size_t)job->sched.num_items + 1) : 0);
+  const size_t begin_bytes = (sizeof(int32_t) * ((size_t)job->sched.num_items + 1) + 63) & ~(size_t)63;
+  const size_t bytes = job->scratch_bytes + (worker == 0 ? split_bytes + begin_bytes + job->step_kv_bytes : 0);
   char *p = uattn_worker_scratch(job->rt, worker, bytes);
   if (!p) {
     atomic_store(&job->out_of_memory, 1);
   } else if (worker == 0) {
     job->splits = (float *)(p + job->scratch_bytes);
     job->piece_begin = (int32_t *)(p + job->scratch_bytes + split_bytes);
+    job->step_kv = job->step_kv_bytes ? p + job->scratch_bytes + split_bytes + begin_bytes : NULL;
   }
 }
 
@@ -1199,10 +1231,10 @@ static bool other_scratch_fits(const forward_job *job) {
   return true;
 }
 
-/* The tile's queries in its slots, times `scale`: the layer's, or for the parts that read an fp8 cache
- * cache_score_scale's. */
-static void widen_queries(const forward_job *job, const step_ctx *c, float scale) {
+/* The tile's queries in its slots, times cache_score_scale's scale (every part's). */
+static void widen_queries(const forward_job *job, const step_ctx *c) {
   const uattn_layer *L = job->L;
+  const float scale = cache_score_scale(L);
   workspace *w = c->w;
   const int32_t D = L->head_dim, Hq = L->num_q_heads;
   const size_t qsz = uattn_dtype_size(L->dtype), group_bytes = (size_t)w->group * D * qsz;
@@ -1230,12 +1262,12 @@ static int32_t local_query_pos(const step_ctx *c, int32_t pos) {
   return W > 0 ? uattn_cp_local_len(c->cp, pos - W + 1 > 0 ? pos - W + 1 : 0) + W - 1 : pos;
 }
 
-/* The tile's scaled queries in its slots (scale as widen_queries), and its partial states cleared: the
- * outputs of the cache parts only when the tile reads the cache (reads_cache). A prompt with nothing cached
+/* The tile's scaled queries in its slots (widen_queries), and its partial states cleared: the outputs of the
+ * cache parts only when the tile reads the cache (reads_cache). A prompt with nothing cached
  * runs the causal part alone; clearing the other three parts' outputs (3 MB for a 512-row tile at GQA 4,
  * head dim 128) had been about 0.7% of prefill 2048 on one core. */
-static void begin_tile(const forward_job *job, const step_ctx *c, float scale, bool reads_cache) {
-  widen_queries(job, c, scale);
+static void begin_tile(const forward_job *job, const step_ctx *c, bool reads_cache) {
+  widen_queries(job, c);
   if (c->cp && !c->pieces)
     for (int32_t i = 0; i < c->rows; i++)
       c->w->query_pos[c->slot + i] = local_query_pos(c, c->in->token_positions[c->row0 + i]);
@@ -1286,6 +1318,9 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
                 .key_lo = 0,
                 .key_hi = INT32_MAX,
                 .heads = 1,
+                .step_k = job->step_kv ? job->step_kv : (const char *)job->t->k,
+                .step_v = job->step_kv ? job->step_kv + job->step_kv_bytes / 2 : (const char *)job->t->v,
+                .step_dtype = job->step_kv ? job->L->cache_dtype : job->L->dtype,
                 .cp = sched->config->cp_size > 1 ? sched->config : NULL};
   c.pieces = c.cp && job->L->alibi_slopes;
   if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
@@ -1300,15 +1335,11 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
   const uattn_plan_info *in = job->sched.info;
   const uattn_layer *L = job->L;
   const int32_t qs = in->query_start_loc[first], qe = in->query_start_loc[end];
-  /* whether causal_part reads this step's keys: then the cache parts' queries of an fp8 cache, scaled by
-   * cache_score_scale, are widened again after it (on other caches the two scales are the same) */
-  const bool causal = L->attn_type != UATTN_ATTENTION_ENCODER_DECODER && end - first == 1 &&
-                      (L->attn_type != UATTN_ATTENTION_DECODER || in->is_prompt[first]);
-  const bool rescale = causal && uattn_dtype_is_fp8(L->cache_dtype);
+  const bool causal = end - first == 1 && reads_step_keys(in, L, first); /* whether causal_part reads keys */
   const int32_t from = tile < 0 ? qs : qs + tile * w->tile, to = tile < 0 ? qe : from + 1;
   for (int32_t row0 = from; row0 < to; row0 += w->tile) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, first, end, row0, qe - row0 < w->tile ? qe - row0 : w->tile, 0);
-    begin_tile(job, &c, causal ? L->scale : cache_score_scale(L), !causal || c.num_computed > 0);
+    begin_tile(job, &c, !causal || c.num_computed > 0);
     if (L->attn_type == UATTN_ATTENTION_ENCODER_DECODER) {
       cross_part(&c);
     } else if (end - first > 1) { /* a prefix run: no causal part */
@@ -1316,7 +1347,6 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
       unique_part(&c);
     } else {
       causal_part(&c); /* split units are decodes: nothing to do here */
-      if (rescale) widen_queries(job, &c, cache_score_scale(L));
       shared_part(&c);
       unique_part(&c);
     }
@@ -1336,7 +1366,7 @@ static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t s
   const int32_t g1 = g0 + job->head_group, row0 = in->query_start_loc[r], rows = in->query_start_loc[r + 1] - row0;
   for (int32_t g = g0; g < g1; g++) {
     const step_ctx c = tile_ctx(job, w, pos, g, split, r, r + 1, row0, rows, g * rows);
-    begin_tile(job, &c, cache_score_scale(job->L), true); /* cache-only rows: an fp8 cache's k_scale folded in */
+    begin_tile(job, &c, true); /* cache-only rows */
   }
   step_ctx c0 = tile_ctx(job, w, pos, g0, split, r, r + 1, row0, rows, g0 * rows);
   c0.heads = job->head_group;
@@ -1548,6 +1578,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   workspace_shape(&job.shape, in, L, kernels, sched.config->cp_size > 1);
   job.scratch_bytes = workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
+  job.step_kv_bytes = step_kv_bytes(in, L);
   job.max_workers = uattn_runtime_workers(rt);
   if (tuning && tuning->num_threads > 0 && tuning->num_threads < job.max_workers) job.max_workers = tuning->num_threads;
   job.head_group = all_heads_group(&job);
@@ -1573,8 +1604,8 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   job.piece_begin[0] = 0;
   for (int32_t pos = 0; pos < sched.num_items; pos++)
     job.piece_begin[pos + 1] = job.piece_begin[pos] + item_pieces(&job, pos);
-  /* the cache first: a decode row reads its own new key back from it */
-  if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache);
+  /* the cache first: a decode row reads its own new key back from it, the causal part step_kv */
+  if (L->attn_type != UATTN_ATTENTION_ENCODER_DECODER) write_cache(in, L, t, &job.cache, job.step_kv);
   if (working_units(&job) <= 1)
     uattn_runtime_run_alone(rt, attention_job, &job);
   else

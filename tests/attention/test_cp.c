@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/attention_case.h"
+#include "common/case_names.h"
 
 #define CP_MAX_RANKS 4
 
@@ -346,19 +347,6 @@ static bool cp_case_p(const attention_case *c, const int32_t *ils, int32_t num_i
 static void cp_case(const attention_case *c, const int32_t *ils, int32_t num_ils) {
   if (cp_case_p(c, ils, num_ils, false)) cp_case_p(c, ils, num_ils, true);
 }
-
-#define F32 UATTN_F32
-#define BF16 UATTN_BF16
-#define F16 UATTN_F16
-#define E4M3 UATTN_FP8_E4M3
-#define E5M2 UATTN_FP8_E5M2
-#define NHD UATTN_LAYOUT_NHD
-#define HND UATTN_LAYOUT_HND
-#define TILED UATTN_LAYOUT_TILED
-#define DEC UATTN_ATTENTION_DECODER
-#define ENC UATTN_ATTENTION_ENCODER
-#define ENC_ONLY UATTN_ATTENTION_ENCODER_ONLY
-#define CROSS UATTN_ATTENTION_ENCODER_DECODER
 
 /* Interleaves: 1 (vLLM's default), runs shorter than a block and one that divides no block size here (3),
  * a whole block (16) and one that does not divide it (24). */

@@ -8,10 +8,12 @@
  * mistake. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/attention_case.h"
+#include "common/case_names.h"
 
 static const uattn_dtype formats[2] = {UATTN_FP8_E4M3, UATTN_FP8_E5M2};
 
@@ -194,4 +196,62 @@ Test(fp8_cache, the_cache_write_bit_for_bit, .timeout = 120) {
       check_write(formats[f], UATTN_F32, layouts[s % 3], scales[s], scales[(s + 1) % ns], vals, n);
       check_write(formats[f], UATTN_BF16, layouts[(s + 1) % 3], scales[s], scales[(s + 1) % ns], vals, n);
     }
+}
+
+/* ---- every key as the cache holds it ------------------------------------------------------------------------ */
+
+/* The step's own keys too (uattn.h, uattn_forward): prompt rows (the causal part: prefills, chunks over a cached
+ * context, prefix prefills, bidirectional encoders) beside decodes and verifications, on fp8 caches of both
+ * formats with scales that keep the values inside the format and scales that saturate most of them (k_scale
+ * 2^-10: |k| / k_scale up to 1024, past E4M3's 448; 2^-16 past E5M2's 57344), and on bf16 and f16 caches under
+ * queries of another dtype; every layout, causal widths that cut a prompt into several tiles, and a generated
+ * bucket's shape; on every level of the ladder (UATTN_ISA; a level this CPU lacks through its twin). Against the
+ * dense fp64 oracle computed on the dequantized cache for every key (attention_run_check: the caches bit for
+ * bit, the output within the level's contract, attention_tolerance's input dtype tolerance). A causal part that
+ * reads the step's k and v as given misses by the keys' own rounding: up to 2^-4 of a key on E4M3 and more than
+ * half of it where it saturates, 2^-9 on a bf16 cache, each far past the 1e-5 of an f32 output. */
+/* clang-format off */
+static const attention_case as_cached[] = {
+    {"e4m3 prefill, saturating",              BATCH_PREFILL,        16,  8, 2, 64,  F32,  E4M3, NHD,   DEC,      0,  0,  0, 0, 0, 0,  301, 0, 0, 0x1p-10f, 0x1p-9f},
+    {"e5m2 mixed, saturating, bf16",          BATCH_MIXED,          16,  8, 2, 64,  BF16, E5M2, HND,   DEC,      0,  0,  0, 0, 0, 0,  302, 0, 0, 0x1p-16f, 0x1p-17f},
+    {"e4m3 chunked prefill, 16-row tiles",    BATCH_CHUNKED_LONG,   16,  8, 2, 64,  F32,  E4M3, TILED, DEC,      0,  0,  0, 0, 0, 16, 303, 0, 0, 0.5f, 3.0f},
+    {"e5m2 prefix prefill, window, sinks",    BATCH_PREFIX_PREFILL, 16,  8, 2, 64,  F32,  E5M2, NHD,   DEC,      0,  40, 1, 0, 0, 0,  304, 0, 0, 3.0f, 0.5f},
+    {"e4m3 encoder, saturating",              BATCH_PREFILL,        16,  8, 2, 64,  F32,  E4M3, HND,   ENC,      0,  0,  0, 0, 0, 0,  305, 0, 0, 0x1p-10f, 0x1p-9f},
+    {"e4m3 shared prefix, chunked, ALiBi, cap", BATCH_SHARED_PREFIX, 32, 8, 2, 64,  BF16, E4M3, TILED, DEC,      20, 0,  0, 1, 2, 0,  306, 0, 0, 0.5f, 3.0f},
+    {"e4m3 prefill, bucket shape, saturating", BATCH_PREFILL,       128, 32, 8, 128, BF16, E4M3, NHD,   DEC,      0,  0,  0, 0, 0, 0,  307, 0, 0, 0x1p-10f, 0x1p-9f},
+    {"e5m2 spec decode, split-K",             BATCH_SPEC_DECODE,    16,  8, 2, 64,  F32,  E5M2, HND,   DEC,      0,  0,  0, 0, 0, 0,  308, 64, 48, 0.5f, 3.0f},
+    {"bf16 cache, f32 queries, mixed",        BATCH_MIXED,          16,  8, 2, 64,  F32,  BF16, NHD,   DEC,      0,  0,  0, 0, 0, 0,  309},
+    {"f16 cache, f32 queries, chunked",       BATCH_CHUNKED_LONG,   16,  8, 2, 64,  F32,  F16,  HND,   DEC,      0,  0,  0, 0, 0, 32, 310},
+    {"bf16 cache, f16 queries, prefill",      BATCH_PREFILL,        16,  8, 2, 64,  F16,  BF16, TILED, DEC,      0,  0,  0, 0, 0, 0,  311},
+    {"f16 cache, bf16 queries, encoder only", BATCH_PREFIX_PREFILL, 16,  8, 2, 64,  BF16, F16,  NHD,   ENC_ONLY, 0,  0,  1, 0, 0, 0,  312},
+};
+/* clang-format on */
+
+Test(fp8_cache, every_key_as_the_cache_holds_it, .timeout = 300) {
+  static const char *const isas[] = {"portable", "avx2", "avx512", "avx512bf16"};
+  const char *forced = getenv("UATTN_ISA");
+  for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+    setenv("UATTN_ISA", isas[k], 1);
+    const char *why;
+    const char *set = uattn_kernel_set(&why);
+    fprintf(stderr, "every key as the cache holds it: UATTN_ISA=%s runs %s (%s)\n", isas[k], set, why);
+    for (size_t i = 0; i < sizeof as_cached / sizeof *as_cached; i++) {
+      attention_run run;
+      attention_run_build(&run, &as_cached[i]);
+      uattn_kernel_report r;
+      cr_assert_eq(uattn_describe_kernels(&run.layer, run.c.block_size, &r), UATTN_OK, "%s", uattn_last_error());
+      /* bf16 products on a layer whose queries are not bf16 would round them: the dispatch's to refuse
+       * (test_dispatch), not a question of which keys the attention reads */
+      if (strcmp(r.kernel_set, "avx512bf16") == 0 && run.layer.dtype != UATTN_BF16)
+        fprintf(stderr, "  %s: skipped, avx512bf16 would round its %s queries\n", as_cached[i].name,
+                run.layer.dtype == UATTN_F32 ? "f32" : "f16");
+      else
+        attention_run_check(&run);
+      attention_run_free(&run);
+    }
+  }
+  if (forced)
+    setenv("UATTN_ISA", forced, 1);
+  else
+    unsetenv("UATTN_ISA");
 }

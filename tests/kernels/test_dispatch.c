@@ -247,8 +247,8 @@ Test(dispatch, fp8_caches_get_their_buckets) {
                                 generated(t, b->block_size, b->head_dim, b->chunk_size, "avx512bf16");
         cr_assert_eq(!strcmp(r.kernel_set, "avx512bf16"), bf16_level, "%s queries on %s: %s", uattn_dtype_name(q), name,
                      r.reason);
-        /* every part's function is the bucket's (the causal part's too: it reads this step's keys, in the
-         * layer's dtype, through the bucket's load); the unique part is its decode kernel */
+        /* every part's function is the bucket's (the causal part's too: it reads this step's keys, as the
+         * cache holds them, through the bucket's load); the unique part is its decode kernel */
         const bool decode = b->head_dim % 8 == 0 && b->block_size <= 256;
         for (int p = 0; p < UATTN_NUM_PARTS; p++) {
           char want[96];

@@ -252,13 +252,6 @@ static bool valid_dtype(uattn_dtype d) { return d == UATTN_F32 || d == UATTN_BF1
 static bool valid_cache_dtype(uattn_dtype d) { return valid_dtype(d) || oracle_is_fp8(d); }
 static bool valid_scale(float x) { return isfinite(x) && x > 0; }
 
-/* A decoder request that is not a prompt (the planner's is_prompt: seq_len <= num_prompt) on an fp8 cache:
- * the forward reads all its keys from the cache, this step's too (see dense_oracle.h). */
-static bool reads_all_from_cache(const oracle_step *s, const uattn_layer *layer, int32_t r) {
-  return oracle_is_fp8(layer->cache_dtype) && layer->attn_type == UATTN_ATTENTION_DECODER &&
-         (int64_t)s->num_computed[r] + s->num_scheduled[r] > s->num_prompt[r];
-}
-
 static bool is_cross(const uattn_layer *layer) { return layer->attn_type == UATTN_ATTENTION_ENCODER_DECODER; }
 
 /* The step and layer on their own; sets *num_tokens. */
@@ -280,8 +273,6 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
     if (!valid_scale(layer->k_scale) || !valid_scale(layer->v_scale))
       return fail("oracle: fp8 cache with k_scale %g, v_scale %g (finite and > 0 needed)", (double)layer->k_scale,
                   (double)layer->v_scale);
-    if (layer->attn_type == UATTN_ATTENTION_DECODER && s->num_reqs > 0 && !s->num_prompt)
-      return fail("oracle: an fp8 cache needs num_prompt (decode rows read their own keys from the cache)");
   }
   if (layer->kv_layout != UATTN_LAYOUT_NHD && layer->kv_layout != UATTN_LAYOUT_HND &&
       layer->kv_layout != UATTN_LAYOUT_TILED)
@@ -319,7 +310,8 @@ static int block_of(const int32_t *table, int32_t stride, int32_t r, int32_t j, 
   return 0;
 }
 
-/* Every cache block request r reads: keys [0, num_computed) of a self-attention, [0, encoder_len) of cross. */
+/* Every cache block request r reads: keys [0, num_computed + num_scheduled) of a self-attention (this step's
+ * too, as written), [0, encoder_len) of cross. */
 static int check_reads(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t) {
   const bool cross = is_cross(layer);
   if (cross) {
@@ -328,9 +320,7 @@ static int check_reads(const oracle_step *s, const uattn_layer *layer, const uat
   }
   bool any = false;
   for (int32_t r = 0; r < s->num_reqs; r++) {
-    const int32_t n = cross                               ? t->cross->encoder_lens[r]
-                      : reads_all_from_cache(s, layer, r) ? s->num_computed[r] + s->num_scheduled[r]
-                                                          : s->num_computed[r];
+    const int32_t n = cross ? t->cross->encoder_lens[r] : s->num_computed[r] + s->num_scheduled[r];
     if (n < 0) return fail("oracle: request %d: encoder_len %d < 0", r, n);
     /* every key of a block lies in that block, so checking one key per block is checking them all */
     for (int32_t j = 0; j < n; j += s->block_size) {
@@ -555,12 +545,13 @@ static void key_range(const uattn_layer *layer, int32_t p, int32_t n, int32_t *l
   *lo = layer->sliding_window > 0 && p - layer->sliding_window + 1 > 0 ? p - layer->sliding_window + 1 : 0;
 }
 
-/* Widens keys/values [w->loaded, n) of request r, KV head g (keys already widened for (r, g) are kept). */
+/* Widens keys/values [w->loaded, n) of request r, KV head g (keys already widened for (r, g) are kept): each as
+ * the (updated) cache holds it, this step's own too. */
 static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
   const oracle_step *s = jb->s;
   const uattn_layer *layer = jb->layer;
   const uattn_tensors *t = jb->t;
-  const size_t D = (size_t)layer->head_dim, hkv = (size_t)layer->num_kv_heads, Dp = jb->Dp;
+  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp;
   const bool cross = is_cross(layer);
   const int32_t bs = s->block_size;
   if (w->r != r || w->g != g) {
@@ -568,29 +559,19 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
     w->g = g;
     w->loaded = 0;
   }
-  const bool fp8 = oracle_is_fp8(layer->cache_dtype), all_cached = !cross && reads_all_from_cache(s, layer, r);
+  const bool fp8 = oracle_is_fp8(layer->cache_dtype);
   /* an fp8 code is read times its scale (1 for other caches, which multiplies exactly) */
   const double ks = fp8 ? (double)layer->k_scale : 1.0, vs = fp8 ? (double)layer->v_scale : 1.0;
+  const int32_t *table = cross ? t->cross->block_table : s->block_table;
+  const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
   for (int32_t j = w->loaded; j < n; j++) {
     double *kj = w->K + (size_t)j * Dp, *vj = w->V + (size_t)j * Dp;
-    if (cross || all_cached || j < s->num_computed[r]) {
-      const int32_t *table = cross ? t->cross->block_table : s->block_table;
-      const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
-      const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
-      for (size_t d = 0; d < D; d++) {
-        const size_t kat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, false),
-                     vat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, true);
-        kj[d] = oracle_load(t->key_cache, layer->cache_dtype, kat) * ks;
-        vj[d] = oracle_load(t->value_cache, layer->cache_dtype, vat) * vs;
-      }
-    } else {
-      /* this step's own token: its k/v row in the input dtype, not the (possibly narrower) cached copy */
-      const size_t row = (size_t)jb->qstart[r] + (size_t)(j - s->num_computed[r]);
-      const size_t off = (row * hkv + (size_t)g) * D;
-      for (size_t d = 0; d < D; d++) {
-        kj[d] = oracle_load(t->k, layer->dtype, off + d);
-        vj[d] = oracle_load(t->v, layer->dtype, off + d);
-      }
+    const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
+    for (size_t d = 0; d < D; d++) {
+      const size_t kat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, false),
+                   vat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, true);
+      kj[d] = oracle_load(t->key_cache, layer->cache_dtype, kat) * ks;
+      vj[d] = oracle_load(t->value_cache, layer->cache_dtype, vat) * vs;
     }
     for (size_t d = D; d < Dp; d++) kj[d] = vj[d] = 0;
   }

@@ -86,15 +86,11 @@ size_t oracle_cache_index(const uattn_layer *layer, int32_t block_size, int64_t 
 int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t);
 
 /* out [T, Hq, D] and lse [T, Hq] (lse may be NULL) in double, T = sum of num_scheduled. Reads the caches
- * AFTER the update (call oracle_write_cache first). Keys j < num_computed[r] come from the cache in
- * cache_dtype, keys j >= num_computed[r] from this step's k/v rows in dtype; cross attention reads keys
- * [0, encoder_lens[r]) through t->cross->block_table. An fp8 cache is read as code * k_scale (v_scale), and
- * there the forward's rule for a decoder request that is not a prompt (num_computed + num_scheduled >
- * num_prompt, so num_prompt is required) is followed: all its keys, this step's too, come from the cache,
- * quantized, as the forward reads them (the step's own k/v would differ by up to 2^-4 of each value, too
- * much to hide in a tolerance); prompt rows read this step's keys from k/v, unquantized, as the forward's
- * causal part does. A row with no visible key gets out 0 and lse -inf
- * (lse = sink with a sink). Returns 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
+ * AFTER the update (call oracle_write_cache first): every key of a self-attention, this step's own too, is
+ * read as the cache holds it (in cache_dtype; an fp8 code times k_scale or v_scale), so that a key has one
+ * value whoever reads it (uattn.h, uattn_forward); cross attention reads keys [0, encoder_lens[r]) through
+ * t->cross->block_table. A row with no visible key gets out 0 and lse -inf (lse = sink with a sink). Returns
+ * 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
 int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out, double *lse);
 
 /* The same for a sample of rows only (any order, repeats allowed): out [num_rows, Hq, D], lse [num_rows, Hq]

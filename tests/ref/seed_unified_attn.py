@@ -40,11 +40,11 @@ Choices this script makes where the seed or the brief leaves room:
  4. The seed's part is run on the runner's padded shape (tq query rows): q, k, v are padded with zeros to tq and
     the result trimmed to the step's T rows. The causal part is always present (uattn-run always dumps a causal
     bias, all -inf in a batch without prompts, which adds nothing); a shared or unique part with 0 blocks is None.
- 5. The dense oracle reads keys j < num_computed from the updated cache and j >= num_computed from this step's k/v
-    (docs/design.md). uattn reads a non-prompt request's new keys back from the cache, so when the cache dtype
-    is coarser than the dtype the two differ by the cache rounding: the tolerance is the coarser dtype's.
-    Seed parity is not affected (the seed, fed uattn's tensors, reads those keys from the cache too), and it
-    also runs for an f32 step over a bf16 or f16 cache: both sides read the same cache values widened to f32.
+ 5. The dense oracle reads every key from the updated cache, this step's own too, as uattn does
+    (docs/design.md: every key as the cache holds it); its tolerance is the coarser dtype's, which that
+    bounds. The seed reads a prompt's keys from k/v in its causal part: for seed parity on an f32 step over a
+    bf16 or f16 cache it is given k and v rounded to the cache dtype (the values the cache holds), so both
+    sides read the same values widened to f32.
  6. make-step kinds: decode, prefill, prefix-prefill (prompts over a common cached prefix), chunked (prompt
     chunks at unaligned offsets), mixed (all of them, multi-token non-prompt requests, two decodes over a shared
     prefix), spec-decode, shared-prefix (6-16 requests over one cached prefix); --long makes lengths 8x.
@@ -244,16 +244,14 @@ def expected_caches(st):
 
 
 def dense_oracle(st, key_cache, value_cache):
-    """Every query row against every visible key of its request, in float64: keys j < num_computed from the
-    (updated) cache, the rest from this step's k/v; decoder: j <= p and, with a window w, j > p - w; encoder:
+    """Every query row against every visible key of its request, in float64, each key as the (updated) cache
+    holds it, this step's own too; decoder: j <= p and, with a window w, j > p - w; encoder:
     every key of the request. Soft cap, ALiBi, sinks (denominator only), GQA. Returns out [T, Hq, D] and
     lse [T, Hq] (-inf and zeros for a row with nothing visible)."""
     G = st.hq // st.hkv
     kc = to_f32(cache_as_nhd(key_cache, st.layout, "key"), st.cache_dtype).astype(np.float64)
     vc = to_f32(cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype).astype(np.float64)
     q = to_f32(st.q, st.dtype).astype(np.float64)
-    k = to_f32(st.k, st.dtype).astype(np.float64)
-    v = to_f32(st.v, st.dtype).astype(np.float64)
     out = np.zeros((st.T, st.hq, st.d))
     lse = np.full((st.T, st.hq), -np.inf)
     sinks = None if st.sinks is None else st.sinks.astype(np.float64)
@@ -261,9 +259,8 @@ def dense_oracle(st, key_cache, value_cache):
     for r in range(len(st.reqs)):
         nc, n, qs = int(st.nc[r]), int(st.ns[r]), int(st.qsl[r])
         seq = nc + n
-        cached = np.array([st.slot(r, j) for j in range(nc)], dtype=np.int64)
-        K = np.concatenate([kc[cached], k[qs:qs + n]])  # [seq, Hkv, D]
-        V = np.concatenate([vc[cached], v[qs:qs + n]])
+        slots = np.array([st.slot(r, j) for j in range(seq)], dtype=np.int64)
+        K, V = kc[slots], vc[slots]  # [seq, Hkv, D]
         K = np.repeat(K, G, axis=1)  # query head h reads KV head h // G
         V = np.repeat(V, G, axis=1)
         pos = nc + np.arange(n)
@@ -541,7 +538,9 @@ def run_seed(st, key_cache, value_cache, meta):
         y[:st.T] = x
         return y
 
-    q, k, v = (pad(to_f32(x, st.dtype)) for x in (st.q, st.k, st.v))
+    q = pad(to_f32(st.q, st.dtype))
+    # this step's keys as the cache holds them (choice 5)
+    k, v = (pad(to_f32(from_f32(to_f32(x, st.dtype), st.cache_dtype), st.cache_dtype)) for x in (st.k, st.v))
     kc = to_f32(cache_as_nhd(key_cache, st.layout, "key"), st.cache_dtype)
     vc = to_f32(cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -497,9 +497,10 @@ Test(hand, cross_attention_reads_the_encoder_sequence_only) {
   env_free(&e);
 }
 
-Test(hand, step_keys_in_input_dtype_cached_keys_in_cache_dtype) {
+Test(hand, every_key_as_the_cache_holds_it) {
   /* f16 inputs, bf16 cache. k = 1 + 2^-9 is exact in f16 and rounds to 1 in bf16. Step 1 (a 1-token prefill)
-   * scores its own key from the input: 1 + 2^-9. Step 2 (decode at p = 1) reads key 0 from the cache: 1. */
+   * scores its own key as the cache holds it: 1, not the input's 1 + 2^-9. Step 2 (decode at p = 1) reads
+   * key 0 from the cache: 1 again. */
   env e;
   uattn_layer L = layer(1, 1, 1, UATTN_F16);
   L.cache_dtype = UATTN_BF16;
@@ -508,7 +509,7 @@ Test(hand, step_keys_in_input_dtype_cached_keys_in_cache_dtype) {
   set_q(&e, 0, 0, (double[]){1});
   set_kv(&e, 0, 0, (double[]){k0}, (double[]){3});
   env_run(&e);
-  expect_lse(&e, 0, 0, k0, 0);
+  expect_lse(&e, 0, 0, 1.0, 0);
   cr_assert_eq(((const uint16_t *)e.t.key_cache)[slot_index(&e, slot_of(&e, false, 0, 0), 0, 0, false)], 0x3F80);
 
   /* step 2 on the same caches: one more token at p = 1, key 2 (exact in both) */
@@ -1074,15 +1075,11 @@ Test(convert, load_store_round) {
 /* a plain re-statement, against the oracle's tiled and threaded loops                               */
 /* ================================================================================================ */
 
+/* Key (or value) j of request r as the cache holds it after the step: every key, this step's too. */
 static double key_elem(const env *e, bool v, int32_t r, int32_t j, int32_t g, int32_t d) {
   const bool cross = e->L.attn_type == UATTN_ATTENTION_ENCODER_DECODER;
-  if (cross || j < e->nc[r]) {
-    const size_t at = slot_index(e, slot_of(e, cross, r, j), g, d, v);
-    return oracle_load(v ? e->t.value_cache : e->t.key_cache, e->L.cache_dtype, at);
-  }
-  const int32_t row = e->qs[r] + j - e->nc[r];
-  const size_t off = ((size_t)row * (size_t)e->L.num_kv_heads + (size_t)g) * (size_t)e->L.head_dim + (size_t)d;
-  return oracle_load(v ? e->t.v : e->t.k, e->L.dtype, off);
+  const size_t at = slot_index(e, slot_of(e, cross, r, j), g, d, v);
+  return oracle_load(v ? e->t.value_cache : e->t.key_cache, e->L.cache_dtype, at);
 }
 
 /* docs/design.md's semantics, one (row, head, key) at a time. */
@@ -1345,9 +1342,9 @@ Test(refuse, bad_inputs_fail_with_a_message_and_write_nothing) {
   REFUSE_CASE("null caches", true, true, e->t.key_cache = NULL; e->t.value_cache = NULL);
   REFUSE_CASE("null k", true, true, e->t.k = NULL);
   REFUSE_CASE("null q", false, true, e->t.q = NULL);
-  /* attention reads only the cache below num_computed: a broken block that is only written, or two tokens
-   * written to one slot, are write_cache's to refuse */
-  REFUSE_CASE("negative block id, written only", true, false, e->bt[e->stride] = -1);
+  /* attention reads every key from the cache, this step's as written: a broken block under them is both
+   * functions' to refuse, two tokens written to one slot write_cache's */
+  REFUSE_CASE("negative block id, written", true, true, e->bt[e->stride] = -1);
   REFUSE_CASE("two tokens on one slot", true, false, e->nc[1] = 2; e->bt[e->stride + 1] = e->bt[1]);
   /* ... and a bad block under cached keys only is attention's */
   REFUSE_CASE("negative block id, read only", false, true, e->bt[0] = -5);
