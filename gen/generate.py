@@ -55,6 +55,8 @@ def load_manifest(path):
         for d in isa["dtypes"]:
             if d not in dtypes:
                 raise ValueError(f"ISA '{isa['name']}': dtype '{d}' is not one of {', '.join(dtypes)}")
+        if (isa.get("twin") is None) != (isa.get("twin_probe") is None):
+            raise ValueError(f"ISA '{isa['name']}': a twin needs its probe, and a probe its twin")
         other = next((o for o in ladder if o["name"] == isa["shares"]), None) if isa["shares"] else isa
         if other is None or not set(isa["dtypes"]) <= set(other["dtypes"]):
             raise ValueError(f"ISA '{isa['name']}': it shares '{isa['shares']}', which has no bucket of its dtypes")
@@ -161,7 +163,8 @@ def registry_source(manifest, buckets):
     lines += ["const uattn_isa uattn_isa_registry[] = {"]
     for isa in ladder:
         shares = f'"{isa["shares"]}"' if isa["shares"] else "NULL"
-        lines.append(f'    {{"{isa["name"]}", &{isa["set"]}, {isa["probe"] or "NULL"}, {shares}}},')
+        twin = f'&{isa["twin"]}, {isa["twin_probe"]}' if isa.get("twin") else "NULL, NULL"
+        lines.append(f'    {{"{isa["name"]}", &{isa["set"]}, {isa["probe"] or "NULL"}, {shares}, {twin}}},')
     lines += ["};", f"const size_t uattn_isa_registry_size = {len(ladder)};", ""]
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@
  *   BUCKET_TARGET                   the target attribute of the functions defined here;
  *   BUCKET_PANEL_FLOATS             the panel size of its layout (the generic set's);
  *   BUCKET_UNSCALED_Q               uattn_kernels.unscaled_q of the set;
+ *   BUCKET_BF16_INPUTS              uattn_kernels.bf16_inputs of the set;
  *   BUCKET_LOAD_BODY (optional)     the load body: BUCKET_LOAD is defined here with it (else it is another
  *                                   bucket's);
  *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
@@ -119,5 +120,6 @@ const uattn_bucket_kernels BUCKET_ENTRY = {
             .panel_floats = BUCKET_PANEL_FLOATS,
             .decode = BUCKET_DECODE,
             .decode_tiled = BUCKET_DECODE_TILED,
-            .unscaled_q = BUCKET_UNSCALED_Q},
+            .unscaled_q = BUCKET_UNSCALED_Q,
+            .bf16_inputs = BUCKET_BF16_INPUTS},
 };

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "avx512/avx512.h"
-#include "avx512bf16/avx512bf16.h"
 #include "convert.h"
 #include "kernels.h"
 
@@ -12,26 +10,61 @@
  * last, with no probe, as it always runs. */
 static bool isa_runs_here(const uattn_isa *isa) { return !isa->runs_here || isa->runs_here(); }
 
-const uattn_kernels *uattn_kernels_select(const char **why, bool *forced) {
-  const uattn_kernels *best = NULL;
-  for (size_t i = 0; i < uattn_isa_registry_size && !best; i++)
-    if (isa_runs_here(&uattn_isa_registry[i])) best = uattn_isa_registry[i].set;
-  if (why) *why = "the best set this CPU runs";
-  if (forced) *forced = false;
+/* The test suites set UATTN_TWINS, so that a level this CPU lacks still runs, through its exact twin. */
+static bool twins_wanted(void) {
+  const char *t = getenv("UATTN_TWINS");
+  return t && *t && strcmp(t, "0") != 0;
+}
+
+/* Rung i's set where it runs here: its own, or with twins (twins_wanted) its twin; NULL where neither runs. */
+static const uattn_kernels *rung_set(size_t i, bool twins, bool *twin) {
+  const uattn_isa *isa = &uattn_isa_registry[i];
+  *twin = false;
+  if (isa_runs_here(isa)) return isa->set;
+  if (twins && isa->twin && isa->twin_runs_here()) return *twin = true, isa->twin;
+  return NULL;
+}
+
+/* The set of the best rung at or below rung `top` that runs here (the portable rung always does), its rung in
+ * *rung; with twins a rung the CPU lacks runs as its twin. */
+static const uattn_kernels *best_from(size_t top, bool twins, size_t *rung, bool *twin) {
+  for (size_t i = top;; i++) {
+    const uattn_kernels *set = rung_set(i, twins, twin);
+    if (set || i + 1 == uattn_isa_registry_size) return *rung = i, set ? set : uattn_isa_registry[i].set;
+  }
+}
+
+/* The generic choice: the rung UATTN_ISA names (the highest to use) or the top one, and the set that serves it. */
+typedef struct generic_choice {
+  const uattn_kernels *set;
+  size_t rung;
+  bool forced, twin;
+  const char *why;
+} generic_choice;
+
+static generic_choice choose_generic(void) {
+  generic_choice c = {.why = "the best set this CPU runs"};
+  c.set = best_from(0, false, &c.rung, &c.twin);
   const char *name = getenv("UATTN_ISA");
-  if (!name || !*name) return best;
+  if (!name || !*name) return c;
   for (size_t i = 0; i < uattn_isa_registry_size; i++)
     if (!strcmp(uattn_isa_registry[i].set->name, name)) {
-      if (!isa_runs_here(&uattn_isa_registry[i])) {
-        if (why) *why = "UATTN_ISA names a set this CPU cannot run: using the best one it runs";
-        return best;
-      }
-      if (why) *why = "forced by UATTN_ISA";
-      if (forced) *forced = true;
-      return uattn_isa_registry[i].set;
+      c.set = best_from(i, twins_wanted(), &c.rung, &c.twin);
+      c.forced = true;
+      c.why = c.rung != i ? "UATTN_ISA names a level this CPU lacks: the best set below it"
+              : c.twin    ? "forced by UATTN_ISA; this CPU lacks the level: its exact twin (UATTN_TWINS)"
+                          : "forced by UATTN_ISA";
+      return c;
     }
-  if (why) *why = "UATTN_ISA names no kernel set: using the best one this CPU runs";
-  return best;
+  c.why = "UATTN_ISA names no kernel set: using the best one this CPU runs";
+  return c;
+}
+
+const uattn_kernels *uattn_kernels_select(const char **why, bool *forced) {
+  const generic_choice c = choose_generic();
+  if (why) *why = c.why;
+  if (forced) *forced = c.forced;
+  return c.set;
 }
 
 /* The generated values of one dimension among the buckets that match the others before it, e.g.
@@ -56,28 +89,24 @@ static void list_values(int dim, int32_t bs, int32_t hd, uattn_dtype dt, char *o
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
                                             uattn_dtype dtype, int32_t chunk_size, const uattn_bucket_kernels **bucket,
                                             char *why, size_t why_size) {
-  const char *generic_why;
-  bool forced;
-  const uattn_kernels *generic = uattn_kernels_select(&generic_why, &forced);
+  generic_choice g = choose_generic();
+  const uattn_kernels *generic = g.set;
   *bucket = NULL;
-  if (forced) {
-    snprintf(why, why_size, "UATTN_ISA=%s forces the generic %s set", generic->name, generic->name);
+  /* A level that rounds its inputs to bf16 serves only layers that lose nothing by it (bf16 queries on bf16 or
+   * fp8 caches); any other layer takes the next level down that keeps its precision, also where UATTN_ISA
+   * names the level: it names the highest level to use, not one to force on every layer. */
+  char lowered[96] = "";
+  while (!uattn_kernels_keep_precision(generic, dtype, cache_dtype) && g.rung + 1 < uattn_isa_registry_size) {
+    if (!*lowered)
+      snprintf(lowered, sizeof lowered, " (%s takes bf16 queries on bf16 or fp8 caches only)", generic->name);
+    generic = best_from(g.rung + 1, g.twin || (g.forced && twins_wanted()), &g.rung, &g.twin);
+  }
+  if (g.forced) {
+    snprintf(why, why_size, "UATTN_ISA=%s forces the generic %s set%s%s", getenv("UATTN_ISA"), generic->name,
+             g.twin ? " (its exact twin: this CPU lacks the level)" : "", lowered);
     return generic;
   }
-  /* bf16 dot products are for bf16 models: an f16 or f32 cache, or an f32 or f16 query, would lose bits to
-   * their rounding, so such a layer takes the next level down, the avx512 set (which every CPU with
-   * avx512bf16 runs), generated or generic; UATTN_ISA=avx512bf16 still forces them. A bf16 layer on an fp8
-   * cache stays on this level: every fp8 value is exact in bf16, so P's rounding (the level's own) is all
-   * it changes. This level's buckets take fp8 caches as the others' do (gen/manifest.json's dtypes), so
-   * such a layer of a generated shape gets its bucket here, an f32 or f16 layer the avx512 bucket of the
-   * shape; another shape gets its level's generic set, and a build that lists no bucket of the cache's
-   * format says so: "no bucket was generated for a fp8_e5m2 cache". */
-  const bool bf16_level = (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)) && dtype == UATTN_BF16;
-  const char *bf16_only = "";
-  if (generic == &uattn_kernels_avx512bf16 && !bf16_level) {
-    generic = &uattn_kernels_avx512;
-    bf16_only = " (avx512bf16 takes bf16 queries on bf16 or fp8 caches only)";
-  }
+  const bool bf16_level = uattn_kernels_keep_precision(&(uattn_kernels){.bf16_inputs = true}, dtype, cache_dtype);
   /* how far the buckets go along (dtype, block size, head dim, chunk size), for the explanation */
   int depth = 0, isa_missing = 0;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
@@ -87,7 +116,7 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
                   : e->head_dim != head_dim     ? 2
                   : e->chunk_size != chunk_size ? 3
                                                 : 4;
-    if (d == 4 && !bf16_level && !strcmp(e->isa, "avx512bf16")) continue; /* see above */
+    if (d == 4 && !bf16_level && e->set.bf16_inputs) continue; /* see above */
     if (d == 4 && e->runs_here()) {
       *bucket = e;
       snprintf(why, why_size, "generated bucket (%s cache, block size %d, head dim %d, chunk size %d) for %s",
@@ -102,14 +131,14 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
   const int32_t asked[] = {(int32_t)cache_dtype, block_size, head_dim, chunk_size};
   if (isa_missing) {
     snprintf(why, why_size, "fallback: the bucket was generated for an ISA this CPU lacks; generic %s kernels%s",
-             generic->name, bf16_only);
+             generic->name, lowered);
   } else if (depth == 0) {
     snprintf(why, why_size, "fallback: no bucket was generated for a %s cache; generic %s kernels%s",
-             uattn_dtype_name(cache_dtype), generic->name, bf16_only);
+             uattn_dtype_name(cache_dtype), generic->name, lowered);
   } else {
     list_values(depth, block_size, head_dim, cache_dtype, values, sizeof values);
     snprintf(why, why_size, "fallback: %s %d is not generated for this shape (generated: %s); generic %s kernels%s",
-             dims[depth], asked[depth], values, generic->name, bf16_only);
+             dims[depth], asked[depth], values, generic->name, lowered);
   }
   return generic;
 }

@@ -89,7 +89,16 @@ typedef struct uattn_kernels {
    * (avx512bf16, its twin and buckets) do: they round the query to bf16, and rounding the model's own bf16
    * query is exact where rounding a scaled copy of it is not. */
   bool unscaled_q;
+  /* Whether the set rounds the query, keys and values to bf16 (bf16 dot products): it keeps a layer's precision
+   * only for bf16 queries on bf16 or fp8 caches (every fp8 value is exact in bf16), and the dispatch gives it
+   * no other layer (uattn_kernels_keep_precision). */
+  bool bf16_inputs;
 } uattn_kernels;
+
+/* Whether a set computes a layer of these dtypes at the layer's own precision (uattn_kernels.bf16_inputs). */
+static inline bool uattn_kernels_keep_precision(const uattn_kernels *k, uattn_dtype dtype, uattn_dtype cache_dtype) {
+  return !k->bf16_inputs || (dtype == UATTN_BF16 && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)));
+}
 
 #define UATTN_DECODE_MAX_KEYS 256 /* a power of two: a one-block call's block_keys (uattn_decode_one_block) */
 /* Keys of the avx2 decode kernel's P V tile: a list's blocks hold whole tiles (uattn_decode_src). */
@@ -155,9 +164,12 @@ static inline bool uattn_load_tiled_fits(const uattn_kernels *k, uattn_dtype cac
   return k->load_tiled && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
 }
 
-/* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names another ("portable", "avx2",
- * "avx512", "avx512bf16"). A name the CPU cannot run falls back to the best one, and *why says so (NULL when
- * not asked). *forced (when not NULL) says whether UATTN_ISA chose it. */
+/* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names a rung of the ladder
+ * (uattn_isa_registry: "avx512bf16", "avx512", "avx2", "portable"), the highest level to use: then the best set at
+ * or below it that this CPU runs, or, where $UATTN_TWINS is set (the test suites set it) and the CPU lacks the
+ * named level, that level's exact twin, so every level's logic runs on every CPU. A name that is no rung
+ * falls back to the best set. *why (NULL when not asked) says how it was chosen; *forced (when not NULL) whether
+ * UATTN_ISA chose it. */
 const uattn_kernels *uattn_kernels_select(const char **why, bool *forced);
 
 /* A generated bucket: kernels specialized at build time for one (block_size, head_dim, cache dtype,
@@ -179,10 +191,12 @@ extern const size_t uattn_bucket_registry_size;
 
 /* One rung of the ISA ladder (gen/manifest.json): a generic set and the probe that says whether this CPU runs it. */
 typedef struct uattn_isa {
-  const char *name;         /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
-  const uattn_kernels *set; /* its generic kernels */
-  int (*runs_here)(void);   /* NULL: runs everywhere (the portable set, the last rung) */
-  const char *shares;       /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
+  const char *name;            /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
+  const uattn_kernels *set;    /* its generic kernels */
+  int (*runs_here)(void);      /* NULL: runs everywhere (the portable set, the last rung) */
+  const char *shares;          /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
+  const uattn_kernels *twin;   /* its exact twin for CPUs without it (tests only: uattn_kernels_select), or NULL */
+  int (*twin_runs_here)(void); /* whether this CPU runs the twin */
 } uattn_isa;
 
 /* The ladder the generator writes (build/gen/registry.c), best first, the portable set last. */
@@ -191,8 +205,9 @@ extern const size_t uattn_isa_registry_size;
 
 /* The kernels for a layer's shape, and why: the bucket of (block_size, head_dim, cache dtype, chunk_size)
  * when one was generated for an ISA this CPU runs (and UATTN_ISA forces no generic set), else the generic
- * set of uattn_kernels_select. dtype (the layer's queries, keys and values) matters to one level only:
- * avx512bf16 serves bf16 queries on bf16 or fp8 caches, and other layers go to the avx512 level below it.
+ * set of uattn_kernels_select. dtype (the layer's queries, keys and values) matters to the levels that round
+ * their inputs to bf16 (uattn_kernels_keep_precision): a layer they would lower precision of goes to the next
+ * level down, also where UATTN_ISA names them.
  * *bucket is the bucket used (NULL for a generic set); why (>= 160 bytes) says which and why in words. */
 const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim, uattn_dtype cache_dtype,
                                             uattn_dtype dtype, int32_t chunk_size, const uattn_bucket_kernels **bucket,

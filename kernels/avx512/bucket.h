@@ -19,5 +19,6 @@
 #define BUCKET_TARGET AVX512_TARGET
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats
 #define BUCKET_UNSCALED_Q false
+#define BUCKET_BF16_INPUTS false
 #define BUCKET_DECODE_BODY avx512_decode_body
 #include "bucket_entry.h"

@@ -331,12 +331,16 @@ BF16_INLINE void bf16_score_part(const int NB, const int W, const uint32_t *qp, 
     for (int w = 0; w < W; w++) v16_store(S[i] + (j - j0) + 16 * w, a[i][w]);
 }
 
-/* 16 W dims from d (n of them there) of o_i = alpha_i o_i + sum over key pairs [r0, r1) of P_i V, for NB
- * vectors: P as bf16 pairs (pp[i][r - j0 / 2]) through vdpbf16ps, or (FP32) as floats (S) through FMAs with
- * the value pairs widened. */
+/* 16 W dims from d (n of them there) of o_i = alpha_i o_i + sum over keys [klo, khi) of P_i V, in key pairs, for
+ * NB vectors: P as bf16 pairs (pp[i][r - j0 / 2]) through vdpbf16ps, or (FP32) as floats (S) through FMAs with
+ * the value pairs widened. A pair that straddles klo or khi has its outside key's value read as zero: its P is
+ * 0, but the cache may hold anything there (NaN included), and 0 x NaN would reach the output. */
 BF16_INLINE void bf16_pv_part(const int NB, const int W, const bool FP32, float (*S)[KC], uint32_t (*pp)[KC / 2],
-                              int32_t j0, int32_t r0, int32_t r1, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
+                              int32_t j0, int32_t klo, int32_t khi, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
                               int32_t n, const float *alpha) {
+  const int32_t r0 = klo / 2, r1 = (khi + 1) / 2;
+  /* the low half of a pair is its even key */
+  const uint32_t first = klo & 1 ? 0xffff0000u : ~0u, last = khi & 1 ? 0x0000ffffu : ~0u;
   v16 a[QB][4];
   for (int i = 0; i < NB; i++)
     for (int w = 0; w < W; w++)
@@ -345,6 +349,9 @@ BF16_INLINE void bf16_pv_part(const int NB, const int W, const bool FP32, float 
   for (int32_t r = r0; r < r1; r++, v += Dv) {
     v16i vv[4];
     for (int w = 0; w < W; w++) vv[w] = v16i_load(v + 16 * w);
+    const uint32_t keep = (r == r0 ? first : ~0u) & (r == r1 - 1 ? last : ~0u);
+    if (keep != ~0u)
+      for (int w = 0; w < W; w++) vv[w] = v16i_and32(vv[w], keep);
     if (FP32) {
       v16 ve[4], vo[4];
       for (int w = 0; w < W; w++) ve[w] = v16i_lo(vv[w]), vo[w] = v16i_hi(vv[w]);
@@ -364,12 +371,12 @@ BF16_INLINE void bf16_pv_part(const int NB, const int W, const bool FP32, float 
 }
 
 BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uint32_t (*pp)[KC / 2], int32_t j0,
-                              int32_t r0, int32_t r1, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
+                              int32_t klo, int32_t khi, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
                               const float *alpha) {
   int32_t d = 0;
-  for (; d + 64 <= D; d += 64) bf16_pv_part(NB, 4, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, 64, alpha);
-  for (; d + 32 <= D; d += 32) bf16_pv_part(NB, 2, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, 32, alpha);
-  for (; d < D; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, r0, r1, vp + d, Dv, o + d, D, D - d, alpha);
+  for (; d + 64 <= D; d += 64) bf16_pv_part(NB, 4, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 64, alpha);
+  for (; d + 32 <= D; d += 32) bf16_pv_part(NB, 2, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 32, alpha);
+  for (; d < D; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, D - d, alpha);
 }
 
 /* One vector's row of a tile (softmax_row's job, 16 scores at a time): S[j0, j1) holds <q, k> unscaled;
@@ -468,11 +475,10 @@ BF16_INLINE void bf16_attend_block(const int NB, const int32_t D, const bf16_ctx
     }
   }
   float *o = job->o + (size_t)x0 * D;
-  const int32_t r0 = klo / 2, r1 = (khi + 1) / 2; /* key pairs; P is 0 at the masked partner of an end */
   if (job->probs_fp32) /* FP32 a constant in each call: one loop of either kind, all its accumulators in registers */
-    bf16_pv_tile(NB, true, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
+    bf16_pv_tile(NB, true, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, alpha);
   else
-    bf16_pv_tile(NB, false, S, pp, j0, r0, r1, c->vp, c->Dv, o, D, alpha);
+    bf16_pv_tile(NB, false, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, alpha);
 }
 
 /* The job's vectors against its panel (avx2_attend_body's plan); D constant where the caller is specialized. */

@@ -9,14 +9,14 @@
 
 #include "common/internal.h"
 
-/* What the choice depends on besides the CPU: the layer's shape and the UATTN_ISA environment variable,
- * which is read on every call (one getenv: engines and tests may set it between calls) but asked about once.
+/* What the choice depends on besides the CPU: the layer's shape and the UATTN_ISA and UATTN_TWINS environment
+ * variables, which are read on every call (one getenv: engines and tests may set it between calls) but asked about once.
  * Compared with memcmp, so always built from a zeroed key. */
 typedef struct choice_key {
   int32_t block_size, head_dim, chunk_size, group;
   uattn_dtype cache_dtype, dtype;
   uattn_kv_layout layout; /* which decode kernel reads the cache (the report's decode_kernel) */
-  bool probs_fp32;
+  bool probs_fp32, twins;
   /* UATTN_ISA, "" when unset; a value this long names no set, and every such value chooses alike */
   char isa[24];
 } choice_key;
@@ -79,6 +79,8 @@ const uattn_kernel_choice *uattn_kernel_choice_for(const uattn_layer *L, int32_t
   key.dtype = L->dtype;
   key.layout = L->kv_layout;
   key.probs_fp32 = L->probs_fp32;
+  const char *twins = getenv("UATTN_TWINS");
+  key.twins = twins && *twins;
   const char *isa = getenv("UATTN_ISA");
   if (isa && strlen(isa) < sizeof key.isa)
     strcpy(key.isa, isa);

@@ -266,7 +266,7 @@ static bool cp_case_p(const attention_case *c, const int32_t *ils, int32_t num_i
   run.layer.probs_fp32 = probs_fp32;
   uattn_kernel_report kr;
   cr_assert_eq(uattn_describe_kernels(&run.layer, c->block_size, &kr), UATTN_OK, "%s", uattn_last_error());
-  const bool p_bf16 = !probs_fp32 && strncmp(kr.kernel_set, "avx512bf16", 10) == 0;
+  const bool p_bf16 = attention_contract(kr.kernel_set, run.layer.dtype, run.layer.cache_dtype, probs_fp32).abs > 0;
   /* P in bf16: each weight p_j is rounded to bf16 relative to its tile's running max, which the ranks'
    * groupings of keys change, so the products are no longer the same ones: each result is within 2^-9
    * sum_j p_j |v_j| / l <= 2^-9 max |v| = 2^-9 (values in [-1, 1]) of its P-in-fp32 value

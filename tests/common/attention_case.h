@@ -80,4 +80,17 @@ oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB
 /* Max |x - ref| / max(|ref|) style tolerance for a dtype pair (see attention_case.c for why). */
 double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype);
 
+/* The precision contract of a kernel set against the dense fp64 oracle, the one statement of it that every test
+ * running more than one set uses: a layer's output may be off by rel * max |out| + abs * max |v|, where max |v|
+ * bounds the values the step reads (attention_case.c says why each term is what it is). */
+typedef struct precision_contract {
+  double rel, abs;
+} precision_contract;
+precision_contract attention_contract(const char *kernel_set, uattn_dtype dtype, uattn_dtype cache_dtype,
+                                      bool probs_fp32);
+/* The contract of whatever set uattn_forward runs the run's layer on now (uattn_describe_kernels). */
+precision_contract attention_run_contract(const attention_run *run);
+/* The bound the contract gives the run's output, whose largest magnitude is max_out. */
+double attention_run_bound(const attention_run *run, double max_out);
+
 #endif

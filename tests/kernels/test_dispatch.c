@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include "common/attention_case.h"
+#include "avx2/avx2.h"
+#include "avx512/avx512.h"
+#include "avx512bf16/avx512bf16.h"
 #include "kernels.h"
 
 /* The first generated bucket this CPU runs (of chunk size 0 unless chunked), or skips the test. */
@@ -168,7 +171,7 @@ Test(dispatch, tiled_caches_say_what_reads_them) {
 /* Where the CPU has AVX512-BF16, the avx512bf16 level serves bf16 models (bf16 queries on a bf16 cache,
  * from its generated bucket where there is one, or on an fp8 cache, exact in bf16, from its generic set); an
  * f16 or f32 cache, or f32 queries on a bf16 or fp8 cache, go to the avx512 level (the bf16 rounding of
- * their inputs would add error); UATTN_ISA=avx512bf16 forces it on any layer. */
+ * their inputs would add error), also where UATTN_ISA names the level (the next test). */
 Test(dispatch, the_bf16_level_serves_bf16_models) {
   unsetenv("UATTN_ISA");
   if (strcmp(uattn_kernel_set(NULL), "avx512bf16")) cr_skip_test("this CPU lacks AVX512-BF16");
@@ -206,10 +209,38 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
     if (!r.bucket_hit)
       cr_assert(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only"), "%s", r.reason);
   }
+}
+
+/* UATTN_ISA names the highest level to use, not one to force on every layer: each layer takes the best level at
+ * or below it that keeps the layer's precision, a generic set (no bucket), and the reason says so. With
+ * UATTN_TWINS a level the CPU lacks runs as its exact twin, so this holds on every CPU. */
+Test(dispatch, uattn_isa_names_the_highest_level) {
+  setenv("UATTN_TWINS", "1", 1);
   setenv("UATTN_ISA", "avx512bf16", 1);
+  uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
+  uattn_kernel_report r;
+  const uattn_dtype keep[][2] = {{UATTN_BF16, UATTN_BF16}, {UATTN_BF16, UATTN_FP8_E4M3}, {UATTN_BF16, UATTN_FP8_E5M2}};
+  const uattn_dtype lower[][2] = {{UATTN_F32, UATTN_F32},  {UATTN_F16, UATTN_F16},      {UATTN_F32, UATTN_BF16},
+                                  {UATTN_BF16, UATTN_F16}, {UATTN_F32, UATTN_FP8_E4M3}, {UATTN_F16, UATTN_BF16}};
+  for (size_t i = 0; i < sizeof keep / sizeof *keep + sizeof lower / sizeof *lower; i++) {
+    const bool kept = i < sizeof keep / sizeof *keep;
+    const uattn_dtype *t = kept ? keep[i] : lower[i - sizeof keep / sizeof *keep];
+    L.dtype = t[0], L.cache_dtype = t[1];
+    cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+    cr_assert_str_eq(r.kernel_set, kept ? "avx512bf16" : "avx512", "%s in, %s cache: %s", uattn_dtype_name(t[0]),
+                     uattn_dtype_name(t[1]), r.reason);
+    cr_assert(!r.bucket_hit && strstr(r.reason, "UATTN_ISA=avx512bf16"), "%s", r.reason);
+    cr_assert_eq(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only") != NULL, !kept, "%s",
+                 r.reason);
+    cr_assert_eq(strstr(r.reason, "exact twin") != NULL,
+                 !(kept ? uattn_avx512bf16_runs_here() : uattn_avx512_runs_here()), "%s", r.reason);
+  }
+  /* without twins, a level the CPU lacks gives the best set below it */
+  unsetenv("UATTN_TWINS");
+  L.dtype = L.cache_dtype = UATTN_BF16;
   cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  cr_assert_str_eq(r.kernel_set, "avx512bf16", "%s", r.reason);
-  cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
+  const char *want = uattn_avx512bf16_runs_here() ? "avx512bf16" : uattn_avx512_runs_here() ? "avx512" : "avx2";
+  if (uattn_avx2_runs_here() || uattn_avx512bf16_runs_here()) cr_assert_str_eq(r.kernel_set, want, "%s", r.reason);
   unsetenv("UATTN_ISA");
 }
 
@@ -297,10 +328,9 @@ static void *report_on_fresh_thread(void *arg) {
 
 /* A step of case c, a bucket's shape: the oracle's answer, the generic kernels' answer within the same
  * tolerance, the same bits on 1 and 2 threads, and a report naming the bucket of the case's cache dtype with
- * the calls each part got. The report is per thread: a thread that ran nothing has none. On the avx512bf16
- * level P is rounded to bf16, which moves an output by up to 2^-9 of the largest |v| beyond the dtype's
- * tolerance (test_attention.c's bf16_level_against_the_oracle): its outputs are held to that bound, then to
- * attention_run_check's (caches, outputs, lse) with P in fp32. */
+ * the calls each part got. The report is per thread: a thread that ran nothing has none. The outputs are held to
+ * the set's precision contract (attention_case.c: attention_contract), then to attention_run_check's (caches,
+ * outputs, lse) with P in fp32. */
 static void check_step_case(const attention_case *cp) {
   unsetenv("UATTN_ISA");
   const attention_case c = *cp;
@@ -311,10 +341,7 @@ static void check_step_case(const attention_case *cp) {
   uattn_kernel_report r;
   cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK, "%s", uattn_last_error());
   cr_assert(r.bucket_hit, "%s: %s", c.name, r.reason);
-  /* the values: in [-1, 1], an fp8 cache's times v_scale */
-  const double max_v = uattn_dtype_is_fp8(c.cache_dtype) && c.v_scale > 1.0f ? c.v_scale : 1.0;
-  const double p_slack = !strcmp(r.kernel_set, "avx512bf16") && !run.layer.probs_fp32 ? 0x1p-9 * max_v : 0.0;
-  const double bound = attention_tolerance(c.dtype, c.cache_dtype) * oracle_scale + p_slack;
+  const double bound = attention_run_bound(&run, oracle_scale);
   cr_assert(err <= bound, "%s (%s): max error %.3g exceeds %.3g (max |out| %.3g)", c.name, r.part_kernel[0], err, bound,
             oracle_scale);
   run.layer.probs_fp32 = true; /* the other sets ignore it */
@@ -355,7 +382,7 @@ static void check_step_case(const attention_case *cp) {
   cr_assert_eq(uattn_last_forward_report(&r), UATTN_OK);
   cr_assert(!r.bucket_hit);
   unsetenv("UATTN_ISA");
-  /* both within the oracle's tolerance, so within twice of each other; in practice far closer */
+  /* both within their contracts, so within the sum of the two bounds of each other; in practice far closer */
   const size_t n = (size_t)run.info.num_tokens * c.num_q_heads * c.head_dim;
   double scale = 0, diff = 0;
   for (size_t i = 0; i < n; i++) {
@@ -363,8 +390,7 @@ static void check_step_case(const attention_case *cp) {
     scale = fmax(scale, fabs(g));
     diff = fmax(diff, fabs(a - g));
   }
-  cr_assert_leq(diff, 2 * attention_tolerance(c.dtype, c.cache_dtype) * fmax(scale, 1e-30) + p_slack,
-                "bucket vs portable: %g", diff);
+  cr_assert_leq(diff, 2 * bound, "bucket vs portable: %g", diff);
   attention_tensors_free(&on_bucket), attention_tensors_free(&two), attention_tensors_free(&generic);
   attention_run_free(&run);
 

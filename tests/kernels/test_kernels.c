@@ -1534,6 +1534,14 @@ static void isa_report(FILE *f) {
   fprintf(f, "  %-34s %s\n", "avx512bf16, vdpbf16ps",
           uattn_avx512bf16_runs_here() ? "ran, held to its twin bit for bit"
                                        : "skipped: this CPU lacks AVX512-BF16 (its twin ran instead)");
+  fprintf(f, "  the ladder's levels in the attention suites (UATTN_ISA, UATTN_TWINS):\n");
+  for (size_t i = 0; i < uattn_isa_registry_size; i++) {
+    const uattn_isa *isa = &uattn_isa_registry[i];
+    fprintf(f, "    %-32s %s\n", isa->name,
+            !isa->runs_here || isa->runs_here()  ? "native"
+            : isa->twin && isa->twin_runs_here() ? "as its exact twin: this CPU lacks it"
+                                                 : "skipped: this CPU lacks it and its twin's ISA");
+  }
   int runs = 0, lacks = 0;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) uattn_bucket_registry[i]->runs_here() ? runs++ : lacks++;
   fprintf(f, "  %-34s %d ran", "generated buckets", runs);
@@ -1564,13 +1572,15 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
 
 /* The ISA ladder the generator writes from gen/manifest.json: best first, each rung a generic set under its own
  * name with its probe, the portable set last and without one; the default is the first rung this CPU runs,
- * and UATTN_ISA picks any rung it runs by name. Every bucket belongs to a rung and has its probe, and a rung
+ * and UATTN_ISA names the highest rung to use: the first at or below it that runs, or with UATTN_TWINS the named
+ * rung's twin where the CPU lacks the rung and runs the twin. Every bucket belongs to a rung and has its probe, and a rung
  * that shares another's bucket functions names another rung. */
 Test(kernels, the_isa_ladder_is_the_manifests) {
   cr_assert_geq(uattn_isa_registry_size, 1);
   const uattn_isa *last = &uattn_isa_registry[uattn_isa_registry_size - 1];
   cr_assert(last->set == &uattn_kernels_portable && !last->runs_here, "the portable set is the last rung");
   unsetenv("UATTN_ISA");
+  unsetenv("UATTN_TWINS");
   const uattn_kernels *best = NULL;
   for (size_t i = 0; i < uattn_isa_registry_size; i++) {
     const uattn_isa *isa = &uattn_isa_registry[i];
@@ -1584,14 +1594,22 @@ Test(kernels, the_isa_ladder_is_the_manifests) {
       other++;
     cr_assert(!isa->shares || (other < uattn_isa_registry_size && other != i), "%s shares %s, not another rung",
               isa->name, isa->shares);
+    cr_assert_eq(!isa->twin, !isa->twin_runs_here, "%s: a twin and its probe come together", isa->name);
+    cr_assert(!isa->twin || (!strcmp(isa->twin->name, isa->name) && isa->twin != isa->set), "%s's twin", isa->name);
   }
   const char *why;
   cr_assert_eq(uattn_kernels_select(&why, NULL), best);
   for (size_t i = 0; i < uattn_isa_registry_size; i++) {
     const uattn_isa *isa = &uattn_isa_registry[i];
     setenv("UATTN_ISA", isa->name, 1);
-    const bool runs = !isa->runs_here || isa->runs_here();
-    cr_assert_eq(uattn_kernels_select(&why, NULL), runs ? isa->set : best, "UATTN_ISA=%s: %s", isa->name, why);
+    size_t below = i;
+    while (uattn_isa_registry[below].runs_here && !uattn_isa_registry[below].runs_here()) below++;
+    cr_assert_eq(uattn_kernels_select(&why, NULL), uattn_isa_registry[below].set, "UATTN_ISA=%s: %s", isa->name, why);
+    setenv("UATTN_TWINS", "1", 1);
+    const bool twin = below != i && isa->twin && isa->twin_runs_here();
+    cr_assert_eq(uattn_kernels_select(&why, NULL), twin ? isa->twin : uattn_isa_registry[below].set,
+                 "UATTN_ISA=%s, UATTN_TWINS=1: %s", isa->name, why);
+    unsetenv("UATTN_TWINS");
   }
   unsetenv("UATTN_ISA");
   for (size_t b = 0; b < uattn_bucket_registry_size; b++) {
@@ -1608,6 +1626,7 @@ Test(kernels, the_isa_ladder_is_the_manifests) {
 Test(kernels, selection) {
   const char *why;
   unsetenv("UATTN_ISA");
+  unsetenv("UATTN_TWINS");
   const uattn_kernels *best = uattn_kernels_select(&why, NULL);
   cr_assert_str_eq(best->name, uattn_avx512bf16_runs_here() ? "avx512bf16"
                                : uattn_avx512_runs_here()   ? "avx512"
@@ -1618,10 +1637,14 @@ Test(kernels, selection) {
   cr_assert_str_eq(why, "forced by UATTN_ISA");
   setenv("UATTN_ISA", "avx2", 1);
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx2_runs_here() ? "avx2" : best->name);
-  setenv("UATTN_ISA", "avx512", 1); /* where the CPU lacks it: the best set it runs, and why says so */
+  setenv("UATTN_ISA", "avx512", 1); /* where the CPU lacks it: the best set below it, and why says so */
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512_runs_here() ? "avx512" : best->name);
-  if (!uattn_avx512_runs_here())
-    cr_assert_str_eq(why, "UATTN_ISA names a set this CPU cannot run: using the best one it runs");
+  if (!uattn_avx512_runs_here()) cr_assert_str_eq(why, "UATTN_ISA names a level this CPU lacks: the best set below it");
+  setenv("UATTN_TWINS", "1", 1); /* the tests' twin where the CPU lacks it and runs the twin */
+  const uattn_kernels *k = uattn_kernels_select(&why, NULL);
+  if (!uattn_avx512_runs_here() && uattn_avx2_runs_here())
+    cr_assert(k == &uattn_kernels_avx512_twin && strstr(why, "exact twin"), "%s", why);
+  unsetenv("UATTN_TWINS");
   setenv("UATTN_ISA", "avx512bf16", 1);
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, uattn_avx512bf16_runs_here() ? "avx512bf16" : best->name);
   setenv("UATTN_ISA", "no-such-set", 1);
