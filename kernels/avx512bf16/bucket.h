@@ -11,10 +11,13 @@
 #include "avx512bf16/avx512bf16.h"
 #include "avx512bf16/body.h"
 
+#if !defined(BUCKET_ISA) /* amx/bucket.h's buckets are these with its own set, probe, target and attend body */
 #define BUCKET_ISA "avx512bf16"
 #define BUCKET_GENERIC uattn_kernels_avx512bf16
 #define BUCKET_RUNS_HERE uattn_avx512bf16_runs_here
 #define BUCKET_TARGET BF16_TARGET
+#define BUCKET_ATTEND_BODY bf16_attend_body
+#endif
 #define BUCKET_PANEL_FLOATS uattn_avx512bf16_panel_floats
 #define BUCKET_UNSCALED_Q true
 #define BUCKET_BF16_INPUTS true
@@ -24,14 +27,14 @@
 #define BUCKET_DECODE_TILED_BODY bf16_decode_tiled_body
 #include "bucket_entry.h"
 
-BF16_TARGET void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys) {
-  bf16_attend_body(job, panel_keys, BUCKET_HEAD_DIM);
+BUCKET_TARGET void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys) {
+  BUCKET_ATTEND_BODY(job, panel_keys, BUCKET_HEAD_DIM);
 }
 
-BF16_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
-  bf16_attend_body(job, panel_keys, BUCKET_HEAD_DIM);
+BUCKET_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
+  BUCKET_ATTEND_BODY(job, panel_keys, BUCKET_HEAD_DIM);
 }
 
-BF16_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
-  bf16_attend_body(job, panel_keys, BUCKET_HEAD_DIM);
+BUCKET_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
+  BUCKET_ATTEND_BODY(job, panel_keys, BUCKET_HEAD_DIM);
 }

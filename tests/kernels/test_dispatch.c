@@ -125,7 +125,8 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
  * never gather. */
 Test(dispatch, tiled_caches_say_what_reads_them) {
   unsetenv("UATTN_ISA");
-  const bool bf16_level = !strcmp(uattn_kernel_set(NULL), "avx512bf16");
+  const char *set = uattn_kernel_set(NULL); /* amx's decode kernels are avx512bf16's */
+  const bool bf16_level = !strcmp(set, "avx512bf16") || !strcmp(set, "amx");
   uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
   L.kv_layout = UATTN_LAYOUT_TILED;
   uattn_kernel_report r;
@@ -135,11 +136,12 @@ Test(dispatch, tiled_caches_say_what_reads_them) {
     L.probs_fp32 = false;
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
     if (bf16_level) {
-      char want[64] = "avx512bf16";
-      if (generated(t, 128, 128, 0, "avx512bf16"))
-        snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__avx512bf16", uattn_dtype_name(t));
+      char want[64];
+      snprintf(want, sizeof want, "%s", set);
+      if (generated(t, 128, 128, 0, set))
+        snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__%s", uattn_dtype_name(t), set);
       cr_assert_str_eq(r.decode_kernel, want, "%s cache: %s", uattn_dtype_name(t), r.reason);
-      cr_assert(!r.panels_gathered, "%s cache: the avx512bf16 level gathers its panels", uattn_dtype_name(t));
+      cr_assert(!r.panels_gathered, "%s cache: the %s level gathers its panels", uattn_dtype_name(t), set);
       L.probs_fp32 = true; /* decode.h's fp32 P V on gathered rows; the panels still as they lie */
       cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
       cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s cache, P in fp32: %s", uattn_dtype_name(t),
