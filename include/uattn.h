@@ -300,7 +300,6 @@ UATTN_API uattn_status uattn_plan_materialize(uattn_plan *plan, unsigned what, u
 /* ------------------------------------------------------------------------------------------------ */
 /* The runtime: threads pinned to cores, created once by an engine                                  */
 /* ------------------------------------------------------------------------------------------------ */
-/* BEGIN runtime */
 typedef struct uattn_runtime uattn_runtime;
 
 /* Workers whose placement uattn_topology lists; a runtime may have more (up to UATTN_RUNTIME_MAX_THREADS). */
@@ -361,8 +360,8 @@ typedef struct uattn_runtime_config {
 UATTN_API uattn_runtime_config uattn_runtime_config_default(void);
 
 /* Loads the machine's topology (hwloc), intersects it with the process's binding and the cpuset, starts the
- * workers and waits until each has bound itself: about 10 ms on a 2-vCPU VM, mostly hwloc's discovery of
- * the machine. config NULL = the defaults (environment included). An engine creates one runtime and keeps
+ * workers and waits until each has bound itself (milliseconds, mostly hwloc's discovery of the machine).
+ * config NULL = the defaults (environment included). An engine creates one runtime and keeps
  * it; several runtimes may coexist (each has its own threads, which then share cores). */
 UATTN_API uattn_status uattn_runtime_create(const uattn_runtime_config *config, uattn_runtime **out);
 /* Stops and joins the workers and frees everything. No call on rt may be running. NULL is a no-op. */
@@ -401,7 +400,6 @@ typedef struct uattn_topology {
 } uattn_topology;
 
 UATTN_API uattn_status uattn_runtime_get_topology(const uattn_runtime *rt, uattn_topology *out);
-/* END runtime */
 
 /* ------------------------------------------------------------------------------------------------ */
 /* KV cache memory                                                                                  */
@@ -411,8 +409,8 @@ UATTN_API uattn_status uattn_runtime_get_topology(const uattn_runtime *rt, uattn
  * 2 MiB pages, 2 MiB-aligned, and asked for transparent huge pages (madvise MADV_HUGEPAGE: honoured under
  * the THP settings "always" and "madvise"; under "never" the memory is on 4 KiB pages and works the same).
  * Why: a step's decodes read their blocks wherever they lie in the cache, and on 4 KiB pages every 4 KiB
- * read is a TLB miss and a page walk. Measured on this project's Zen 3 VM over a 256 MiB cache: the decode
- * kernel 3-20% faster, a plain read 10-30%. Any cache memory works with uattn_forward; this is only faster.
+ * read is a TLB miss and a page walk (docs/performance.md has what it buys). Any cache memory works with
+ * uattn_forward; this is only faster.
  * Pages are placed by the first thread that writes them (the kernel's first-touch rule). Free with
  * uattn_cache_free and the same bytes. */
 UATTN_API uattn_status uattn_cache_alloc(size_t bytes, void **out);
@@ -456,8 +454,8 @@ typedef enum uattn_kv_layout {
    * The same bytes as NHD and HND (fp8 caches: one code an element), written by uattn_forward's cache write;
    * an engine allocates it like the others and leaves its contents to uattn. Needs a block size that is a
    * multiple of 16 and an even head dim. Where the CPU has AVX512-BF16 its decodes are the fastest of the three
-   * layouts (1.1-1.3x NHD's on this project's Zen 4), its prefill-like parts 2-9% slower: a layout for
-   * decode-heavy serving. Elsewhere its blocks are gathered into rows. Measured: docs/performance.md. */
+   * layouts and its prefill-like parts a little slower: a layout for decode-heavy serving. Elsewhere its
+   * blocks are gathered into rows. Figures: docs/performance.md. */
   UATTN_LAYOUT_TILED = 2,
 } uattn_kv_layout;
 
@@ -487,9 +485,8 @@ typedef struct uattn_layer {
   int32_t chunk_size;        /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
    * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU
-   * flash attention do: the default (false); the output moves by up to 2^-9 of the weighted |v| (measured
-   * against fp64 on tests/attention/test_attention.c's bf16 cases: 0.0029-0.0044 of the largest output, against
-   * 0.0020-0.0035 with P in fp32, both mostly the bf16 output's own rounding). true keeps P in fp32 there
+   * flash attention do: the default (false); the output moves by up to 2^-9 of the weighted |v|, beside the bf16
+   * output's own rounding. true keeps P in fp32 there
    * (fp32 FMAs with V widened: the other levels' arithmetic for that product). Other levels always keep P
    * in fp32. */
   bool probs_fp32;
@@ -629,382 +626,6 @@ UATTN_API uattn_status uattn_merge_states(int32_t num_parts, const float *const 
 UATTN_API uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
                                             const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim,
                                             float *out);
-
-/* ------------------------------------------------------------------------------------------------ */
-/* vLLM attention-backend batch utilities                                                           */
-/* ------------------------------------------------------------------------------------------------ */
-/* BEGIN batch utilities */
-/*
- * Re-creations, in C, of vLLM's batch helpers (vllm/v1/attention/backends/utils.py and the v0
- * vllm/attention/backends/utils.py). Each names the seed function it re-creates; the seed's results are
- * kept exactly, quirks included (each is noted), except that where the seed asserts or crashes on bad
- * input these return an error status.
- *
- * Common to all of them:
- *  - query_start_loc ("qsl") has num_reqs + 1 entries, starts at 0 and never decreases: request r owns
- *    query rows [qsl[r], qsl[r+1]). Its query length is qsl[r+1] - qsl[r].
- *  - Outputs go to caller buffers. An output whose length is not fixed by the inputs comes with a capacity;
- *    when it is too small the call fails with UATTN_ERR_CAPACITY and the message gives the size needed.
- *    On any error nothing is written to any output.
- *  - Nothing here allocates.
- */
-
-/* The slot of a token whose K/V must not be written (the seed's PAD_SLOT_ID). */
-#define UATTN_PAD_SLOT_ID (-1)
-
-/* How many requests and query tokens are decodes, extends and prefills. */
-typedef struct uattn_batch_split {
-  int32_t num_decodes;
-  int32_t num_extends; /* always 0 from uattn_split_decodes_and_prefills */
-  int32_t num_prefills;
-  int32_t num_decode_tokens;
-  int32_t num_extend_tokens;
-  int32_t num_prefill_tokens;
-} uattn_batch_split;
-
-/* The seed's split_decodes_and_prefills: in a batch already reordered decodes first, the decodes are the
- * requests before the first one with more than decode_threshold (>= 0) query tokens; the rest are prefills.
- * With require_uniform, a decode must also have the first request's query length (0-length requests
- * count as padding when every other request has that length), so the first request of another length
- * starts the prefills. num_tokens is the seed's num_actual_tokens: qsl[num_reqs], or more when the batch
- * is padded; prefill tokens are num_tokens - qsl[num_decodes]. num_reqs == 0 gives all zeros except
- * num_decode_tokens = num_tokens. A uniform batch whose num_tokens != num_reqs * first query length (the
- * seed's assertion) is UATTN_ERR_INCONSISTENT. */
-UATTN_API uattn_status uattn_split_decodes_and_prefills(int32_t num_reqs, const int32_t *query_start_loc,
-                                                        int32_t num_tokens, int32_t decode_threshold,
-                                                        bool require_uniform, uattn_batch_split *out);
-
-/* The seed's split_decodes_prefills_and_extends: like uattn_split_decodes_and_prefills (no uniform
- * option), then among the non-decodes, the prefills start at the first request with more than
- * decode_threshold query tokens and no context (seq_lens[r] == its query length); the ones before it are
- * extends. seq_lens: [num_reqs], each >= the request's query length. A short (<= decode_threshold) prompt
- * after the first extend counts as an extend, as in the seed. */
-UATTN_API uattn_status uattn_split_decodes_prefills_and_extends(int32_t num_reqs, const int32_t *query_start_loc,
-                                                                const int32_t *seq_lens, int32_t num_tokens,
-                                                                int32_t decode_threshold, uattn_batch_split *out);
-
-/* Exchange the requests at positions a and b. */
-typedef struct uattn_swap {
-  int32_t a;
-  int32_t b;
-} uattn_swap;
-
-/* The seed's reorder_batch_to_split_decodes_and_prefills: the swaps that put the batch in decode ->
- * extend -> prefill order, where a prefill has num_computed == 0 (whatever its length), a decode has
- * num_computed > 0 and num_scheduled <= decode_threshold, and an extend is the rest. Applying swaps[0],
- * swaps[1], ... in turn to the batch orders it. Their number is the fewest any sequence of swaps can do
- * (the seed's own sequence is sometimes longer), and at most max(num_reqs - 1, 0), so a capacity of
- * num_reqs always suffices. *num_swaps == 0 is the seed's "False" (batch unchanged). The order within a
- * region is not kept. order, optional ([num_reqs]), receives the original position of the request that
- * ends at each position. */
-UATTN_API uattn_status uattn_reorder_batch_to_split_decodes_and_prefills(int32_t num_reqs, const int32_t *num_scheduled,
-                                                                         const int32_t *num_computed,
-                                                                         int32_t decode_threshold, uattn_swap *swaps,
-                                                                         int32_t swaps_capacity, int32_t *num_swaps,
-                                                                         int32_t *order);
-
-/* Today's vLLM reorder_batch_to_split_decodes_and_prefills, which also takes each request's prompt length
- * num_prompt (each >= 1): the swaps that put the batch in decode -> short extend -> long extend -> prefill
- * order, where a prefill has num_computed == 0, a long extend num_scheduled > decode_threshold, a decode
- * num_computed >= num_prompt (done with its prompt) and a short extend is the rest (a prompt chunk of at
- * most decode_threshold tokens). Swaps, their number (the fewest possible, so a capacity of num_reqs
- * suffices), *num_swaps == 0 and order as in uattn_reorder_batch_to_split_decodes_and_prefills. Each
- * request lands in vLLM's region; the order within a region is not kept (vLLM's is another one, the
- * cost of its longer swap sequences). */
-UATTN_API uattn_status uattn_reorder_batch_with_prompt_lens(int32_t num_reqs, const int32_t *num_scheduled,
-                                                            const int32_t *num_computed, const int32_t *num_prompt,
-                                                            int32_t decode_threshold, uattn_swap *swaps,
-                                                            int32_t swaps_capacity, int32_t *num_swaps, int32_t *order);
-
-/* How many virtual batches uattn_make_local_attention_virtual_batches makes, and the block-table
- * columns of each (attn_chunk_size / block_size). attn_chunk_size and block_size > 0, attn_chunk_size a
- * multiple of block_size; seq_lens [num_reqs], each >= the request's query length. */
-UATTN_API uattn_status uattn_count_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
-                                                                   int32_t num_reqs, const int32_t *query_start_loc,
-                                                                   const int32_t *seq_lens, int32_t *num_batches,
-                                                                   int32_t *pages_per_batch);
-
-/* The outputs of uattn_make_local_attention_virtual_batches. The caller sets capacity and the arrays;
- * any array may be NULL to skip it. The call sets the rest. */
-typedef struct uattn_local_batches {
-  int32_t capacity;         /* virtual batches each array holds */
-  int32_t *query_start_loc; /* [capacity + 1] */
-  int32_t *seq_lens;        /* [capacity] keys of each virtual batch */
-  int32_t *num_computed;    /* [capacity] seq_lens - query length */
-  int32_t *block_table;     /* [capacity, pages_per_batch] row-major */
-  int32_t *req_indices;     /* [capacity] the request each virtual batch comes from */
-  int32_t num_batches;
-  int32_t pages_per_batch;
-  int32_t max_query_len; /* 0 when num_reqs == 0 */
-  int32_t max_seq_len;
-} uattn_local_batches;
-
-/* The seed's make_local_attention_virtual_batches (chunked local attention, as in Llama 4): each request
- * is cut at multiples of attn_chunk_size of its positions into virtual batches that attend only within
- * their chunk; a virtual batch's block-table row holds the pages of its chunk. block_table is
- * [num_reqs, block_table_stride] (stride = columns, >= 1; needed only when out->block_table is set);
- * columns past the row are clamped to its last column as in the seed. To rebuild only the block table
- * from a changed block table (the seed's returned make_block_table), call again with only
- * out->block_table set. Seed quirks kept: a request with no query tokens still makes one virtual batch;
- * with seq_len 0 too, that batch claims attn_chunk_size keys and its pages come from the row's last
- * columns (numpy's negative indexing; column 0 where the row is shorter than a chunk, where the seed
- * raises). */
-UATTN_API uattn_status uattn_make_local_attention_virtual_batches(int32_t attn_chunk_size, int32_t block_size,
-                                                                  int32_t num_reqs, const int32_t *query_start_loc,
-                                                                  const int32_t *seq_lens, const int32_t *block_table,
-                                                                  int32_t block_table_stride, uattn_local_batches *out);
-
-/* The v0 seed's compute_slot_mapping_start_idx: the first token of a prompt whose K/V is written when a
- * sliding window is in use, max(0, query_len - sliding_window), else 0. sliding_window 0 means none.
- * context_len is checked but unused, as in the seed. */
-UATTN_API uattn_status uattn_compute_slot_mapping_start_idx(bool is_prompt, int32_t query_len, int32_t context_len,
-                                                            int32_t sliding_window, int32_t *start_idx);
-
-/* The v0 seed's compute_slot_mapping for one sequence: the cache slot of each of its tokens at positions
- * [context_len, seq_len), UATTN_PAD_SLOT_ID for positions before start_idx; in a profile run (no block
- * table yet) seq_len pad slots. So *num_slots is seq_len in a profile run, else seq_len - context_len.
- * slot = block_table[p / block_size] * block_size + p % block_size; block_table (block_table_len entries,
- * ids >= 0) may be NULL in a profile run. context_len <= seq_len, start_idx <= seq_len. */
-UATTN_API uattn_status uattn_compute_slot_mapping(bool is_profile_run, int32_t seq_len, int32_t context_len,
-                                                  int32_t start_idx, int32_t block_size, const int32_t *block_table,
-                                                  int32_t block_table_len, int64_t *slot_mapping, int32_t capacity,
-                                                  int32_t *num_slots);
-
-/* Requests [start, end). */
-typedef struct uattn_req_range {
-  int32_t start;
-  int32_t end;
-} uattn_req_range;
-
-/* The seed's split_prefill_chunks: cuts requests into consecutive chunks, greedily, each as long as its
- * seq_lens sum stays <= workspace_size; every seq_len must be <= workspace_size. Bounds are shifted by
- * request_offset (>= 0). There are at most num_reqs chunks. */
-UATTN_API uattn_status uattn_split_prefill_chunks(const int32_t *seq_lens, int32_t num_reqs, int32_t workspace_size,
-                                                  int32_t request_offset, uattn_req_range *chunks, int32_t capacity,
-                                                  int32_t *num_chunks);
-
-/* The seed's get_dcp_local_seq_lens: how many of each sequence's keys the KV cache of a decode-context-
- * parallel rank holds, keys being dealt to the dcp_size ranks in runs of interleave (>= 1). With dcp_rank
- * in [0, dcp_size): out[r] for that rank (num_reqs values). With dcp_rank == -1 (the seed's None): every
- * rank, out[r * dcp_size + rank] (num_reqs * dcp_size values). */
-UATTN_API uattn_status uattn_compute_dcp_local_seq_lens(const int32_t *seq_lens, int32_t num_reqs, int32_t dcp_size,
-                                                        int32_t dcp_rank, int32_t interleave, int32_t *out,
-                                                        int32_t capacity);
-
-/* Scalars of the fast-prefill metadata (the rest passes through unchanged). */
-typedef struct uattn_fast_prefill_info {
-  bool unchanged;            /* no request had more than one query token: the seed returns its input */
-  int32_t num_actual_tokens; /* rows kept: num_logits (qsl[num_reqs] when unchanged) */
-  int32_t max_query_len;     /* most rows kept in one request */
-} uattn_fast_prefill_info;
-
-/* The seed's make_kv_sharing_fast_prefill_common_attn_metadata: with KV sharing, only the query rows that
- * are sampled (logits_indices, num_logits of them, each in [0, qsl[num_reqs]), any order) need attention
- * in the later layers; query_start_loc_out ([num_reqs + 1]) counts those rows per request (seq_lens,
- * block table and slot mapping stay as they are). When the longest query is exactly 1 token the input
- * is returned as is (copied) and logits_indices may be NULL. */
-UATTN_API uattn_status uattn_make_kv_sharing_fast_prefill_metadata(int32_t num_reqs, const int32_t *query_start_loc,
-                                                                   const int32_t *logits_indices, int32_t num_logits,
-                                                                   int32_t *query_start_loc_out,
-                                                                   uattn_fast_prefill_info *info);
-
-/* The seed's BLOCK_M for causal_conv1d: query tokens per program. */
-#define UATTN_CAUSAL_CONV1D_BLOCK_M 8
-
-/* The programs uattn_compute_causal_conv1d_metadata writes (sum of ceil(query length / block_m)), and the
- * length of the seed's pre-padded buffers, 2 * max(1024, num_programs). query_start_loc here is the
- * prefills' own (num_reqs + 1 entries, >= 0, non-decreasing; need not start at 0). */
-UATTN_API uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, int32_t num_reqs,
-                                                          int32_t block_m, int32_t *num_programs,
-                                                          int32_t *seed_buffer_len);
-
-/* The seed's compute_causal_conv1d_metadata: one program per block_m query tokens of each request;
- * batch_ptr[i] is program i's request and token_chunk_offset_ptr[i] its block within the request;
- * [num_programs, capacity) is filled with UATTN_PAD_SLOT_ID (capacity = seed_buffer_len gives the seed's
- * buffers). programs_per_req ([num_reqs], optional) receives the seed's "nums". */
-UATTN_API uattn_status uattn_compute_causal_conv1d_metadata(const int32_t *query_start_loc, int32_t num_reqs,
-                                                            int32_t block_m, int32_t *programs_per_req,
-                                                            int32_t *batch_ptr, int32_t *token_chunk_offset_ptr,
-                                                            int32_t capacity, int32_t *num_programs);
-
-/* vLLM's AttentionType. */
-
-/* Query and key/value token counts of one attention call. */
-typedef struct uattn_query_kv_tokens {
-  int32_t num_prefill_query_tokens;
-  int32_t num_prefill_kv_tokens;
-  int32_t num_decode_query_tokens;
-} uattn_query_kv_tokens;
-
-/* The v0 seed's get_num_prefill_decode_query_kv_tokens. Encoder: num_encoder_tokens for prefill queries
- * and keys, no decode. Encoder-decoder: the decoder's prefill and decode tokens query, the encoder's
- * tokens are the prefill keys. Decoder and encoder-only: num_prefill_tokens for both, plus the decode
- * tokens. num_encoder_tokens -1 means unset (the seed's None), an error for the encoder types. */
-UATTN_API uattn_status uattn_count_query_kv_tokens(uattn_attention_type type, int32_t num_prefill_tokens,
-                                                   int32_t num_decode_tokens, int32_t num_encoder_tokens,
-                                                   uattn_query_kv_tokens *out);
-
-/* The sequence-length and block-table fields of a v0 attention metadata. */
-typedef struct uattn_attention_metadata {
-  const int32_t *seq_lens; /* decoder self-attention */
-  int32_t max_prefill_seq_len;
-  int32_t max_decode_seq_len;
-  const int32_t *block_tables;
-  int32_t block_tables_stride;
-  const int32_t *encoder_seq_lens; /* encoder and cross-attention */
-  int32_t max_encoder_seq_len;
-  const int32_t *cross_block_tables;
-  int32_t cross_block_tables_stride;
-} uattn_attention_metadata;
-
-/* The fields one attention call reads. */
-typedef struct uattn_seq_len_block_table {
-  const int32_t *seq_lens;
-  int32_t max_seq_len;
-  const int32_t *block_tables; /* NULL for encoder attention: it reads no cache */
-  int32_t block_tables_stride;
-} uattn_seq_len_block_table;
-
-/* The v0 seed's get_seq_len_block_table_args: decoder -> seq_lens, max prefill or decode seq len (by
- * is_prompt), block_tables; encoder-decoder -> encoder seq lens and max, cross block tables; encoder ->
- * encoder seq lens and max, no block table; encoder-only -> UATTN_ERR_UNSUPPORTED (the seed raises). The
- * fields chosen must be set (pointers non-NULL, lengths >= 0). */
-UATTN_API uattn_status uattn_select_seq_len_block_table(const uattn_attention_metadata *metadata, bool is_prompt,
-                                                        uattn_attention_type type, uattn_seq_len_block_table *out);
-/* END batch utilities */
-
-/* ------------------------------------------------------------------------------------------------ */
-/* Tuning files                                                                                     */
-/* ------------------------------------------------------------------------------------------------ */
-
-/* BEGIN tuning */
-/*
- * A tuning file says, per kernel bucket (block_size, head_dim, cache dtype), which values of the tunables
- * ran a workload fastest on one machine; perf/uattn-sweep measures them and writes it. The thread count
- * changes the speed only, never the results (bitwise). The query tile, the chunk size and split-K regroup
- * the fp32 sums (causal slices, shared chunks, key ranges merged), so they change results within the
- * tolerances the tests state, not bit for bit. A runtime takes one
- *  - at creation, from the file named by the environment variable UATTN_TUNING_FILE (unset or "" = none);
- *  - from uattn_runtime_load_tuning(rt, path) at any time.
- * What is applied: a layer field or plan-config field left at 0 (the library default) takes the tuned
- * value of its bucket; a value the engine set itself always wins. The forward applies query_tile,
- * chunk_size and num_threads to each call; split_min_keys and split_keys belong to the plan, created
- * before any layer, so an engine takes them with uattn_runtime_tuned_plan_config (and may take the layer
- * fields itself with uattn_runtime_tuned_layer). A bucket with no entry runs on the defaults.
- *
- * The file, JSON (format_version UATTN_TUNING_FORMAT_VERSION):
- *   {"format": "uattn-tuning", "format_version": 1, "uattn_version": "0.1.0",
- *    "cpu": {"vendor": "AuthenticAMD", "model": "AMD EPYC 7B13", "kernel_set": "avx2"},
- *    "date": "2025-06-01T12:00:00Z",
- *    "workload": {"trace": "generated", "steps": 16, ...},          <- any JSON: what it was tuned on
- *    "entries": [{"block_size": 16, "head_dim": 128, "cache_dtype": "bf16",
- *                 "chunk_size": 0, "query_tile": 256, "split_min_keys": 2048, "split_keys": 1024,
- *                 "num_threads": 2, "tuned_ms": 41.2, "default_ms": 45.0}]}
- * In an entry the bucket keys are required and the rest optional (0 when absent); cache_dtype is "f32",
- * "bf16" or "f16". "date" and "workload" are optional.
- *
- * A file is refused, with a status and a message naming the file and the reason, and the runtime keeps
- * what it had (the library defaults unless a file was loaded before), when
- *  - it cannot be read, or is over 16 MiB                        UATTN_ERR_INVALID_ARGUMENT / _TOO_LARGE
- *  - it is not JSON, lacks a key, has a key of the wrong type or an unknown key (a typo must not
- *    silently do nothing), or has two entries for one bucket     UATTN_ERR_INVALID_ARGUMENT
- *  - "format" is not "uattn-tuning" or format_version is another UATTN_ERR_UNSUPPORTED
- *  - it is stale: made by another uattn version, on another CPU (vendor or model name differ), or for
- *    another kernel set than uattn_kernel_set() picks now (UATTN_ISA may force one)
- *                                                                UATTN_ERR_INCONSISTENT
- *  - a value is out of range (see uattn_tuning_entry)           UATTN_ERR_OUT_OF_RANGE
- *
- * UATTN_TUNING_FILE and a refused file: uattn_runtime_create still succeeds, on the defaults, and leaves
- * uattn_last_error() empty; uattn_runtime_tuning_info (last_status, message) and the report say why the
- * file was refused. This differs on purpose from UATTN_NUM_THREADS, whose error fails creation: a tuning
- * file changes speed only, and one made stale by a CPU, kernel-set or library upgrade must not stop an
- * engine from starting. An engine that wants to fail instead checks uattn_runtime_tuning_info after
- * creation, or calls uattn_runtime_load_tuning itself and checks its status.
- */
-#define UATTN_TUNING_FORMAT_VERSION 1
-/* The uattn version as one number (MAJOR * 10000 + MINOR * 100 + PATCH) for compile-time checks; the
- * library actually linked is uattn_version(). A tuning file must name that exact version. */
-#define UATTN_VERSION_NUMBER (UATTN_VERSION_MAJOR * 10000 + UATTN_VERSION_MINOR * 100 + UATTN_VERSION_PATCH)
-
-/* Largest values a tuning entry may hold. */
-#define UATTN_TUNING_MAX_BLOCK_SIZE 65536
-#define UATTN_TUNING_MAX_HEAD_DIM 4096
-#define UATTN_TUNING_MAX_TILE (1 << 20) /* chunk_size, query_tile */
-
-/* One kernel bucket and its tuned values. 0 in a tunable means the library's default. */
-typedef struct uattn_tuning_entry {
-  int32_t block_size;      /* the bucket: tokens per KV block, 1..UATTN_TUNING_MAX_BLOCK_SIZE */
-  int32_t head_dim;        /* 1..UATTN_TUNING_MAX_HEAD_DIM */
-  uattn_dtype cache_dtype; /* of the KV caches */
-  int32_t chunk_size;      /* uattn_layer.chunk_size: shared blocks per online-merge chunk, 0 = whole */
-  int32_t query_tile;      /* uattn_layer.causal_width: query rows per tile, 0 = its default */
-  int32_t split_min_keys;  /* uattn_plan_config.split_min_keys, >= 0 (0 = 8192) */
-  int32_t split_keys;      /* uattn_plan_config.split_keys, >= 0 (0 = 4096) */
-  int32_t num_threads;     /* workers a call of this bucket runs on, 0..UATTN_RUNTIME_MAX_THREADS, 0 = all */
-  /* What the sweep measured, for the reader (not used by the library): the workload's time in ms with
-   * these values and with the defaults; >= 0, 0 = not measured. */
-  double tuned_ms;
-  double default_ms;
-} uattn_tuning_entry;
-
-/* What a tuning file records about the machine it was made on; uattn_tuning_host_get gives this one's. */
-typedef struct uattn_tuning_host {
-  char cpu_vendor[32];    /* CPUID's vendor ("AuthenticAMD", "GenuineIntel"), else /proc/cpuinfo's */
-  char cpu_model[128];    /* CPUID's brand string, else /proc/cpuinfo's "model name"; spaces trimmed */
-  char kernel_set[32];    /* uattn_kernel_set(): what uattn_forward runs here now */
-  char uattn_version[16]; /* uattn_version() */
-} uattn_tuning_host;
-
-UATTN_API uattn_status uattn_tuning_host_get(uattn_tuning_host *out);
-
-/* Writes a tuning file for this machine (uattn_tuning_host_get) with num_entries entries (>= 0, each
- * valid as the loader checks, no bucket twice). workload_json: JSON text describing the workload, stored
- * as parsed (NULL = {}); date: any text, NULL = now in UTC ("YYYY-MM-DDTHH:MM:SSZ"). The file is written
- * next to path and renamed over it, so a reader never sees half a file. */
-UATTN_API uattn_status uattn_tuning_write(const char *path, const uattn_tuning_entry *entries, int32_t num_entries,
-                                          const char *workload_json, const char *date);
-
-/* Loads a tuning file into rt, replacing the one it had (see above for what is refused: then rt keeps
- * what it had). path NULL drops the tuning: back to the defaults. Safe while other threads run forward
- * calls on rt: each call sees the old tuning or the new one, never a mix. */
-UATTN_API uattn_status uattn_runtime_load_tuning(uattn_runtime *rt, const char *path);
-
-/* Where a runtime's tuning stands. */
-typedef struct uattn_tuning_info {
-  bool loaded;              /* a file's entries are in use */
-  bool from_env;            /* the last load was the one from UATTN_TUNING_FILE at creation */
-  int32_t num_entries;      /* of the file in use */
-  char file[512];           /* the file in use ("" = the defaults), truncated if longer */
-  uattn_status last_status; /* of the last load tried (UATTN_OK if none, or if it succeeded) */
-  char message[512];        /* why it was refused ("" if it was not) */
-} uattn_tuning_info;
-
-UATTN_API uattn_status uattn_runtime_tuning_info(const uattn_runtime *rt, uattn_tuning_info *out);
-
-/* A text report for people: the file in use (its CPU, date and workload) or why the last one was refused,
- * every entry with how many forward calls it served, and the buckets that ran on the defaults for want of
- * an entry. Writes at most cap bytes to buf, NUL included, and the report's length (without the NUL) to
- * *length; buf NULL and cap 0 give the length only. A cap too small is UATTN_ERR_CAPACITY, nothing written. */
-UATTN_API uattn_status uattn_runtime_tuning_report(const uattn_runtime *rt, char *buf, size_t cap, size_t *length);
-
-/* The entry rt holds for a bucket: *found (optional) says whether there is one; without one, *out is the
- * bucket with every tunable 0 (the defaults). Does not count as a use. */
-UATTN_API uattn_status uattn_runtime_tuning_lookup(const uattn_runtime *rt, int32_t block_size, int32_t head_dim,
-                                                   uattn_dtype cache_dtype, uattn_tuning_entry *out, bool *found);
-
-/* Fills the split-K fields of a plan config from the bucket (config->block_size, head_dim, cache_dtype):
- * split_min_keys and split_keys are each replaced when they are 0 or still hold the values of
- * uattn_plan_config_default (8192 and 4096) and the entry's is not 0; any other value, and every other
- * field, is left alone. Call it between uattn_plan_config_default and uattn_plan_create. No entry: the
- * config is unchanged (still UATTN_OK). */
-UATTN_API uattn_status uattn_runtime_tuned_plan_config(const uattn_runtime *rt, int32_t head_dim,
-                                                       uattn_dtype cache_dtype, uattn_plan_config *config);
-
-/* Fills causal_width and chunk_size of a layer that left them at 0 from the bucket (block_size,
- * layer->head_dim, layer->cache_dtype). The forward does the same by itself; this is for an engine that
- * wants to see or keep the values. No entry: the layer is unchanged (still UATTN_OK). */
-UATTN_API uattn_status uattn_runtime_tuned_layer(const uattn_runtime *rt, int32_t block_size, uattn_layer *layer);
-/* END tuning */
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include "convert.h"
 #include "run/step.h"
 #include "uattn.h"
+#include "uattn_vllm.h"
 
 #define EXIT_BAD 2
 

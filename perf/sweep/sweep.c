@@ -18,6 +18,7 @@
 #include "common/timing.h"
 #include "convert.h"
 #include "uattn.h"
+#include "uattn_tuning.h"
 
 static void usage(FILE *f) {
   fprintf(

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "uattn.h"
+#include "uattn_vllm.h"
 
 /* ---- DLPack (the ABI every framework shares; written out here so no header is needed) ------------ */
 

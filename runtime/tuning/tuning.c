@@ -26,6 +26,7 @@
 #include "common/json.h"
 #include "convert.h"
 #include "threads/runtime_impl.h"
+#include "uattn_tuning.h"
 
 #define TUNING_FORMAT_NAME "uattn-tuning"
 #define TUNING_MAX_FILE_BYTES ((size_t)16 << 20)

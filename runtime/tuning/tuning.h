@@ -14,10 +14,11 @@
  * The layer's explicit values win; 0 in the entry means the library's default. split_min_keys and
  * split_keys belong to the plan (uattn_plan_config), which is created before the layer is known: an engine
  * applies them with uattn_runtime_tuned_plan_config(); the forward cannot change a plan. */
-#ifndef UATTN_TUNING_H
-#define UATTN_TUNING_H
+#ifndef UATTN_RUNTIME_TUNING_H
+#define UATTN_RUNTIME_TUNING_H
 
 #include "common/internal.h"
+#include "uattn_tuning.h"
 
 typedef struct uattn_tuning_state uattn_tuning_state;
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/internal.h"
+#include "uattn_vllm.h"
 
 /* ---- shared checks ------------------------------------------------------------------------------ */
 

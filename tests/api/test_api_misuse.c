@@ -1,4 +1,4 @@
-/* Every public function of include/uattn.h under bad input (issue 19): each pointer NULL, each count at -1,
+/* Every public function of include/ (uattn.h, uattn_vllm.h, uattn_tuning.h) under bad input: each pointer NULL, each count at -1,
  * 0 and INT32_MAX, sizes whose product overflows size_t, misaligned typed buffers and enum values out of
  * range. A refused call must return an error status with a message naming what was wrong, and must leave
  * everything it was given to write exactly as it was: each output is filled with a canary before the call
@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "common/attention_case.h"
+#include "uattn_tuning.h"
+#include "uattn_vllm.h"
 
 /* ---- the runner ------------------------------------------------------------------------------------- */
 

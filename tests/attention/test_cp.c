@@ -25,6 +25,7 @@
 
 #include "common/attention_case.h"
 #include "common/case_names.h"
+#include "uattn_vllm.h"
 
 #define CP_MAX_RANKS 4
 

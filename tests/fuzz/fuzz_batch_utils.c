@@ -9,6 +9,7 @@
 
 #include "fuzz_input.h"
 #include "uattn.h"
+#include "uattn_vllm.h"
 
 #define MAX_REQS 12
 #define MAX_CAP 64

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "uattn.h"
+#include "uattn_tuning.h"
 
 static char dir[] = "/tmp/uattn-fuzz-tuning-XXXXXX";
 static char path[64];

@@ -17,6 +17,7 @@
 #include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
 #include "kernels.h"
+#include "uattn_tuning.h"
 
 /* The first generated bucket this CPU runs (of chunk size 0 unless chunked), or skips the test. */
 static uattn_kernel_bucket runnable_bucket(bool chunked) {

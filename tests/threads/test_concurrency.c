@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/attention_case.h"
+#include "uattn_tuning.h"
 
 TestSuite(concurrency);
 

@@ -12,6 +12,8 @@ mkdir -p "$work/consumer"
 cat > "$work/consumer/main.c" <<'C'
 #include <stdio.h>
 #include <uattn.h>
+#include <uattn_tuning.h>
+#include <uattn_vllm.h>
 int main(void) {
   uattn_plan_config c = uattn_plan_config_default(16, 64, 4, 64, 256);
   uattn_plan *p;

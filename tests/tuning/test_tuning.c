@@ -18,6 +18,7 @@
 #include "tuning/tuning.h" /* uattn_tuning_find: internal, linked from the static library */
 #include "common/support.h"
 #include "uattn.h"
+#include "uattn_tuning.h"
 
 static char dir[64];
 

@@ -12,6 +12,7 @@
 
 #include "common/support.h"
 #include "uattn.h"
+#include "uattn_vllm.h"
 
 /* No .timeout here: with timeouts and --jobs 2, Criterion 2.4.1's runner leaks in the parent process and
  * LeakSanitizer then fails the whole suite. ctest's own timeout catches a hang. */
