@@ -4,10 +4,9 @@
  * exactly to bf16 by lookups, v16i_fp8_widen); other dtypes and dims, and probs_fp32, take the scores by
  * vdpbf16ps on rows rounded to bf16 (bf16_scores, in avx2/decode.h's phases) and avx512/decode.h's fp32 P V.
  *
- * A GQA-4 decode does about 4 flops per cache byte: at this Zen 4's read bandwidth (35 GB/s a core) that is
- * 140 GFLOP/s, past the fp32 FMA peak (117), so both products must be bf16 dot products to keep up with the
- * memory, and what is around them (folding sums, moving scores, reordering outputs) must cost less than the
- * products themselves.
+ * A GQA-4 decode does about 4 flops per cache byte, which at a core's read bandwidth can pass its fp32 FMA peak,
+ * so both products are bf16 dot products, and what is around them (folding sums, moving scores, reordering
+ * outputs) must cost less than the products themselves.
  *
  * The bf16 path (bf16_fused): a walk of shares, a share being one head's 16 rows (keys [16 c, 16 c + 16)),
  * every head's share of 16 rows in turn; each share is scored, goes through the online softmax and is added
@@ -16,8 +15,7 @@
  *   scores  4 keys x up to 4 query vectors a step (16 accumulators of 16 lanes, 4 vdpbf16ps per pair of
  *           key and vector at head dim 128), summed by a tree of lane moves and adds into one vector holding
  *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
- *           16 scores (12 of the moves blends), where folding each accumulator to 8 lanes and an hadd tree took
- *           80.
+ *           16 scores (12 of the moves blends), about half of what folding to 8 lanes and an hadd tree takes.
  *   softmax bf16_softmax_cols on the share's 16 columns: decode_softmax's rules and online rescale 16 lanes
  *           at a time (the same exp to the bit as exp8; avx512/decode.h's wide_softmax_cols, which the avx512
  *           set's walk shares), P then rounded to the bf16 pairs P V reads (bf16_pairs_in_place); a share
@@ -29,27 +27,10 @@
  * fp8 rows take the same walk: each 64 dims of a key row widened into two vectors of pairs in the order the
  * query pairs are put in (unpack32_to's, on pairs), two value rows' codes interleaved and widened
  * (bf16_pv_pair), the outputs in fp8_pv_order for the call; a share is 32 rows (FP8_SHARE_KEYS, bf16_fused).
- * Until the walk was fused (it came to TILED first: decode_tiled.h) the kernel went in phases (bf16_scores, a
- * softmax per head and block, then the values in tiles of 32 rows of every head), each row asked for into L2
- * 16-64 rows ahead (avx2/decode.h's prefetch_share). What capped it was how fast software prefetches bring lines
- * in: about 18 GB/s on one core of this Zen 4 VM, at any distance (4 to 64 rows ahead), into L2 or L3 alike,
- * in the rows' order or the heads', while the hardware prefetchers reach 29 GB/s on an ascending read (a
- * separate program reading the phases' order: 42 ns per 512 bytes, 27.5 with the prefetches, 17.6 in address
- * order). Fused, the values are read while the keys are, and an HND call's two streams ascend (a head's rows
- * are contiguous), which the hardware prefetchers follow; NHD's shares are 256-byte pieces of 2 KB rows and
- * gain less. Phases against the fused walk on a 2-vCPU AMD Zen 5 VM (EPYC family 26; uattn-kernel-bench 5
- * --decode-layouts, GQA 4, 1 row, ns a key and KV head, three alternations): hot 18.0-18.2 -> 18.9-19.4 (a
- * softmax and the outputs' loads a share), NHD cold 29.7-30.3 -> 27.2-27.6, HND 27.6-28.0 -> 22.8-23.0, a
- * plain read 18.4-19.8; through the forward
- * (uattn-bench --scenario decode --preset all, NHD and HND, three rounds alternated) Llama-3-8B
- * decode 1 x 32k on NHD 7.04 / 3.67 -> 5.79 / 3.07 ms (1 / 2 threads), on HND 7.16 / 4.91 -> 6.09 / 3.69;
- * fp8 E4M3 on NHD (decode-long, three rounds alternated) 1 x 32k 4.61 / 2.56 -> 3.83 / 2.09, 32 x 4k 18.2 /
- * 9.6 -> 15.6 / 8.2.
- * What a layout buys besides is compute: keys transposed within a block (each lane a key) give the scores
- * without v16_sum16's tree, 4.5 against 8.5 ns a key and KV head hot at GQA 4 (9.0 against 14.1 at 8
- * vectors; a standalone test of the scores alone), while transposing NHD rows in the kernel costs what the
- * tree saves (9.2 at GQA 4, 14.0 at 8 vectors). uattn's TILED layout stores them so (decode_tiled.h, measured
- * there). */
+ * Why fused: the keys' and the values' lines stream side by side, which the hardware prefetchers follow (software
+ * prefetches alone capped the earlier kernel in phases), and an HND call's two streams ascend. A layout with
+ * keys transposed within a block (TILED, decode_tiled.h) also spares the scores' lane tree. The measurements
+ * behind both choices: docs/performance.md and `uattn-kernel-bench --decode-layouts`. */
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 
@@ -326,58 +307,12 @@ BF16_INLINE void bf16_fused_scores(const uattn_panel_job *job, const decode_shap
  * fp8: fp8_pv_order) from the start to the end of the call.
  * Z is 16 rows of bf16 and 32 of fp8 (FP8_SHARE_KEYS): at head dim 128 either share is 4 KB of each stream,
  * and fp8's spreads what a share costs besides its products (the softmax's reductions and its chain to P, the
- * outputs' loads and stores, the walk's step) over twice the keys. On a 2-vCPU Zen 5 (the two-build program,
- * 9 runs, fp8 E4M3 at GQA 4, 16 -> 32 rows, with the per-call reorders as shuffles): NHD one row
- * hot 1.20-1.21x, cold 1.10-1.15x; two rows 1.14-1.17x hot and cold; four rows hot 1.21x, cold 1.12x; HND
- * (one head a call) hot 1.22-1.23x, cold 1.14-1.18x (the program's second build reads cold 2-3% slower than
- * its first when the two are the same code, so the cold gains are if anything more).
- * fp8 at 64 rows ran hotter still (1.15x) but cold 0.95x (NHD) and 1.04-1.07x (HND). bf16 rows at 32 ran
- * cold 0.81x on NHD (8 KB a stream a share; at 64, asking for each line 16 rows ahead instead of a share
- * ahead made it worse, 0.71-0.73x, so it is not the distance) and level on HND (0.95-1.03x; hot 1.07-1.11x),
- * at 64 on HND 0.89x; the avx512 set's f16 walk at 32 ran cold 0.91-0.92x on both.
+ * outputs' loads and stores, the walk's step) over twice the keys.
  * In an all-heads call (NHD, more than one head) the next share's scores come before a share's softmax and P
- * V: they depend on nothing before them, so the core has products to run while the softmax's chain (a
- * maximum, an exponential and a sum a vector, then the P the P V waits on) resolves; in a share's own order
- * the P V's products, waiting on that chain, fill the scheduler and nothing behind them starts. The same
- * arithmetic in another order: the same bits. On a 2-vCPU Zen 5 (one row at GQA 4, the body compiled twice
- * into one program, the two alternated, 11 runs, ns a key and KV head): hot 15.6-16.1 -> 13.8-14.2, NHD cold
- * 22.2-22.8 -> 19.5-20.1; two rows 1.02-1.06x, fp8 1.03x. The softmax before the next scores gave 1.05-1.15x
- * on one row but 0.96-0.98x on two and on fp8. A call of one head (HND, where consecutive shares are one
- * head's and the next softmax waits on this P V's outputs) keeps each share's order: ahead it measured
- * 0.94-0.96x in uattn-bench, and in the two-build program hot 1.04-1.05x but cold 0.96-0.97x. The avx512
- * set's wide_fused (fp32 FMAs) keeps it too: ahead gave 1.02-1.06x on one row and 0.96-0.99x on two.
- * Where a hot walk's time goes (fp8 E4M3, GQA 4, one row, one 128-key block of 8 heads again and again on the
- * 2-vCPU Zen 5, each part cut out in turn): scores 4.6 ns a key and KV head, P V 4.2, the softmax 2.1, the
- * walk's steps and the call's set-up 1.2, which add up to the whole walk's 12.0-12.3: the parts do not
- * overlap. In L1 (one head: 32 KB) the walk takes the same 12.1, so it is not the memory. Alone: P V 3.3
- * (its ports' bound, 16 vdpbf16ps and 4 vpermt2b a key, is 3.1), the scores 4.4, the softmax 1.3 (42 ns a
- * 32-key share of 4 vectors, of which its 8 exponentials take 9). Tried and not kept (two-build program,
- * alternated, ratios of speed): the share's four maxima and sums in one tree of quarters (the same bits)
- * level; P against the maximum so far, redone where the share's is larger (the same bits) level hot and
- * 0.96x cold; the next share's scores in two halves around the softmax 0.96-0.97x; each share's P V after
- * the next share's softmax (the same bits) 0.95-0.98x; 16 keys' scores put into whole rows by a transpose of
- * quarters, one store a row where there were four, 0.90x; with 7 vectors (two blocks) each share's own order
- * 0.97-0.98x. Alone, the scores with the query pairs of 4 vectors in quarters (one accumulator a key, 9 moves
- * and adds for 16 scores, each 8 dims of a key loaded as a broadcast quarter) ran 4.0 against 3.5; an fp8
- * widening by shifts and two vpermb (no vpermt2b) made P V 1.3x slower. The two products in one loop, each
- * P V step (a pair of keys, 64 dims) with one key's scores of the next share (4 vectors, 128 dims; no
- * spills), ran 8.8 against 7.3 ns a key for the same products in their own loops (L1, fp8, nothing else in
- * either): interleaving the phases does not buy the overlap the walk lacks. Also measured and not kept: P
- * V's pairs of P broadcast by vdpbf16ps itself ({1to16}, as decode_tiled.h's; four loads a pair where one
- * served) fp8 0.95-0.97x, bf16 0.86-0.87x hot and 0.97-0.99x cold; the share's P written as bf16 pairs
- * straight from the exponentials' registers instead of in place after them level; with two blocks of vectors
- * (GQA 7, or two rows at GQA 4), each 4 fp8 rows widened once into a buffer that every block's bf16_score4
- * then reads (the same registers, the same bits) 0.88-0.92x and 0.85-0.90x; at GQA 7 on bf16 rows, the two
- * blocks' P V as one block of 7 vectors 32 dims at a time (16 accumulators; each pair of value rows loaded
- * and interleaved once where each block did it again, P broadcast twice as often) 0.92-0.97x hot and cold.
- * After uattn-kernel-bench --pipes showed vshuff32x4 taking half a dot product's place and vshufps and
- * vblendmps none, also level (two-build program, both cores, GQA 4 one row and GQA 7): v16_sum16
- * with its moves across quarters last (4 vshuff32x4 a tree where there are 16; the accumulators in natural
- * order) bf16 hot 1.00-1.01x, cold 0.98-0.99x, fp8 hot 1.00-1.01x, cold 0.94-0.98x; and the softmax of a
- * whole share keeping m where no score passes it by more than 8 (no horizontal maximum, no rescale, P up to
- * e^8: FlashAttention-4's lazy rescale; it needs the kernel tests' m to be a reference, not the maximum)
- * GQA 4 hot 1.00-1.01x, cold 1.00-1.04x (fp8 0.99-1.00x), GQA 7 1.00-1.01x. Neither the tree's moves nor the
- * softmax's chain to P is what the walk waits on. */
+ * V: they depend on nothing before them, so the core has products to run while the softmax's chain resolves.
+ * The same arithmetic in another order: the same bits. A call of one head (HND) keeps each share's order, as
+ * there the next softmax waits on this P V's outputs. The measurements behind these choices, and the variants
+ * tried and dropped, are in this file's git history. */
 BF16_INLINE void bf16_fused(const uattn_panel_job *job, const decode_shape *s, const uint8_t *tab, const uint32_t *q,
                             float *S, const int32_t D) {
   const int32_t Dh = D / 2;
