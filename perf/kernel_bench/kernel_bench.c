@@ -859,7 +859,13 @@ int main(int argc, char **argv) {
   bucket_spec(&uattn_variant_bucket, false, variant_spec, sizeof variant_spec);
   const uattn_bucket_kernels *e = NULL;
   const bool fallback = decode && !bucket && !variant; /* --decode alone: else the generic avx2 set's kernel */
-  if (bucket || variant || decode) {
+  /* --variant without a spec: the best ISA of the buckets the variant builds (a better level, amx, has none) */
+  for (size_t i = sizeof variant_buckets / sizeof *variant_buckets; variant && !spec && !e && i-- > 0;) {
+    char own[64];
+    bucket_spec(variant_buckets[i], true, own, sizeof own);
+    e = find_bucket(own, true);
+  }
+  if ((bucket || variant || decode) && !e) {
     e = find_bucket(spec ? spec : variant_spec, fallback);
     if (!e && !fallback) return 1;
   }
