@@ -165,7 +165,7 @@ static inline bool uattn_load_tiled_fits(const uattn_kernels *k, uattn_dtype cac
 }
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names a rung of the ladder
- * (uattn_isa_registry: "avx512bf16", "avx512", "avx2", "portable"), the highest level to use: then the best set at
+ * (uattn_isa_registry: "amx", "avx512bf16", "avx512", ...), the highest level to use: then the best set at
  * or below it that this CPU runs, or, where $UATTN_TWINS is set (the test suites set it) and the CPU lacks the
  * named level, that level's exact twin, so every level's logic runs on every CPU. A name that is no rung
  * falls back to the best set. *why (NULL when not asked) says how it was chosen; *forced (when not NULL) whether
