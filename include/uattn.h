@@ -552,8 +552,9 @@ UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *
  * use, not one to force on every layer: each layer takes the best level at or below it that keeps the layer's
  * precision. amx and avx512bf16 round their inputs to bf16, so they serve bf16 queries on bf16 or fp8 caches
  * (exact in bf16) and an f32 or f16 layer takes the avx512 level below them, UATTN_ISA naming them or not
- * (uattn_describe_kernels says which level a layer gets, and why). A level the CPU lacks gives the best one below it; UATTN_TWINS=1 (the
- * test suites set it) runs that level's exact twin instead, which computes its bits on any AVX2 CPU, slowly. */
+ * (uattn_describe_kernels says which level a layer gets, and why). A level the CPU lacks gives the best one
+ * below it; UATTN_TWINS=1 (the test suites set it) runs that level's exact twin instead, which computes its
+ * bits on any AVX2 CPU, slowly. */
 UATTN_API const char *uattn_kernel_set(const char **why);
 
 /* The parts of the attention (docs/design.md), each served by its own kernel entry. */
