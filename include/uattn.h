@@ -67,11 +67,11 @@ typedef struct uattn_allocator {
 } uattn_allocator;
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Bucketing: padding a step to static shapes (the seed's buckets, for engines that need them)      */
+/* Bucketing: padding a step to static shapes (the Gaudi plugin's, for engines that need them)      */
 /* ------------------------------------------------------------------------------------------------ */
 
 /* A batch shape. query_len: query tokens; shared_blocks: distinct shared context blocks; unique_blocks:
- * the seed's unique dimension (largest unique block id + 1); logits: sampled positions. */
+ * the Gaudi plugin's unique dimension (largest unique block id + 1); logits: sampled positions. */
 typedef struct uattn_bucket {
   int32_t query_len;
   int32_t shared_blocks;
@@ -83,13 +83,13 @@ typedef struct uattn_bucket {
  * write the padded shape (each dimension >= the batch's) to *out. Return UATTN_OK or an error status. */
 typedef uattn_status (*uattn_bucket_fn)(void *user, bool contains_prompts, const uattn_bucket *exact,
                                         uattn_bucket *out);
-/* Data-parallel padding added to each padded dimension (the seed's get_dp_padding_fn); >= 0. */
+/* Data-parallel padding added to each padded dimension (the Gaudi plugin's get_dp_padding_fn); >= 0. */
 typedef int32_t (*uattn_dp_padding_fn)(void *user, int32_t padded_size);
 
 typedef enum uattn_bucketing_mode {
-  UATTN_BUCKETING_NONE = 0,   /* padded shape = exact shape */
-  UATTN_BUCKETING_SEED = 1,   /* the seed's exponential ranges and filters */
-  UATTN_BUCKETING_CUSTOM = 2, /* call uattn_bucketing.fn */
+  UATTN_BUCKETING_NONE = 0,        /* padded shape = exact shape */
+  UATTN_BUCKETING_EXPONENTIAL = 1, /* the Gaudi plugin's exponential ranges and filters */
+  UATTN_BUCKETING_CUSTOM = 2,      /* call uattn_bucketing.fn */
 } uattn_bucketing_mode;
 
 typedef struct uattn_bucketing {
@@ -100,14 +100,14 @@ typedef struct uattn_bucketing {
   void *dp_padding_user;
 } uattn_bucketing;
 
-/* A range built the seed's way from (min, max, round_up): 0 is included and min becomes 1 when min is 0;
+/* A range built the Gaudi plugin's way from (min, max, round_up): 0 is included and min becomes 1 when min is 0;
  * ten points min*(max/min)^(i/9), each rounded up to round_up (the last one is max), deduplicated, sorted.
  * Writes up to cap values to out and their count to *count. */
 UATTN_API uattn_status uattn_bucket_range(int32_t min, int32_t max, int32_t round_up, int32_t *out, int32_t cap,
                                           int32_t *count);
 
 /* ------------------------------------------------------------------------------------------------ */
-/* The unified-batch planner (the seed's create_unified_batch)                                      */
+/* The unified-batch planner (the Gaudi plugin's create_unified_batch)                              */
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef struct uattn_plan uattn_plan;
@@ -120,7 +120,7 @@ typedef struct uattn_plan_config {
   int32_t max_model_len;          /* positions per request */
   int32_t chunk_size;             /* shared blocks per chunk of chunked shared attention; 0 = whole */
   uattn_bucketing bucketing;
-  /* Materializing the seed-format shared bias above this many bytes is refused (UATTN_ERR_TOO_LARGE).
+  /* Materializing the graph tensors' shared bias above this many bytes is refused (UATTN_ERR_TOO_LARGE).
    * 0 means the default, 256 MiB. */
   size_t shared_bias_byte_limit;
   const uattn_allocator *allocator; /* NULL: malloc-based */
@@ -167,10 +167,10 @@ typedef struct uattn_step {
   int32_t token_ids_stride;
   /* Optional spec-decode drafts, CSR: request r's drafts are draft_tokens[draft_offsets[r] ..
    * draft_offsets[r+1]). A request with at least one entry is a spec-decode request and its num_scheduled
-   * becomes (entries != -1) + 1: -1 entries are placeholders and do not count (as in the seed). */
+   * becomes (entries != -1) + 1: -1 entries are placeholders and do not count (as in the Gaudi plugin). */
   const int32_t *draft_tokens;
   const int32_t *draft_offsets; /* [num_reqs + 1] or NULL; >= 0 and non-decreasing */
-  /* Async scheduling (the seed's rule): when exactly one request samples nothing (a prompt that is still
+  /* Async scheduling (the Gaudi plugin's rule): when exactly one request samples nothing (a prompt that is still
    * partial), its last token is sampled anyway and the request is reported in invalid_req_indices. */
   bool async_scheduling;
 } uattn_step;
@@ -263,23 +263,23 @@ typedef struct uattn_plan_stats {
 
 UATTN_API uattn_status uattn_plan_get_stats(const uattn_plan *plan, uattn_plan_stats *stats);
 
-/* The seed's bucket list for this plan's config (UATTN_BUCKETING_SEED), sorted. Writes the list and its
+/* The Gaudi plugin's bucket list for this plan's config (UATTN_BUCKETING_EXPONENTIAL), sorted. Writes the list and its
  * length to *count (buckets NULL and cap 0: only the length); causal[i], when given, says whether bucket i
  * is for batches with prompts. The logits of each bucket are max_num_seqs. */
 UATTN_API uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, bool *causal, int32_t cap,
                                           int32_t *count);
 
-/* Seed-format tensors, padded to the plan's padded bucket with the seed's pad values (-1 for ids and
+/* Graph tensors, padded to the plan's padded bucket with the Gaudi plugin's pad values (-1 for ids and
  * block mappings, -inf for biases; 0.0 means visible). Built on request by uattn_plan_materialize. */
-typedef enum uattn_seed_tensor {
-  UATTN_SEED_CAUSAL_BIAS = 1 << 0,  /* float [tq, tq] */
-  UATTN_SEED_SHARED_BIAS = 1 << 1,  /* float [tq, ts, bs] */
-  UATTN_SEED_SHARED_USAGE = 1 << 2, /* int32 [tq, ts], PR 784's dense usage table, 0 = masked */
-  UATTN_SEED_UNIQUE_BIAS = 1 << 3,  /* float [tu, bs] and int32 unique block mapping [tu] */
-  UATTN_SEED_PADDED_IDS = 1 << 4,   /* int64 slot mapping [tq], int32 token ids/positions [tq], logits [tl] */
-} uattn_seed_tensor;
+typedef enum uattn_graph_tensor {
+  UATTN_GRAPH_CAUSAL_BIAS = 1 << 0,  /* float [tq, tq] */
+  UATTN_GRAPH_SHARED_BIAS = 1 << 1,  /* float [tq, ts, bs] */
+  UATTN_GRAPH_SHARED_USAGE = 1 << 2, /* int32 [tq, ts], PR 784's dense usage table, 0 = masked */
+  UATTN_GRAPH_UNIQUE_BIAS = 1 << 3,  /* float [tu, bs] and int32 unique block mapping [tu] */
+  UATTN_GRAPH_PADDED_IDS = 1 << 4,   /* int64 slot mapping [tq], int32 token ids/positions [tq], logits [tl] */
+} uattn_graph_tensor;
 
-typedef struct uattn_seed_tensors {
+typedef struct uattn_graph_tensors {
   uattn_bucket shape;                  /* the padded bucket: tq, ts, tu, tl */
   const float *causal_bias;            /* [tq, tq] */
   const float *shared_bias;            /* [tq, ts, bs] */
@@ -290,12 +290,12 @@ typedef struct uattn_seed_tensors {
   const int32_t *token_ids;            /* [tq] (-1 padding; all -1 when the step gave no ids) */
   const int32_t *token_positions;      /* [tq] */
   const int32_t *logits_indices;       /* [tl] */
-} uattn_seed_tensors;
+} uattn_graph_tensors;
 
-/* Builds the requested tensors (an OR of uattn_seed_tensor) for the current step. Semantics follow uattn,
- * not the seed's two defects: decode rows get nothing from the causal bias (their keys are in the cache)
+/* Builds the requested tensors (an OR of uattn_graph_tensor) for the current step. Semantics follow uattn,
+ * not the Gaudi plugin's two defects: decode rows get nothing from the causal bias (their keys are in the cache)
  * and usages are per token. A shared bias above the plan's byte limit is refused. */
-UATTN_API uattn_status uattn_plan_materialize(uattn_plan *plan, unsigned what, uattn_seed_tensors *out);
+UATTN_API uattn_status uattn_plan_materialize(uattn_plan *plan, unsigned what, uattn_graph_tensors *out);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The runtime: threads pinned to cores, created once by an engine                                  */
@@ -479,8 +479,8 @@ typedef struct uattn_layer {
   uattn_attention_type attn_type;
   const float *sinks;        /* optional [num_q_heads]: a logit that enters each head's denominator only */
   const float *alibi_slopes; /* optional [num_q_heads]: score += slope * (key position - query position) */
-  int32_t causal_width;      /* query rows per tile (the seed's causal slice); 0 = 64 x num_kv_heads, at most
-                              * the seed's 512 (fewer KV heads: smaller tiles, so a prompt is work for
+  int32_t causal_width;      /* query rows per tile (the Gaudi plugin's causal slice); 0 = 64 x num_kv_heads, at most
+                              * the Gaudi plugin's 512 (fewer KV heads: smaller tiles, so a prompt is work for
                               * several workers; forward.c's default_query_tile says what it was chosen on) */
   int32_t chunk_size;        /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
@@ -532,7 +532,7 @@ typedef struct uattn_tensors {
 } uattn_tensors;
 
 /* Writes this step's k and v into the caches at the plan's slot mapping, then computes attention for every
- * query row (docs/design.md): the causal, shared and unique parts of the seed, merged with its fmin/feps
+ * query row (docs/design.md): the causal, shared and unique parts of the Gaudi plugin's unified attention, merged with its fmin/feps
  * guards, with fp32 accumulation. Every key and value is read as the cache holds it (in cache_dtype; fp8
  * times k_scale or v_scale), this step's own included, by every row: a decode or verification row reads its
  * new keys back from the cache, a prompt row reads this step's keys from k/v rounded to cache_dtype by the
@@ -621,8 +621,8 @@ UATTN_API uattn_status uattn_last_forward_report(uattn_kernel_report *out);
 UATTN_API uattn_status uattn_merge_states(int32_t num_parts, const float *const *outs, const float *const *lses,
                                           int32_t rows, int32_t heads, int32_t head_dim, float *out, float *lse);
 
-/* The seed's partial form: an unnormalized output sum_j e^(s_j - m) v_j, its row max m and its row sum
- * l = sum_j e^(s_j - m). Merges num_parts of them per (row, head) the seed's way, with fmin (a floor for
+/* The Gaudi plugin's partial form: an unnormalized output sum_j e^(s_j - m) v_j, its row max m and its row sum
+ * l = sum_j e^(s_j - m). Merges num_parts of them per (row, head) the Gaudi plugin's way, with fmin (a floor for
  * the max) and feps (a floor for the sum) guards: a row whose parts are all empty gets zeros. */
 UATTN_API uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, const float *const *maxes,
                                             const float *const *sums, int32_t rows, int32_t heads, int32_t head_dim,

@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
   tc.output_max = 64;
   tc.arrivals_per_step = 16;
   /* no spec decode here: every block of a verifying request is shared (several rows read it), and the
-   * seed-format shared bias of such a step runs to GiBs, which is PR 784's point, not this benchmark's */
+   * graph tensors' shared bias of such a step runs to GiBs, which is PR 784's point, not this benchmark's */
   tc.spec_decode_share = 0.0;
   trace *tr = trace_create(&tc);
   if (!tr) {
@@ -182,8 +182,8 @@ int main(int argc, char **argv) {
   }
 
   const unsigned seed_cpu_tensors =
-      UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_BIAS | UATTN_SEED_UNIQUE_BIAS | UATTN_SEED_PADDED_IDS;
-  uattn_seed_tensors tensors;
+      UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_SHARED_BIAS | UATTN_GRAPH_UNIQUE_BIAS | UATTN_GRAPH_PADDED_IDS;
+  uattn_graph_tensors tensors;
   /* one untimed step and materialization: the plan's buffers reach this batch's size */
   if (uattn_plan_step(plan, &step) != UATTN_OK || uattn_plan_materialize(plan, seed_cpu_tensors, &tensors)) {
     fprintf(stderr, "uattn-plan-bench: %s\n", uattn_last_error());
@@ -248,11 +248,11 @@ int main(int argc, char **argv) {
     if (run_seed) {
       printf("  %-44s %9.1f us %9.2f ms %8.0fx\n", "plan (metadata, no bias tensors)", plan_us, seed_ms,
              seed_ms * 1e3 / plan_us);
-      printf("  %-44s %9.1f us %9.2f ms %8.0fx\n", "plan + seed-format biases on the CPU", bias_us, seed_bias_ms,
+      printf("  %-44s %9.1f us %9.2f ms %8.0fx\n", "plan + graph-tensor biases on the CPU", bias_us, seed_bias_ms,
              seed_bias_ms * 1e3 / bias_us);
     } else {
       printf("  %-44s %9.1f us\n", "plan (metadata, no bias tensors)", plan_us);
-      printf("  %-44s %9.1f us\n", "plan + seed-format biases on the CPU", bias_us);
+      printf("  %-44s %9.1f us\n", "plan + graph-tensor biases on the CPU", bias_us);
     }
     printf("  allocations in the %d timed steps: %ld\n", 2 * o.repeat, step_allocs);
   }

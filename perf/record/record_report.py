@@ -69,7 +69,7 @@ FILE_GROUPS = {
     "topology.c": "uattn runtime: setup",
     "planner.c": "uattn planner",
     "bucketing.c": "uattn planner",
-    "seed_tensors.c": "uattn planner",
+    "graph_tensors.c": "uattn planner",
     "batch_utils.c": "uattn planner",
     "error.c": "uattn runtime: errors, allocation",
     "alloc.c": "uattn runtime: errors, allocation",

@@ -32,7 +32,7 @@ static const char usage_text[] =
     "  --out DIR       where to write (created if missing)\n"
     "  --repeat N      plan and run the step N more times on scratch caches; writes timing.json with the\n"
     "                  median plan and forward times in ms, each forward on cold CPU caches (as uattn-bench's)\n"
-    "  --dump-biases   also write the seed-format tensors: causal_bias, shared_bias, shared_usage,\n"
+    "  --dump-biases   also write the graph tensors: causal_bias, shared_bias, shared_usage,\n"
     "                  unique_bias, unique_block_mapping, shared_blocks (.npy)\n"
     "  -h, --help      this text\n"
     "\n"
@@ -106,12 +106,12 @@ static int write_npy(const run *r, const char *name, npy_dtype dtype, int ndim, 
   return step_write_npy(r->out_dir, name, dtype, ndim, shape, data, error_line, sizeof error_line);
 }
 
-/* The seed-format tensors. The shared bias goes alone first: the planner refuses it above its byte limit,
+/* The graph tensors. The shared bias goes alone first: the planner refuses it above its byte limit,
  * and that refusal must not cost the others. */
 static int dump_biases(run *r) {
-  uattn_seed_tensors s;
+  uattn_graph_tensors s;
   const int64_t bs = r->s.block_size;
-  uattn_status st = uattn_plan_materialize(r->plan, UATTN_SEED_SHARED_BIAS, &s);
+  uattn_status st = uattn_plan_materialize(r->plan, UATTN_GRAPH_SHARED_BIAS, &s);
   if (st == UATTN_ERR_TOO_LARGE) {
     fprintf(stderr, "uattn-run: warning: shared_bias.npy skipped (UATTN_ERR_TOO_LARGE): %s\n", uattn_last_error());
   } else if (st != UATTN_OK) {
@@ -120,7 +120,8 @@ static int dump_biases(run *r) {
     const int64_t shape[] = {s.shape.query_len, s.shape.shared_blocks, bs};
     if (write_npy(r, "shared_bias.npy", NPY_F4, 3, shape, s.shared_bias)) return -1;
   }
-  st = uattn_plan_materialize(r->plan, UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_USAGE | UATTN_SEED_UNIQUE_BIAS, &s);
+  st =
+      uattn_plan_materialize(r->plan, UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_SHARED_USAGE | UATTN_GRAPH_UNIQUE_BIAS, &s);
   if (st != UATTN_OK) return fail_lib("uattn_plan_materialize", st);
   const int64_t tq = s.shape.query_len, ts = s.shape.shared_blocks, tu = s.shape.unique_blocks;
   const int64_t causal[] = {tq, tq}, usage[] = {tq, ts}, ubias[] = {tu, bs}, umap[] = {tu}, shared[] = {ts};
@@ -129,7 +130,7 @@ static int dump_biases(run *r) {
       write_npy(r, "unique_bias.npy", NPY_F4, 2, ubias, s.unique_bias) ||
       write_npy(r, "unique_block_mapping.npy", NPY_I4, 1, umap, s.unique_block_mapping))
     return -1;
-  /* padded to the bucket like the other seed tensors, with the seed's -1 for a missing id */
+  /* padded to the bucket like the other graph tensors, with the seed's -1 for a missing id */
   uattn_plan_info in;
   uattn_plan_get_info(r->plan, &in);
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(ts ? ts : 1));

@@ -404,7 +404,7 @@ static int run_policy(const sweep_workload *w, const sweep_layout *l, const poli
     fprintf(stderr, "uattn-sweep: bucketing %s: %s\n", po->name, uattn_last_error());
     return -1;
   }
-  if (po->mode == UATTN_BUCKETING_SEED) {
+  if (po->mode == UATTN_BUCKETING_EXPONENTIAL) {
     int32_t n = 0;
     uattn_plan_buckets(plan, NULL, NULL, 0, &n);
     out->set_size = n;
@@ -439,7 +439,7 @@ static int run_policy(const sweep_workload *w, const sweep_layout *l, const poli
 
 cJSON *sweep_batch_buckets(const sweep_workload *w, const sweep_layout *l, FILE *out) {
   static const policy policies[] = {
-      {"seed", "the seed's ranges (10 points), filtered", UATTN_BUCKETING_SEED, 10},
+      {"seed", "the seed's ranges (10 points), filtered", UATTN_BUCKETING_EXPONENTIAL, 10},
       {"exp-5", "the seed's ranges with 5 points, unfiltered", UATTN_BUCKETING_CUSTOM, 5},
       {"exp-10", "the seed's ranges (10 points), unfiltered", UATTN_BUCKETING_CUSTOM, 10},
       {"exp-20", "the seed's ranges with 20 points, unfiltered", UATTN_BUCKETING_CUSTOM, 20},

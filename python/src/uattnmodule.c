@@ -755,10 +755,10 @@ static int Plan_init(PlanObject *self, PyObject *args, PyObject *kw) {
   if (split) cfg.split_keys = split;
   if (!strcmp(bucketing, "none"))
     cfg.bucketing.mode = UATTN_BUCKETING_NONE;
-  else if (!strcmp(bucketing, "seed"))
-    cfg.bucketing.mode = UATTN_BUCKETING_SEED;
+  else if (!strcmp(bucketing, "exponential"))
+    cfg.bucketing.mode = UATTN_BUCKETING_EXPONENTIAL;
   else {
-    PyErr_Format(PyExc_ValueError, "bucketing: expected \"none\" or \"seed\", got \"%s\"", bucketing);
+    PyErr_Format(PyExc_ValueError, "bucketing: expected \"none\" or \"exponential\", got \"%s\"", bucketing);
     return -1;
   }
   uattn_status st = uattn_plan_create(&cfg, &self->plan);

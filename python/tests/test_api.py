@@ -623,7 +623,7 @@ def test_plan_info_fields():
 
 
 def test_plan_bucketing_and_async_scheduling():
-    plan = uattn.Plan(16, 64, 8, 256, 1024, bucketing="seed")
+    plan = uattn.Plan(16, 64, 8, 256, 1024, bucketing="exponential")
     assert (plan.block_size, plan.num_blocks, plan.max_num_seqs) == (16, 64, 8)
     # a decode and a prompt that is still partial: with async scheduling the partial one samples anyway
     # and is reported invalid

@@ -143,7 +143,7 @@ uattn_status uattn_batch_bucket_select(const uattn_plan *p, bool contains_prompt
   *fallback = false;
   switch (c->bucketing.mode) {
   case UATTN_BUCKETING_NONE: break;
-  case UATTN_BUCKETING_SEED: {
+  case UATTN_BUCKETING_EXPONENTIAL: {
     int32_t i = 0;
     for (; i < p->batch_buckets.count; i++)
       if (p->batch_buckets.causal[i] == contains_prompts && p->batch_buckets.shapes[i].query_len >= exact->query_len &&
@@ -186,8 +186,9 @@ uattn_status uattn_plan_buckets(const uattn_plan *plan, uattn_bucket *buckets, b
   uattn_clear_error();
   UATTN_CHECK_PTR(plan, "plan");
   UATTN_CHECK_PTR(count, "count");
-  if (plan->config.bucketing.mode != UATTN_BUCKETING_SEED)
-    return uattn_fail(UATTN_ERR_UNSUPPORTED, "the plan was not created with UATTN_BUCKETING_SEED: it has no list");
+  if (plan->config.bucketing.mode != UATTN_BUCKETING_EXPONENTIAL)
+    return uattn_fail(UATTN_ERR_UNSUPPORTED,
+                      "the plan was not created with UATTN_BUCKETING_EXPONENTIAL: it has no list");
   const int32_t n = plan->batch_buckets.count;
   if (!buckets && cap == 0) { /* a size query */
     *count = n;

@@ -83,7 +83,7 @@ static uattn_status validate_config(const uattn_plan_config *c) {
   if (c->max_num_seqs == INT32_MAX) return uattn_fail(UATTN_ERR_OVERFLOW, "config.max_num_seqs must be < INT32_MAX");
   switch (c->bucketing.mode) {
   case UATTN_BUCKETING_NONE:
-  case UATTN_BUCKETING_SEED: break;
+  case UATTN_BUCKETING_EXPONENTIAL: break;
   case UATTN_BUCKETING_CUSTOM:
     if (!c->bucketing.fn)
       return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "config.bucketing: mode CUSTOM needs bucketing.fn");
@@ -126,7 +126,7 @@ static void plan_free(uattn_plan *p) {
   uattn_buf_release(&p->alloc, &p->span_cursor);
   uattn_buf_release(&p->alloc, &p->spans_by_req);
   uattn_batch_buckets_release(p);
-  uattn_seed_buffers_release(p);
+  uattn_graph_buffers_release(p);
   uattn_allocator hooks = p->alloc.hooks;
   hooks.free(hooks.user, p);
 }
@@ -178,7 +178,7 @@ uattn_status uattn_plan_create(const uattn_plan_config *config, uattn_plan **out
   if (!st) st = plan_array(p, (void **)&p->field, (n), sizeof *p->field);
   UATTN_PLAN_ARRAYS(UATTN_ALLOC)
 #undef UATTN_ALLOC
-  if (!st && config->bucketing.mode == UATTN_BUCKETING_SEED) st = uattn_batch_buckets_build(p);
+  if (!st && config->bucketing.mode == UATTN_BUCKETING_EXPONENTIAL) st = uattn_batch_buckets_build(p);
   if (!st) st = reserve_context(p);
   if (st) {
     plan_free(p);

@@ -23,11 +23,11 @@ typedef struct uattn_batch_bucket_table {
   size_t capacity;
 } uattn_batch_bucket_table;
 
-/* The seed-format tensors of uattn_plan_materialize; grown on demand. */
-typedef struct uattn_seed_buffers {
+/* The graph tensors of uattn_plan_materialize; grown on demand. */
+typedef struct uattn_graph_buffers {
   uattn_buf causal_bias, shared_bias, shared_usage, unique_bias, unique_mapping;
   uattn_buf slot_mapping, token_ids, token_positions, logits_indices;
-} uattn_seed_buffers;
+} uattn_graph_buffers;
 
 typedef struct uattn_cost_key uattn_cost_key;
 
@@ -78,7 +78,7 @@ struct uattn_plan {
   } * cost_keys; /* scratch for sorting the items */
 
   uattn_batch_bucket_table batch_buckets;
-  uattn_seed_buffers seed;
+  uattn_graph_buffers graph;
   uattn_plan_info info;
   uattn_plan_stats stats;
 };
@@ -90,7 +90,7 @@ void uattn_batch_buckets_release(uattn_plan *plan);
 uattn_status uattn_batch_bucket_select(const uattn_plan *plan, bool contains_prompts, const uattn_bucket *exact,
                                        uattn_bucket *padded, bool *fallback);
 
-/* seed_tensors.c */
-void uattn_seed_buffers_release(uattn_plan *plan);
+/* graph_tensors.c */
+void uattn_graph_buffers_release(uattn_plan *plan);
 
 #endif /* UATTN_PLANNER_H */

@@ -742,19 +742,19 @@ static uattn_status conv1d_programs(const int32_t *qsl, int32_t num_reqs, int32_
 }
 
 uattn_status uattn_count_causal_conv1d_programs(const int32_t *query_start_loc, int32_t num_reqs, int32_t block_m,
-                                                int32_t *num_programs, int32_t *seed_buffer_len) {
+                                                int32_t *num_programs, int32_t *padded_buffer_len) {
   uattn_clear_error();
   UATTN_CHECK_PTR(num_programs, "num_programs");
-  UATTN_CHECK_ALIGNED(seed_buffer_len, "seed_buffer_len");
+  UATTN_CHECK_ALIGNED(padded_buffer_len, "padded_buffer_len");
   int64_t t = 0;
   uattn_status st = conv1d_programs(query_start_loc, num_reqs, block_m, &t);
   if (st != UATTN_OK) return st;
   /* The seed keeps its Triton grid buffers at least 2048 long and twice the need, to avoid regrowing. */
   const int64_t seed_len = 2 * (t > 1024 ? t : 1024);
-  if (seed_buffer_len && seed_len > INT32_MAX)
+  if (padded_buffer_len && seed_len > INT32_MAX)
     return uattn_fail(UATTN_ERR_OVERFLOW, "the seed's buffer length %lld does not fit int32", (long long)seed_len);
   *num_programs = (int32_t)t;
-  if (seed_buffer_len) *seed_buffer_len = (int32_t)seed_len;
+  if (padded_buffer_len) *padded_buffer_len = (int32_t)seed_len;
   return UATTN_OK;
 }
 

@@ -172,7 +172,7 @@ static uattn_runtime *rt;
 
 static uattn_plan_config plan_config(void) {
   uattn_plan_config c = uattn_plan_config_default(4, 16, 4, 64, 64);
-  c.bucketing.mode = UATTN_BUCKETING_SEED;
+  c.bucketing.mode = UATTN_BUCKETING_EXPONENTIAL;
   return c;
 }
 
@@ -455,14 +455,14 @@ Test(api_misuse, uattn_plan_buckets) {
 typedef struct plan_materialize_args {
   uattn_plan *plan;
   unsigned what;
-  uattn_seed_tensors *out;
+  uattn_graph_tensors *out;
   struct {
-    uattn_seed_tensors out;
+    uattn_graph_tensors out;
   } w;
 } plan_materialize_args;
 static void plan_materialize_init(void *p) {
   plan_materialize_args *a = p;
-  *a = (plan_materialize_args){plan, UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_PADDED_IDS, &a->w.out};
+  *a = (plan_materialize_args){plan, UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_PADDED_IDS, &a->w.out};
 }
 static uattn_status plan_materialize_call(void *p) {
   plan_materialize_args *a = p;
@@ -1250,15 +1250,15 @@ Test(api_misuse, uattn_make_kv_sharing_fast_prefill_metadata) {
 typedef struct conv1d_args {
   int32_t num_reqs, block_m, capacity;
   const int32_t *query_start_loc;
-  int32_t *num_programs, *seed_buffer_len, *programs_per_req, *batch_ptr, *token_chunk_offset_ptr;
+  int32_t *num_programs, *padded_buffer_len, *programs_per_req, *batch_ptr, *token_chunk_offset_ptr;
   struct {
-    int32_t num_programs, seed_buffer_len, programs_per_req[4], batch_ptr[9], offsets[9];
+    int32_t num_programs, padded_buffer_len, programs_per_req[4], batch_ptr[9], offsets[9];
   } w;
 } conv1d_args;
 static void conv1d_init(void *p) {
   conv1d_args *a = p;
   *a = (conv1d_args){
-      3,           2, 8, batch_qsl, &a->w.num_programs, &a->w.seed_buffer_len, a->w.programs_per_req, a->w.batch_ptr,
+      3,           2, 8, batch_qsl, &a->w.num_programs, &a->w.padded_buffer_len, a->w.programs_per_req, a->w.batch_ptr,
       a->w.offsets};
 }
 #define count_conv1d_init conv1d_init
@@ -1266,7 +1266,7 @@ static void conv1d_init(void *p) {
 static uattn_status count_conv1d_call(void *p) {
   conv1d_args *a = p;
   return uattn_count_causal_conv1d_programs(a->query_start_loc, a->num_reqs, a->block_m, a->num_programs,
-                                            a->seed_buffer_len);
+                                            a->padded_buffer_len);
 }
 static uattn_status conv1d_metadata_call(void *p) {
   conv1d_args *a = p;
@@ -1282,7 +1282,7 @@ Test(api_misuse, uattn_causal_conv1d_programs_and_metadata) {
       MISALIGNED(T, query_start_loc, "query_start_loc"), MISALIGNED(T, num_programs, "num_programs"),
       LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),         COUNT(T, block_m, REFUSED, UATTN_OK, "block_m"),
   };
-  static const misuse count_only[] = {MISALIGNED(T, seed_buffer_len, "seed_buffer_len")};
+  static const misuse count_only[] = {MISALIGNED(T, padded_buffer_len, "padded_buffer_len")};
   static const misuse metadata_only[] = {
       NULL_ARG(T, batch_ptr, "batch_ptr"),
       NULL_ARG(T, token_chunk_offset_ptr, "token_chunk_offset_ptr"),

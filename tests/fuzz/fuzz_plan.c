@@ -80,7 +80,7 @@ static uint64_t info_digest(const uattn_plan *plan) {
 }
 
 static void materialize(uattn_plan *plan, unsigned what) {
-  uattn_seed_tensors t;
+  uattn_graph_tensors t;
   memset(&t, FUZZ_PATTERN, sizeof t);
   const uattn_status st = uattn_plan_materialize(plan, what, &t);
   if (st != UATTN_OK) {
@@ -93,11 +93,11 @@ static void materialize(uattn_plan *plan, unsigned what) {
   const size_t tq = (size_t)t.shape.query_len, ts = (size_t)t.shape.shared_blocks, tu = (size_t)t.shape.unique_blocks,
                tl = (size_t)t.shape.logits, bs = (size_t)in.block_size;
   volatile uint64_t sink = 0;
-  if (what & UATTN_SEED_CAUSAL_BIAS) sink += SUM(t.causal_bias, tq * tq);
-  if (what & UATTN_SEED_SHARED_BIAS) sink += SUM(t.shared_bias, tq * ts * bs);
-  if (what & UATTN_SEED_SHARED_USAGE) sink += SUM(t.shared_usage, tq * ts);
-  if (what & UATTN_SEED_UNIQUE_BIAS) sink += SUM(t.unique_bias, tu * bs) + SUM(t.unique_block_mapping, tu);
-  if (what & UATTN_SEED_PADDED_IDS)
+  if (what & UATTN_GRAPH_CAUSAL_BIAS) sink += SUM(t.causal_bias, tq * tq);
+  if (what & UATTN_GRAPH_SHARED_BIAS) sink += SUM(t.shared_bias, tq * ts * bs);
+  if (what & UATTN_GRAPH_SHARED_USAGE) sink += SUM(t.shared_usage, tq * ts);
+  if (what & UATTN_GRAPH_UNIQUE_BIAS) sink += SUM(t.unique_bias, tu * bs) + SUM(t.unique_block_mapping, tu);
+  if (what & UATTN_GRAPH_PADDED_IDS)
     sink += SUM(t.slot_mapping, tq) + SUM(t.token_ids, tq) + SUM(t.token_positions, tq) + SUM(t.logits_indices, tl);
   (void)sink;
 }

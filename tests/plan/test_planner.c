@@ -71,9 +71,9 @@ Test(planner_examples, docs_batch) {
   }
   cr_assert_eq(in.exact.unique_blocks, 8, "the seed's unique dimension is the largest unique id + 1");
 
-  /* seed-format tensors: the decode rows (12, 13) get nothing from the causal bias */
-  uattn_seed_tensors seed;
-  cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_UNIQUE_BIAS, &seed), UATTN_OK);
+  /* graph tensors: the decode rows (12, 13) get nothing from the causal bias */
+  uattn_graph_tensors seed;
+  cr_assert_eq(uattn_plan_materialize(plan, UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_UNIQUE_BIAS, &seed), UATTN_OK);
   cr_assert_eq(seed.causal_bias[0 * 14 + 0], 0.0f);
   cr_assert(isinf(seed.causal_bias[0 * 14 + 1]));
   cr_assert_eq(seed.causal_bias[11 * 14 + 8], 0.0f);
@@ -136,8 +136,8 @@ Test(planner_examples, spec_decode_is_causal) {
   /* block 3 (positions 0-3) is read by all three rows, block 6 (positions 4-7) too */
   cr_assert_eq(in.num_shared_blocks, 2);
   cr_assert_eq(in.num_unique_blocks, 0);
-  uattn_seed_tensors seed;
-  cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_SHARED_USAGE, &seed), UATTN_OK);
+  uattn_graph_tensors seed;
+  cr_assert_eq(uattn_plan_materialize(plan, UATTN_GRAPH_SHARED_USAGE, &seed), UATTN_OK);
   /* shared index 1 is block 6: usages 2, 3, 4 for rows 0, 1, 2 */
   for (int t = 0; t < 3; t++) cr_assert_eq(seed.shared_usage[t * 2 + 1], 2 + t, "row %d", t);
   uattn_plan_destroy(plan);
@@ -311,7 +311,7 @@ Test(planner_properties, every_key_exactly_once_over_random_batches, .timeout = 
     rb_generate(&rng, &prm, &b);
     uattn_plan_config cfg =
         uattn_plan_config_default(prm.block_size, prm.num_blocks, RB_MAX_REQS, RB_MAX_TOKENS, RB_MAX_LEN);
-    if (iter % 3 == 0) cfg.bucketing.mode = UATTN_BUCKETING_SEED;
+    if (iter % 3 == 0) cfg.bucketing.mode = UATTN_BUCKETING_EXPONENTIAL;
     uattn_plan *plan;
     cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
     uattn_step step = rb_step(&b);
@@ -363,8 +363,8 @@ Test(planner_alloc, no_allocation_once_the_largest_batch_was_seen) {
   uattn_step step = rb_step(&b);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   cr_assert_eq(counter.allocs, at_creation, "a plan this size reserves its worst-case context at creation");
-  uattn_seed_tensors seed;
-  cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_PADDED_IDS | UATTN_SEED_SHARED_USAGE, &seed), UATTN_OK);
+  uattn_graph_tensors seed;
+  cr_assert_eq(uattn_plan_materialize(plan, UATTN_GRAPH_PADDED_IDS | UATTN_GRAPH_SHARED_USAGE, &seed), UATTN_OK);
   const long after_first = counter.allocs;
   uattn_plan_stats stats;
   /* the same batch and subsets of it: never larger than what was seen */
@@ -373,7 +373,7 @@ Test(planner_alloc, no_allocation_once_the_largest_batch_was_seen) {
     sub.num_reqs = 1 + (int32_t)(test_rng_next(&rng) % (uint64_t)b.num_reqs);
     step = rb_step(&sub);
     cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
-    cr_assert_eq(uattn_plan_materialize(plan, UATTN_SEED_PADDED_IDS | UATTN_SEED_SHARED_USAGE, &seed), UATTN_OK);
+    cr_assert_eq(uattn_plan_materialize(plan, UATTN_GRAPH_PADDED_IDS | UATTN_GRAPH_SHARED_USAGE, &seed), UATTN_OK);
   }
   cr_assert_eq(counter.allocs, after_first, "steps allocated %ld times", counter.allocs - after_first);
   cr_assert_eq(uattn_plan_get_stats(plan, &stats), UATTN_OK);

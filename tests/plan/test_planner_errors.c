@@ -326,14 +326,14 @@ Test(planner_errors, materialize_refuses_a_shared_bias_over_the_limit) {
   uattn_plan *p;
   cr_assert_eq(uattn_plan_create(&c, &p), UATTN_OK);
   cr_assert_eq(uattn_plan_step(p, &good.step), UATTN_OK, "%s", uattn_last_error());
-  uattn_seed_tensors t;
+  uattn_graph_tensors t;
   memset(&t, 0x5a, sizeof t);
-  uattn_seed_tensors untouched = t;
-  cr_assert_eq(uattn_plan_materialize(p, UATTN_SEED_SHARED_BIAS | UATTN_SEED_CAUSAL_BIAS, &t), UATTN_ERR_TOO_LARGE);
+  uattn_graph_tensors untouched = t;
+  cr_assert_eq(uattn_plan_materialize(p, UATTN_GRAPH_SHARED_BIAS | UATTN_GRAPH_CAUSAL_BIAS, &t), UATTN_ERR_TOO_LARGE);
   cr_assert_not_null(strstr(uattn_last_error(), "shared_bias_byte_limit"));
   cr_assert_eq(memcmp(&t, &untouched, sizeof t), 0, "nothing written on refusal");
   cr_assert_eq(uattn_plan_materialize(p, 1u << 20, &t), UATTN_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(uattn_plan_materialize(p, UATTN_SEED_SHARED_USAGE, &t), UATTN_OK, "the dense usage table is fine");
+  cr_assert_eq(uattn_plan_materialize(p, UATTN_GRAPH_SHARED_USAGE, &t), UATTN_OK, "the dense usage table is fine");
   uattn_plan_destroy(p);
 }
 

@@ -94,8 +94,9 @@ static uattn_plan_config load_config(const cJSON *c) {
                                                     INT("max_num_batched_tokens"), INT("max_model_len"));
   cfg.chunk_size = INT("chunk_size");
 #undef INT
-  cfg.bucketing.mode = strcmp(cJSON_GetObjectItem(c, "bucketing")->valuestring, "seed") == 0 ? UATTN_BUCKETING_SEED
-                                                                                             : UATTN_BUCKETING_NONE;
+  cfg.bucketing.mode = strcmp(cJSON_GetObjectItem(c, "bucketing")->valuestring, "seed") == 0
+                           ? UATTN_BUCKETING_EXPONENTIAL
+                           : UATTN_BUCKETING_NONE;
   cfg.shared_bias_byte_limit = (size_t)1 << 30;
   return cfg;
 }
@@ -167,10 +168,10 @@ static void collect(uattn_plan *plan, actuals *s) {
   *put(s, "bucket_fallback", 1) = in.bucket_fallback;
 
   /* the dense tensors, through the seed-format export; the padding around them is checked here */
-  uattn_seed_tensors t;
+  uattn_graph_tensors t;
   cr_assert_eq(uattn_plan_materialize(plan,
-                                      UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_USAGE | UATTN_SEED_SHARED_BIAS |
-                                          UATTN_SEED_UNIQUE_BIAS | UATTN_SEED_PADDED_IDS,
+                                      UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_SHARED_USAGE | UATTN_GRAPH_SHARED_BIAS |
+                                          UATTN_GRAPH_UNIQUE_BIAS | UATTN_GRAPH_PADDED_IDS,
                                       &t),
                UATTN_OK, "%s", uattn_last_error());
   const int32_t tq = t.shape.query_len, ts = t.shape.shared_blocks, tu = t.shape.unique_blocks, bs = in.block_size;

@@ -1,7 +1,8 @@
-/* Seed-format tensors: the padded, dense metadata the seed hands its HPU graphs, built on request.
+/* Graph tensors: the padded, dense metadata a static-shape graph engine takes (as the Gaudi plugin's HPU
+ * graphs do), built on request.
  *
  * uattn's own kernels never read these (masks come from positions and usages); they exist for engines that
- * feed seed-style kernels and for parity checks against the seed. They follow uattn's semantics: a decode
+ * feed such kernels and for parity checks against the seed. They follow uattn's semantics: a decode
  * row gets nothing from the causal bias and usages are per token (docs/design.md, the seed's two defects).
  */
 #include <math.h>
@@ -9,8 +10,8 @@
 
 #include "plan/planner.h"
 
-void uattn_seed_buffers_release(uattn_plan *p) {
-  uattn_seed_buffers *b = &p->seed;
+void uattn_graph_buffers_release(uattn_plan *p) {
+  uattn_graph_buffers *b = &p->graph;
   uattn_buf *all[] = {&b->causal_bias,  &b->shared_bias, &b->shared_usage,    &b->unique_bias,   &b->unique_mapping,
                       &b->slot_mapping, &b->token_ids,   &b->token_positions, &b->logits_indices};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) uattn_buf_release(&p->alloc, all[i]);
@@ -72,7 +73,7 @@ static void build_unique(const uattn_plan_info *in, int32_t tu, float *bias, int
   }
 }
 
-static void build_padded_ids(const uattn_plan_info *in, const uattn_bucket *shape, uattn_seed_buffers *b) {
+static void build_padded_ids(const uattn_plan_info *in, const uattn_bucket *shape, uattn_graph_buffers *b) {
   int64_t *slots = b->slot_mapping.data;
   int32_t *ids = b->token_ids.data, *pos = b->token_positions.data, *logits = b->logits_indices.data;
   for (int32_t t = 0; t < shape->query_len; t++) {
@@ -84,18 +85,18 @@ static void build_padded_ids(const uattn_plan_info *in, const uattn_bucket *shap
   for (int32_t i = 0; i < shape->logits; i++) logits[i] = i < in->num_logits ? in->logits_indices[i] : -1;
 }
 
-uattn_status uattn_plan_materialize(uattn_plan *p, unsigned what, uattn_seed_tensors *out) {
+uattn_status uattn_plan_materialize(uattn_plan *p, unsigned what, uattn_graph_tensors *out) {
   uattn_clear_error();
   UATTN_CHECK_PTR(p, "plan");
   UATTN_CHECK_PTR(out, "out");
-  const unsigned known = UATTN_SEED_CAUSAL_BIAS | UATTN_SEED_SHARED_BIAS | UATTN_SEED_SHARED_USAGE |
-                         UATTN_SEED_UNIQUE_BIAS | UATTN_SEED_PADDED_IDS;
+  const unsigned known = UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_SHARED_BIAS | UATTN_GRAPH_SHARED_USAGE |
+                         UATTN_GRAPH_UNIQUE_BIAS | UATTN_GRAPH_PADDED_IDS;
   if (what & ~known)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "materialize: unknown tensor flags 0x%x", what & ~known);
   const uattn_plan_info *in = &p->info;
   const uattn_bucket shape = in->padded;
   const int32_t bs = p->config.block_size;
-  uattn_seed_buffers *b = &p->seed;
+  uattn_graph_buffers *b = &p->graph;
 
   /* sizes first, and every refusal before anything is built */
   size_t causal_bytes = 0, bias_bytes = 0, usage_bytes = 0, ubias_bytes = 0, umap_bytes = 0;
@@ -105,20 +106,20 @@ uattn_status uattn_plan_materialize(uattn_plan *p, unsigned what, uattn_seed_ten
             tensor_bytes(shape.unique_blocks, bs, sizeof(float), &ubias_bytes) &&
             tensor_bytes(shape.unique_blocks, 1, sizeof(int32_t), &umap_bytes);
   if (!ok) return uattn_fail(UATTN_ERR_OVERFLOW, "materialize: a tensor of the padded bucket overflows size_t");
-  if ((what & UATTN_SEED_SHARED_BIAS) && bias_bytes > p->config.shared_bias_byte_limit)
+  if ((what & UATTN_GRAPH_SHARED_BIAS) && bias_bytes > p->config.shared_bias_byte_limit)
     return uattn_fail(UATTN_ERR_TOO_LARGE,
                       "materialize: the shared bias [%d, %d, %d] needs %zu bytes, over the plan's "
-                      "shared_bias_byte_limit of %zu; use the dense usage table (UATTN_SEED_SHARED_USAGE) or "
+                      "shared_bias_byte_limit of %zu; use the dense usage table (UATTN_GRAPH_SHARED_USAGE) or "
                       "chunked shared attention instead, or raise the limit",
                       shape.query_len, shape.shared_blocks, bs, bias_bytes, p->config.shared_bias_byte_limit);
 
   uattn_status st = UATTN_OK;
-  if (!st && (what & UATTN_SEED_CAUSAL_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->causal_bias, causal_bytes);
-  if (!st && (what & UATTN_SEED_SHARED_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->shared_bias, bias_bytes);
-  if (!st && (what & UATTN_SEED_SHARED_USAGE)) st = uattn_buf_reserve(&p->alloc, &b->shared_usage, usage_bytes);
-  if (!st && (what & UATTN_SEED_UNIQUE_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->unique_bias, ubias_bytes);
-  if (!st && (what & UATTN_SEED_UNIQUE_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->unique_mapping, umap_bytes);
-  if (!st && (what & UATTN_SEED_PADDED_IDS)) {
+  if (!st && (what & UATTN_GRAPH_CAUSAL_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->causal_bias, causal_bytes);
+  if (!st && (what & UATTN_GRAPH_SHARED_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->shared_bias, bias_bytes);
+  if (!st && (what & UATTN_GRAPH_SHARED_USAGE)) st = uattn_buf_reserve(&p->alloc, &b->shared_usage, usage_bytes);
+  if (!st && (what & UATTN_GRAPH_UNIQUE_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->unique_bias, ubias_bytes);
+  if (!st && (what & UATTN_GRAPH_UNIQUE_BIAS)) st = uattn_buf_reserve(&p->alloc, &b->unique_mapping, umap_bytes);
+  if (!st && (what & UATTN_GRAPH_PADDED_IDS)) {
     const size_t tq = (size_t)shape.query_len, tl = (size_t)shape.logits;
     if (!(st = uattn_buf_reserve(&p->alloc, &b->slot_mapping, tq * sizeof(int64_t))) &&
         !(st = uattn_buf_reserve(&p->alloc, &b->token_ids, tq * sizeof(int32_t))) &&
@@ -129,23 +130,23 @@ uattn_status uattn_plan_materialize(uattn_plan *p, unsigned what, uattn_seed_ten
 
   memset(out, 0, sizeof *out);
   out->shape = shape;
-  if (what & UATTN_SEED_CAUSAL_BIAS) {
+  if (what & UATTN_GRAPH_CAUSAL_BIAS) {
     build_causal_bias(in, shape.query_len, b->causal_bias.data);
     out->causal_bias = b->causal_bias.data;
   }
-  if (what & (UATTN_SEED_SHARED_BIAS | UATTN_SEED_SHARED_USAGE)) {
-    float *bias = (what & UATTN_SEED_SHARED_BIAS) ? b->shared_bias.data : NULL;
-    int32_t *usage = (what & UATTN_SEED_SHARED_USAGE) ? b->shared_usage.data : NULL;
+  if (what & (UATTN_GRAPH_SHARED_BIAS | UATTN_GRAPH_SHARED_USAGE)) {
+    float *bias = (what & UATTN_GRAPH_SHARED_BIAS) ? b->shared_bias.data : NULL;
+    int32_t *usage = (what & UATTN_GRAPH_SHARED_USAGE) ? b->shared_usage.data : NULL;
     build_shared(in, shape.query_len, shape.shared_blocks, bias, usage);
     out->shared_bias = bias;
     out->shared_usage = usage;
   }
-  if (what & UATTN_SEED_UNIQUE_BIAS) {
+  if (what & UATTN_GRAPH_UNIQUE_BIAS) {
     build_unique(in, shape.unique_blocks, b->unique_bias.data, b->unique_mapping.data);
     out->unique_bias = b->unique_bias.data;
     out->unique_block_mapping = b->unique_mapping.data;
   }
-  if (what & UATTN_SEED_PADDED_IDS) {
+  if (what & UATTN_GRAPH_PADDED_IDS) {
     build_padded_ids(in, &shape, b);
     out->slot_mapping = b->slot_mapping.data;
     out->token_ids = b->token_ids.data;
