@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes docs/performance.md from the measurement records in docs/performance/*.json.
+"""Writes docs/performance.md and its plots from the measurement records in docs/performance/*.json.
 
 A record is one table as it was measured: the CPU it ran on, the date, the command that made it, what was
 measured (setup), its columns and rows, and notes. The page is generated so that a table is a record, never
@@ -22,6 +22,11 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 RECORDS = os.path.join(ROOT, "docs", "performance")
 PAGE = os.path.join(ROOT, "docs", "performance.md")
 FIELDS = ("title", "family", "cpu", "date", "command", "setup", "columns", "rows", "notes")
+# Optional: "plot": {"column": a column's name, "series": names of the numbers each of its cells holds, in order
+# (e.g. ["1 thread", "2 threads"] for "142% / 138%"), "unit": the axis label}. The script then draws the
+# column as a bar chart, docs/performance/<record>.svg, shown under the table.
+OPTIONAL = ("plot",)
+COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44")
 # CPU families in the order the page gives them; a family not listed comes after these, by name.
 FAMILY_ORDER = ("Zen 4 (AVX512-BF16)", "Zen 5 (AVX512-BF16)", "Zen 4 and Zen 5 (AVX512-BF16)",
                 "AVX2 only (Zen 4 with AVX-512 hidden)")
@@ -54,7 +59,7 @@ def load():
         missing = [k for k in FIELDS if k not in r]
         if missing:
             fail(f"{path}: missing {', '.join(missing)}")
-        extra = [k for k in r if k not in FIELDS]
+        extra = [k for k in r if k not in FIELDS + OPTIONAL]
         if extra:
             fail(f"{path}: unknown field {', '.join(extra)}")
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", r["date"]):
@@ -70,11 +75,66 @@ def load():
                 fail(f"{path}: row {i} has {len(row)} cells for {len(cols)} columns, or a cell that is not a string")
         if not isinstance(r["notes"], list) or not all(isinstance(n, str) for n in r["notes"]):
             fail(f"{path}: notes must be a list of strings")
+        if "plot" in r:
+            check_plot(path, r)
         r["name"] = name
         recs.append(r)
     if not recs:
         fail(f"no records in {RECORDS}")
     return recs
+
+
+def check_plot(path, r):
+    p = r["plot"]
+    if not isinstance(p, dict) or set(p) != {"column", "series", "unit"}:
+        fail(f"{path}: plot must be an object with column, series and unit")
+    if p["column"] not in r["columns"]:
+        fail(f"{path}: plot column {p['column']!r} is not one of the columns")
+    if not p["series"] or len(p["series"]) > len(COLOURS) or not all(isinstance(x, str) for x in p["series"]):
+        fail(f"{path}: plot series must be 1 to {len(COLOURS)} names")
+    col = r["columns"].index(p["column"])
+    for row in r["rows"]:
+        if len(cell_numbers(row[col])) < len(p["series"]):
+            fail(f"{path}: plot cell {row[col]!r} ({row[0]}) holds fewer numbers than the series")
+
+
+def cell_numbers(cell):
+    return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell.split("(")[0])]
+
+
+def svg(r):
+    """The record's plot column as horizontal grouped bars, one group a row; deterministic text."""
+    p, esc = r["plot"], lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    col, n = r["columns"].index(p["column"]), len(p["series"])
+    groups = [(row[0], cell_numbers(row[col])[:n]) for row in r["rows"]]
+    top = max(v for _, vals in groups for v in vals) or 1.0
+    label_w, plot_w, bar_h, gap = 200, 440, 10, 8
+    group_h = n * bar_h + gap
+    height = 40 + len(groups) * group_h + 30
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + plot_w + 70}" height="{height}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="10" y="16" font-weight="bold">{esc(r["title"])}: {esc(p["column"])}</text>']
+    for k, name in enumerate(p["series"]):
+        x = label_w + k * 110
+        out.append(f'<rect x="{x}" y="24" width="10" height="10" fill="{COLOURS[k]}"/>'
+                   f'<text x="{x + 14}" y="33">{esc(name)}</text>')
+    for g, (label, vals) in enumerate(groups):
+        y0 = 40 + g * group_h
+        out.append(f'<text x="{label_w - 6}" y="{y0 + n * bar_h / 2 + 4:.0f}" text-anchor="end">{esc(label)}</text>')
+        for k, v in enumerate(vals):
+            w = plot_w * v / top
+            out.append(f'<rect x="{label_w}" y="{y0 + k * bar_h}" width="{w:.1f}" height="{bar_h - 1}" '
+                       f'fill="{COLOURS[k]}"/><text x="{label_w + w + 3:.1f}" y="{y0 + k * bar_h + 8}" '
+                       f'font-size="9">{v:g}</text>')
+    axis_y = 40 + len(groups) * group_h
+    out.append(f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + plot_w}" y2="{axis_y}" stroke="#888"/>')
+    out.append(f'<text x="{label_w}" y="{axis_y + 16}">{esc(p["unit"])} (longest bar {top:g})</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def svg_path(r):
+    return os.path.join(RECORDS, r["name"] + ".svg")
 
 
 def table(r):
@@ -99,10 +159,20 @@ def page(recs):
             parts.append(f"    {r['command']}\n")
             parts.append(r["setup"] + "\n")
             parts.append(table(r) + "\n")
+            if "plot" in r:
+                parts.append(f"![{r['title']}: {r['plot']['column']}](performance/{r['name']}.svg)\n")
             parts += [f"- {n}" for n in r["notes"]]
             if r["notes"]:
                 parts.append("")
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def main():
@@ -119,17 +189,20 @@ def main():
         return
     text = page(recs)
     if a.check:
-        try:
-            with open(PAGE, encoding="utf-8") as f:
-                old = f.read()
-        except OSError:
-            old = None
+        old = read(PAGE)
         if old != text:
             fail(f"{PAGE} is not what the records give: run perf/tools/perf_tables.py")
+        for r in recs:
+            if "plot" in r and read(svg_path(r)) != svg(r):
+                fail(f"{svg_path(r)} is not what its record gives: run perf/tools/perf_tables.py")
         print(f"perf_tables: {len(recs)} records, docs/performance.md up to date")
         return
     with open(PAGE, "w", encoding="utf-8") as f:
         f.write(text)
+    for r in recs:
+        if "plot" in r:
+            with open(svg_path(r), "w", encoding="utf-8") as f:
+                f.write(svg(r))
     print(f"perf_tables: wrote docs/performance.md from {len(recs)} records")
 
 
