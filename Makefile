@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build build-asan build-tsan demo test test-release test-asan test-tsan bench install clean \
+.PHONY: all deps build build-asan build-tsan demo test test-release test-asan test-tsan bench plan-bench install clean \
         fuzz-deps build-fuzz fuzz
 
 all: build
@@ -87,8 +87,13 @@ python: deps $(BUILD)/CMakeCache.txt
 format: deps
 	bash tests/tools/format.sh --fix
 
+# The attention on serving scenarios against this machine's limits (ARGS: its options, e.g. ARGS="--runs 9").
 bench: build
-	./$(BUILD)/perf/uattn-plan-bench
+	./$(BUILD)/perf/uattn-bench $(ARGS)
+
+# The planner alone: one large serving step beside the numpy re-statement of the Gaudi planner.
+plan-bench: build
+	./$(BUILD)/perf/uattn-plan-bench $(ARGS)
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
