@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ref/dense_oracle.h"
+#include "support/dense_oracle.h"
 #include "common/random.h"
 #include "common/timing.h"
 #include "common/trace.h"

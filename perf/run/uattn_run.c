@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/npy.h"
 #include "common/timing.h"
 #include "convert.h"
-#include "run/step.h"
+#include "support/npy.h"
+#include "support/step.h"
 #include "uattn.h"
 
 #define EXIT_BAD 2

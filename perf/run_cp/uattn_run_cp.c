@@ -1,5 +1,5 @@
 /* uattn-run-cp: the step runner over MPI with context parallelism (issue 24). Every rank reads the same
- * STEP.json (perf/run/step.c), keeps its share of every request's KV cache (position p on rank (p / I) % N at
+ * STEP.json (support/step.c), keeps its share of every request's KV cache (position p on rank (p / I) % N at
  * local position (p / (I * N)) * I + p % I) in a cache of its own with its own block tables, plans and runs
  * its share (uattn_plan_config's cp_size / cp_rank / cp_interleave), and sends its partial output, in fp32
  * whatever the step's dtype (uattn_tensors.out_f32), and lse to rank 0 (MPI_Gather, rank order), which merges
@@ -22,7 +22,7 @@
 
 #include "common/timing.h"
 #include "convert.h"
-#include "run/step.h"
+#include "support/step.h"
 #include "uattn.h"
 #include "uattn_vllm.h"
 

@@ -1,5 +1,5 @@
 /* The strict JSON reader over cJSON that every JSON file of uattn is read with: tuning files
- * (tuning/tuning.c), uattn-run's STEP.json (perf/run/step.c), uattn-sweep's trace files (perf/sweep/workload.c).
+ * (tuning/tuning.c), uattn-run's STEP.json (support/step.c), uattn-sweep's trace files (perf/sweep/workload.c).
  * A file is one JSON object, nothing after it, no NUL byte; keys appear once and unknown keys are refused
  * (or reported and skipped); every refusal names the key's path ("entries[3].head_dim") and keeps the
  * first reason. Internal: the perf programs link uattn_static and include "common/json.h". */

@@ -435,7 +435,7 @@ Test(attention, out_f32_is_the_unrounded_output, .timeout = 300) {
  * kernels, split-K), cross attention, over block sizes of one tile to sixteen, head dims that are and are not
  * multiples of 32 (and 34: one dim pair past 32), GQA 1-8 and MQA, three dtypes, fp8 caches of both formats.
  * attention_run_check compares both caches byte for byte with the oracle's write (which addresses TILED
- * element by element, tests/ref/dense_oracle.c) and the output and lse with the oracle's. */
+ * element by element, support/dense_oracle.c) and the output and lse with the oracle's. */
 /* clang-format off */
 static const attention_case tiled_kinds[] = {
     {"TILED decode",                BATCH_DECODE,         16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 201},

@@ -1,5 +1,5 @@
 /* fp8 caches, the cache write: uattn_forward's real path (a prefill step whose k and v rows hold the values)
- * against the dense oracle's own quantizer (tests/ref/dense_oracle.h: a search over the 256 decoded codes),
+ * against the dense oracle's own quantizer (support/dense_oracle.h: a search over the 256 decoded codes),
  * bit for bit, for every value class of both formats: every code's value times the scale, the halfway points
  * between neighbours and either side of them (ties to even), the saturation edge, infinities, NaN,
  * subnormals and the halfway points below the smallest, both zeros; scales that divide exactly and one that

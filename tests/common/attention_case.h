@@ -1,11 +1,11 @@
 /* Building attention test cases: a batch of a given kind, random tensors, a plan, and the comparison of
- * uattn_forward with the dense double-precision oracle (tests/ref/dense_oracle.h). Shared by the attention
+ * uattn_forward with the dense double-precision oracle (support/dense_oracle.h). Shared by the attention
  * suites. */
 #ifndef UATTN_TEST_ATTENTION_CASE_H
 #define UATTN_TEST_ATTENTION_CASE_H
 
 #include "common/random_batch.h"
-#include "ref/dense_oracle.h"
+#include "support/dense_oracle.h"
 #include "common/support.h"
 
 typedef enum batch_kind {

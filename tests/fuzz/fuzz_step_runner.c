@@ -1,5 +1,5 @@
-/* libFuzzer target: the step runner's reading (perf/run/step.c: STEP.json, then the .npy tensors it names,
- * through perf/common/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
+/* libFuzzer target: the step runner's reading (support/step.c: STEP.json, then the .npy tensors it names,
+ * through support/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
  * other tensors a step may name (q.npy, k.npy, v.npy, kc.npy, vc.npy, heads.npy) are valid files written
  * once at start-up, so a step that names them gets past the reading of its tensors to the shape checks.
  * x.npy is also read on its own with npy_read, whose result must describe a readable array. */
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/npy.h"
-#include "run/step.h"
+#include "support/npy.h"
+#include "support/step.h"
 
 static volatile uint8_t data_sum; /* keeps the reads of an array's data */
 static char dir[] = "/tmp/uattn-fuzz-run-XXXXXX";

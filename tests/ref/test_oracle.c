@@ -1,4 +1,4 @@
-/* The dense attention oracle (tests/ref/dense_oracle.c) against things a reader can check by hand: one key,
+/* The dense attention oracle (support/dense_oracle.c) against things a reader can check by hand: one key,
  * equal scores, a 1:3 softmax, causal rows, windows, sinks, soft cap, ALiBi, GQA, layouts, encoder and cross
  * masks, the cache update slot by slot, and the fp16/bf16 conversions on their edge values and against a
  * brute-force nearest-value search. Then the oracle's tiled, threaded loops against a plain re-statement
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ref/dense_oracle.h"
+#include "support/dense_oracle.h"
 #include "common/support.h"
 
 /* No .timeout here: with timeouts and --jobs 2, Criterion 2.4.1's runner leaks in the parent process and

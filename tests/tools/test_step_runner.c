@@ -1,4 +1,4 @@
-/* The step runner (perf/run/uattn_run.c) and its .npy reader/writer (perf/common/npy.c).
+/* The step runner (perf/run/uattn_run.c) and its .npy reader/writer (support/npy.c).
  *
  * npy: round trips of every dtype and of odd shapes, NumPy's own files (when $UATTN_PYTHON has numpy),
  * every malformed header we could think of, each refused with its reason and without a leak.
@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/npy.h"
+#include "support/npy.h"
 #include "common/support.h"
-#include "ref/dense_oracle.h"
+#include "support/dense_oracle.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>

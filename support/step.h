@@ -1,14 +1,14 @@
-/* One attention step dumped from an engine, as uattn-run reads it (perf/run/step.c): STEP.json and the .npy
+/* One attention step dumped from an engine, as uattn-run reads it (support/step.c): STEP.json and the .npy
  * tensors it names, read and checked against each other; the format is in uattn-run --help. A library of its
  * own, so tests/fuzz/fuzz_step_runner.c reads steps as uattn-run does. */
-#ifndef UATTN_PERF_STEP_H
-#define UATTN_PERF_STEP_H
+#ifndef UATTN_SUPPORT_STEP_H
+#define UATTN_SUPPORT_STEP_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/npy.h"
+#include "support/npy.h"
 #include "uattn.h"
 
 typedef struct step_tensor {

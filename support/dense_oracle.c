@@ -13,7 +13,7 @@
  * order), so a row's answer does not depend on which rows share its tile: oracle_attention_rows and
  * oracle_attention agree bit for bit.
  */
-#include "dense_oracle.h"
+#include "support/dense_oracle.h"
 
 #include <math.h>
 #include <pthread.h>

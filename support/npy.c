@@ -1,6 +1,6 @@
 /* .npy files: a magic string, a version, a header that is a Python dict literal, then the raw data.
  * Format: https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html */
-#include "common/npy.h"
+#include "support/npy.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* uattn-run's reading of a step (step.h): STEP.json through the library's strict JSON reader, in the tool's
  * phrasing (every problem one "key: what" line), then the tensors it names, checked against the config. */
-#include "run/step.h"
+#include "support/step.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -6,8 +6,8 @@
  *
  * Every function here is a plain function of its arguments except oracle_last_error's per-thread message.
  */
-#ifndef UATTN_TEST_DENSE_ORACLE_H
-#define UATTN_TEST_DENSE_ORACLE_H
+#ifndef UATTN_SUPPORT_DENSE_ORACLE_H
+#define UATTN_SUPPORT_DENSE_ORACLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
