@@ -17,6 +17,7 @@
 #include "bench/limits.h"
 #include "bench/plot.h"
 #include "bench/scenarios.h"
+#include "common/args.h"
 #include "common/random.h"
 #include "common/timing.h"
 #include "convert.h"
@@ -63,14 +64,6 @@ static int bad_usage(const char *fmt, ...) {
   fprintf(stderr, "\n");
   va_end(ap);
   return 2;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  const long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
 }
 
 static int parse_presets(const char *s, options *o) {
@@ -131,12 +124,12 @@ static int parse_args(int argc, char **argv, options *o) {
           "serving-trace step's always are shuffled)\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
-      if (parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
+      if (perf_parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
     } else if (!strcmp(a, "--threads")) {
-      if (parse_int(v, 1, BENCH_LIMITS_MAX_THREADS, &o->threads))
+      if (perf_parse_int(v, 1, BENCH_LIMITS_MAX_THREADS, &o->threads))
         return bad_usage("--threads wants 1 to %d, not '%s'", BENCH_LIMITS_MAX_THREADS, v);
     } else if (!strcmp(a, "--block-size")) {
-      if (parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
+      if (perf_parse_int(v, 1, MAX_BLOCK_SIZE, &o->block_size))
         return bad_usage("--block-size wants 1 to %d, not '%s'", MAX_BLOCK_SIZE, v);
     } else if (!strcmp(a, "--dtype")) {
       if (!uattn_dtype_parse(v, false, &o->dtype) || o->dtype > UATTN_F16)
@@ -212,12 +205,6 @@ static void progress(const char *fmt, ...) {
   fprintf(stderr, "\r\033[K");
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-}
-
-static double median_of(const double *x, int n) {
-  double c[MAX_RUNS];
-  memcpy(c, x, sizeof(double) * (size_t)n);
-  return perf_median(c, n);
 }
 
 /* `runs` forwards on rt after one warm-up (page faults, scratch), each on cold caches. Before each run, and
@@ -298,8 +285,8 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
     snprintf(err, sizeof err, "%s", uattn_last_error());
   else if (bench_count_work(plan, &s.step, s.num_blocks, p, (int32_t)elem, (int32_t)celem, &res->work) == 0) {
     rc = 0;
-    res->ms_1 = median_of(res->one.s, res->one.n) * 1e3;
-    res->ms_all = median_of(res->all.s, res->all.n) * 1e3;
+    res->ms_1 = perf_median_of(res->one.s, res->one.n) * 1e3;
+    res->ms_all = perf_median_of(res->all.s, res->all.n) * 1e3;
   }
   res->preset = p;
   res->c = c;
@@ -349,8 +336,8 @@ static rates rates_of(const options *o, const case_result *r, const bench_limits
              .gbs_all = bytes / r->ms_all * 1e-6,
              .gflops_1 = r->work.flops / r->ms_1 * 1e-6,
              .gflops_all = r->work.flops / r->ms_all * 1e-6,
-             .read_1 = median_of(r->one.read_gbs, r->one.n),
-             .read_all = median_of(r->all.read_gbs, r->all.n)};
+             .read_1 = perf_median_of(r->one.read_gbs, r->one.n),
+             .read_all = perf_median_of(r->all.read_gbs, r->all.n)};
   x.frac_read_1 = paired_fraction(&r->one, bytes), x.frac_read_all = paired_fraction(&r->all, bytes);
   x.frac_1 = x.memory ? x.frac_read_1 : x.gflops_1 / lim->fma_gflops_1;
   x.frac_all = x.memory ? x.frac_read_all : x.gflops_all / lim->fma_gflops_all;

@@ -1,5 +1,5 @@
 #include "bench/limits.h"
-#include "bench/probe.h"
+#include "common/probe.h"
 
 #include <pthread.h>
 #include <stdlib.h>

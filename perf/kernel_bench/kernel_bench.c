@@ -41,21 +41,11 @@
  * a shared host whose speed drifts by tens of % within minutes, this is how a change of a few % is seen at all:
  * one process, pinned (taskset -c 1), 31 runs or more.
  *
- * --pipes (a CPU with AVX512-BF16): which instructions of the bf16 decode kernels compete with vdpbf16ps for
- * the core's pipes (pipes.c): what a change that trades a shuffle for a load, or an exponential's FMAs for
- * something else, can buy, on a machine whose PMU counts nothing (a VM).
- *
- * --overlap: how much of a compute load a cold walk over memory can hide on this core, for the ways a decode
- * walk reads its keys and values (overlap.c): two streams, two streams asking a share ahead (the kernels'
- * way), one stream; the ceiling a decode kernel with that much compute can reach against the plain read.
- *
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--cpu-time]
- *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]
- *   uattn-kernel-bench [RUNS] --pipes [--cpu-time]                    (RUNS: timed runs per figure, 7 by default)
- *   uattn-kernel-bench [RUNS] --overlap [--cpu-time] */
+ *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]          (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,11 +59,10 @@
 #include "common/timing.h"
 #include "avx2/xsmm.h"
 #include "avx512bf16/avx512bf16.h"
-#include "bench/probe.h"
-#include "kernel_bench/overlap.h"
-#include "kernel_bench/pipes.h"
+#include "common/args.h"
+#include "common/probe.h"
 
-enum { GROUP = 4, KV_HEADS = 8, MAX_KEYS = 512 };
+enum { GROUP = 4, KV_HEADS = 8, MAX_KEYS = 512, MAX_RUNS = 64 };
 
 /* The bucket's shape, which every figure is timed on (main sets it: --bucket, by default kernel_variant.c's):
  * the head dim, the keys of a cache block, the cache's dtype, and the blocks of the cold walks' 256 MiB cache. */
@@ -89,62 +78,28 @@ static const uattn_bucket_kernels *const variant_buckets[] = {&uattn_variant_buc
 static int runs = 7;
 static int cpu_time; /* --cpu-time: the thread's CPU time, not the wall clock */
 
-/* Seconds on the clock the figures are timed with. On a shared host the thread's CPU time leaves out the
- * time it waits for a core (cache and memory contention still show). */
-static double now(void) {
-  if (!cpu_time) return perf_seconds();
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 42;
 static float unit(void) { return (float)(perf_random_next(&rng) >> 40) * 0x1.0p-24f * 2.0f - 1.0f; }
 
-enum { MAX_CASES = PIPES_KINDS > 4 * OVERLAP_WORKS + 1 ? PIPES_KINDS : 4 * OVERLAP_WORKS + 1, MAX_RUNS = 64 };
-
-/* Median seconds per call of fn(arg[s], i) for n <= MAX_CASES cases (the two sets; hot, cold and a plain
- * read; A and B hot and cold; the layouts; the pipes' loops; the overlap walks), their runs interleaved (portable, avx2, portable, ...) so that all see the same machine: on a shared
- * host its speed drifts by tens of % within a minute. raw (or NULL): every run's seconds per call, case by
- * case, in run order. */
+/* perf_time_interleaved on this tool's runs and clock (--cpu-time: the thread's CPU time, which on a shared
+ * host leaves out the time it waits for a core). */
 static void time_interleaved(void (*fn)(void *, long), int n, void *const arg[], double seconds[],
-                             double (*raw)[MAX_RUNS]) {
-  double t[MAX_CASES][MAX_RUNS];
-  long calls[MAX_CASES];
-  for (int s = 0; s < n; s++) calls[s] = 1;
-  for (int s = 0; s < n; s++)
-    for (;;) { /* calibrate */
-      const double t0 = now();
-      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      if (now() - t0 > 0.02) break;
-      calls[s] *= 2;
-    }
-  for (int r = 0; r < runs; r++)
-    for (int s = 0; s < n; s++) {
-      const double t0 = now();
-      for (long i = 0; i < calls[s]; i++) fn(arg[s], i);
-      t[s][r] = (now() - t0) / calls[s];
-    }
-  if (raw) memcpy(raw, t, sizeof t[0] * (size_t)n);
-  for (int s = 0; s < n; s++) {
-    qsort(t[s], (size_t)runs, sizeof *t[s], perf_compare_double);
-    seconds[s] = t[s][runs / 2];
-  }
+                             double (*raw)[PERF_MAX_RUNS]) {
+  perf_time_interleaved(fn, n, arg, runs, cpu_time ? perf_thread_cpu_seconds : perf_seconds, seconds, raw);
 }
 
 /* The quartiles of a's time over b's (b's speedup), run by run: interleaved runs saw the same machine, so
  * their ratios spread far less than either time does. */
 static void speedup_quartiles(const double *a, const double *b, double q[3]) {
-  double r[MAX_RUNS];
+  double r[PERF_MAX_RUNS];
   for (int i = 0; i < runs; i++) r[i] = a[i] / b[i];
-  qsort(r, (size_t)runs, sizeof *r, perf_compare_double);
-  q[0] = r[runs / 4], q[1] = r[runs / 2], q[2] = r[(3 * runs) / 4];
+  perf_quartiles(r, runs, q);
 }
 
 /* time_interleaved for two cases, and the quartiles of the second's speedup over the first (the first's time
  * over the second's, run by run), or NULL. */
 static void time_both(void (*fn)(void *, long), void *const arg[2], double seconds[2], double speedup[3]) {
-  double raw[2][MAX_RUNS];
+  double raw[2][PERF_MAX_RUNS];
   time_interleaved(fn, 2, arg, seconds, raw);
   if (speedup) speedup_quartiles(raw[0], raw[1], speedup);
 }
@@ -153,7 +108,7 @@ static void time_both(void (*fn)(void *, long), void *const arg[2], double secon
 
 enum { FMA_ITERS = 100000 };
 
-/* uattn-bench's probe (bench/probe.h) on ymm, a call at a time for time_both. */
+/* uattn-bench's probe (common/probe.h) on ymm, a call at a time for time_both. */
 static void fma_loop(void *arg, long call) {
   (void)call;
   ((double *)arg)[0] += bench_probe_fma(FMA_ITERS, 8);
@@ -337,12 +292,12 @@ typedef struct decode_case {
   float sink[8];
 } decode_case;
 
-/* A block's keys, then its values, read whole (overlap_read): the memory time of a call. Whole 128-byte lines
+/* A block's keys, then its values, read whole (bench_probe_read_words): the memory time of a call. Whole 128-byte lines
  * (a block's bytes are a multiple of 128 when the head dim is of 8, as decode needs). */
 static void read_block(const char *k, const char *v, float *sink) {
   const size_t n = (size_t)block_keys * KV_HEADS * head_dim * uattn_dtype_size(cache_dtype) / 128 * 128;
-  overlap_read(k, n, sink);
-  overlap_read(v, n, sink);
+  bench_probe_read_words(k, n, sink);
+  bench_probe_read_words(v, n, sink);
 }
 
 /* The set's decode kernel over every KV head of the n blocks at k[], v[] as the forward calls it, each call
@@ -424,7 +379,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
                             {variant, k, v, hnd, 1, list, job, scratch, {0}},
                             {set, k, v, hnd, cold_blocks, list, job, scratch, {0}},
                             {variant, k, v, hnd, cold_blocks, list, job, scratch, {0}}};
-        double sec[4], raw[4][MAX_RUNS], hot[3], cold[3];
+        double sec[4], raw[4][PERF_MAX_RUNS], hot[3], cold[3];
         time_interleaved(run_decode, 4, (void *const[4]){&c[0], &c[1], &c[2], &c[3]}, sec, raw);
         speedup_quartiles(raw[0], raw[1], hot), speedup_quartiles(raw[2], raw[3], cold);
         printf("  %-34s %8.1f %8.1f %6.3fx [%5.3f %5.3f] %8.1f %8.1f %6.3fx [%5.3f %5.3f]\n", name, sec[0] / kh * 1e9,
@@ -465,7 +420,7 @@ typedef enum block_layout {
   LAYOUT_TILED,    /* uattn's own (UATTN_LAYOUT_TILED): keys, then values, in 16-key tiles of every head in
                    * turn, the set's decode_tiled, one call a block */
   LAYOUT_TILED_KV, /* not a layout of uattn's: TILED with each head's values of a tile right after its keys, so
-                    * that the walk (of bf16; fp8's shares are two tiles) is one ascending stream (--overlap) */
+                    * that the walk (of bf16; fp8's shares are two tiles) is one ascending stream (uattn-experiments overlap) */
   LAYOUT_READ,     /* no kernel: a plain read of the block's bytes, in address order */
 } block_layout;
 
@@ -544,15 +499,15 @@ static int bench_decode_layouts(const uattn_kernels *set, const char *which) {
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
     decode_rows_init(&d, rows, block_keys);
-    layout_case c[MAX_CASES] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
-                                {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
-                                {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
-                                {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
-                                {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}},
-                                {set, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
-                                {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}},
-                                {set, LAYOUT_TILED_KV, kv, cold_blocks, d.job, d.scratch, {0}}};
-    double sec[MAX_CASES];
+    layout_case c[PERF_MAX_CASES] = {{set, LAYOUT_NHD, kv, 1, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_NHD, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_HND, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_HEAD_KV, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {set, LAYOUT_TILED_KV, kv, cold_blocks, d.job, d.scratch, {0}}};
+    double sec[PERF_MAX_CASES];
     const int n = tiled ? 8 : 5;
     time_interleaved(run_layout, n, (void *const[8]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]}, sec,
                      NULL);
@@ -720,103 +675,8 @@ static const uattn_kernels *generic_set(const char *isa) {
   return &uattn_kernels_avx2;
 }
 
-/* --pipes: each loop kind 1000 times a call (pipes.c, whose loops keep their values live themselves). */
-static void run_pipes(void *arg, long call) {
-  (void)call;
-  float sink[16];
-  pipes_loop(*(const int *)arg, 1000, sink);
-}
-
-static int bench_pipes(void) {
-  if (!uattn_avx512bf16_runs_here()) {
-    printf("  --pipes: this CPU lacks AVX512-BF16 (or VBMI): no vdpbf16ps to compete with\n");
-    return 0;
-  }
-  int kinds[PIPES_KINDS];
-  void *arg[PIPES_KINDS];
-  for (int k = 0; k < PIPES_KINDS; k++) kinds[k] = k, arg[k] = &kinds[k];
-  double t[PIPES_KINDS];
-  time_interleaved(run_pipes, PIPES_KINDS, arg, t, NULL);
-  const double dot = t[PIPES_DOT] / 12e3; /* seconds a dot product, at their throughput */
-  printf(
-      "  what competes with vdpbf16ps zmm: loops of 12 of them and 6 of another instruction (a ring of\n"
-      "  results), against the 12 alone; the time one of them adds, in dot-product slots (0: pipes of its\n"
-      "  own; 1: a dot product's place)\n\n");
-  printf("  %-40s %9.3f ns     %.1f a ns\n", pipes_names[PIPES_DOT], dot * 1e9, 1e-9 / dot);
-  for (int k = PIPES_DOT_BCAST; k <= PIPES_DOT_LOADED; k++) /* the dot products' own broadcasts */
-    printf("  %-40s %9.3f ns     %.2f slots\n", pipes_names[k], t[k] / 12e3 * 1e9, t[k] / t[PIPES_DOT]);
-  for (int k = PIPES_DOT_LOADED + 1; k < PIPES_KINDS; k++) {
-    const double extra = (t[k] - t[PIPES_DOT]) / 6e3;
-    printf("  %-40s %+9.3f ns     %.2f slots\n", pipes_names[k], extra * 1e9, extra > 0 ? extra / dot : 0.0);
-  }
-  return 0;
-}
-
-/* --overlap: overlap.c's walks over 512 MiB (two 256 MiB regions, or one stream through both), cold, and 4
- * shares again and again, hot, at each compute load, against the plain read of the same bytes. */
-typedef struct overlap_case {
-  int work; /* index into overlap_work; -1: the plain read */
-  const char *k, *v;
-  size_t step, shares, mask;
-  bool ask;
-  size_t bytes; /* read a call */
-} overlap_case;
-
-static void run_overlap(void *arg, long call) {
-  (void)call;
-  const overlap_case *c = arg;
-  float sink[8];
-  if (c->work < 0)
-    overlap_read(c->k, c->bytes, sink);
-  else
-    overlap_walk(c->work, c->k, c->v, c->step, c->shares, c->mask, c->ask, sink);
-  __asm__ volatile("" : : "r"(sink) : "memory");
-}
-
-static int bench_overlap(void) {
-  const size_t half = (size_t)256 << 20, shares = half / OVERLAP_SHARE;
-  void *mem = NULL;
-  if (uattn_cache_alloc(2 * half, &mem) != UATTN_OK) {
-    fprintf(stderr, "uattn-kernel-bench: %s\n", uattn_last_error());
-    return 1;
-  }
-  char *buf = mem;
-  memset(buf, 0x3f, 2 * half); /* every float 0.75: no denormals in the FMAs, and the pages are there */
-  printf(
-      "  a walk over 512 MiB in %d-byte shares, a share of keys then one of values, each 64-byte line fed to a\n"
-      "  number of FMAs; ns per 512 bytes (a key and KV head of bf16 at head dim 128), and (the plain read's\n"
-      "  time over the walk's: the share of the bandwidth reached)\n\n",
-      OVERLAP_SHARE);
-  enum { HOT, TWO, ASK, ONE, KINDS };
-  overlap_case c[OVERLAP_WORKS * KINDS + 1];
-  void *arg[OVERLAP_WORKS * KINDS + 1];
-  for (int w = 0; w < OVERLAP_WORKS; w++) {
-    /* hot: 4 shares of each region (32 KB), as many lines a call as a cold walk's sixteenth */
-    c[w * KINDS + HOT] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares / 16, 3, false, 0};
-    c[w * KINDS + TWO] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares, ~(size_t)0, false, 0};
-    c[w * KINDS + ASK] = (overlap_case){w, buf, buf + half, OVERLAP_SHARE, shares, ~(size_t)0, true, 0};
-    c[w * KINDS + ONE] = (overlap_case){w, buf, buf + OVERLAP_SHARE, 2 * OVERLAP_SHARE, shares, ~(size_t)0, false, 0};
-  }
-  c[OVERLAP_WORKS * KINDS] = (overlap_case){-1, buf, NULL, 0, 0, 0, false, 2 * half};
-  for (int i = 0; i <= OVERLAP_WORKS * KINDS; i++) arg[i] = &c[i];
-  double sec[OVERLAP_WORKS * KINDS + 1];
-  time_interleaved(run_overlap, OVERLAP_WORKS * KINDS + 1, arg, sec, NULL);
-  const double per = 512.0 / (2.0 * (double)half) * 1e9; /* seconds of a cold call to ns per 512 bytes */
-  const double read = sec[OVERLAP_WORKS * KINDS] * per;
-  printf("  %-14s %8s %16s %16s %16s\n", "FMAs a line", "hot", "two streams", "+ asks", "one stream");
-  for (int w = 0; w < OVERLAP_WORKS; w++) {
-    const double *t = sec + w * KINDS;
-    printf("  %-14d %8.1f", overlap_work[w], t[HOT] * per * 16);
-    for (int k = TWO; k <= ONE; k++) printf(" %9.1f (%3.0f%%)", t[k] * per, 100 * read / (t[k] * per));
-    printf("\n");
-  }
-  printf("  %-14s %8s %9.1f\n", "plain read", "", read);
-  uattn_cache_free(buf, 2 * half);
-  return 0;
-}
-
 int main(int argc, char **argv) {
-  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0, pipes = 0, overlap = 0;
+  int bucket = 0, xsmm = 0, decode = 0, variant = 0, layouts = 0;
   const char *spec = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--bucket")) {
@@ -830,24 +690,17 @@ int main(int argc, char **argv) {
       decode = layouts = 1;
     else if (!strcmp(argv[i], "--variant"))
       variant = 1;
-    else if (!strcmp(argv[i], "--pipes"))
-      pipes = 1;
-    else if (!strcmp(argv[i], "--overlap"))
-      overlap = 1;
     else if (!strcmp(argv[i], "--cpu-time"))
       cpu_time = 1;
-    else
-      runs = atoi(argv[i]);
+    else if (perf_parse_int(argv[i], 1, MAX_RUNS, &runs))
+      runs = 0; /* refused below, with the usage */
   }
-  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant) ||
-      ((pipes || overlap) && (xsmm || bucket || decode || variant)) || (pipes && overlap)) {
-    fprintf(
-        stderr,
-        "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
-        "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
-        "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n       uattn-kernel-bench [RUNS] --pipes "
-        "[--cpu-time]\n       uattn-kernel-bench [RUNS] --overlap [--cpu-time]\n",
-        MAX_RUNS);
+  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant)) {
+    fprintf(stderr,
+            "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
+            "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
+            "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
+            MAX_RUNS);
     return 2;
   }
   if (!uattn_avx2_runs_here()) {
@@ -898,8 +751,6 @@ int main(int argc, char **argv) {
    * Intel servers) peaks at twice this, which uattn-bench's machine line reports */
   printf("  this core's fp32 FMA peak on ymm: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
-  if (pipes) return bench_pipes();
-  if (overlap) return bench_overlap();
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const bool own = e && e->set.decode;

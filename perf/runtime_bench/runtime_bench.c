@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "common/timing.h"
 #include "threads/pool.h" /* uattn_runtime_run: internal, so this links the static library */
 #include "uattn.h"
 
@@ -32,16 +33,7 @@ static void empty_job(void *ctx, int32_t worker, int32_t num_workers) {
   (void)num_workers;
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+static double now_us(void) { return perf_seconds() * 1e6; }
 
 static void sleep_us(int us) {
   struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
@@ -81,7 +73,7 @@ static int bench(int32_t threads, int spin_us, bool pin_caller, int gap_us, int 
         break;
       }
   }
-  qsort(t, (size_t)iters, sizeof *t, cmp_double);
+  qsort(t, (size_t)iters, sizeof *t, perf_compare_double);
   printf("%-6s %7d %7d %-6s %10.2f %8.2f %8.2f %6.0f%%\n", regime, threads, spin_us, pin_caller ? "yes" : "no",
          t[iters / 2], t[iters * 9 / 10], t[iters * 99 / 100], 100.0 * shared / iters);
   free(t);
@@ -129,7 +121,7 @@ static double forward_us(int32_t decodes, int iters) {
       }
       if (i >= 100) times[i - 100] = now_us() - t0; /* the first 100 warm up */
       if (i == iters + 99) {
-        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        qsort(times, (size_t)iters, sizeof *times, perf_compare_double);
         median = times[iters / 2];
       }
     }

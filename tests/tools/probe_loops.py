@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Holds perf/bench/probe.c's loops to their intent, on the object the compiler made of them.
+"""Holds perf/common/probe.c's loops to their intent, on the object the compiler made of them.
 
     probe_loops.py PROBE_H PROBE_OBJECT
 

@@ -1,10 +1,10 @@
-/* uattn-kernel-bench --pipes: which instructions the decode kernels use beside vdpbf16ps compete with it for
+/* uattn-experiments pipes: which instructions the decode kernels use beside vdpbf16ps compete with it for
  * the core's pipes. Each loop issues 12 independent vdpbf16ps zmm (enough chains to run them at their
  * throughput) and 6 of one other instruction, whose 6 results feed each other in a ring (so none is dead and
  * its latency stays below the dot products' time); against the loop of dot products alone, the time one of
  * them adds, in dot-product slots (0: it runs on pipes of its own; 1: it takes a dot product's place). A
  * machine without a PMU (a VM) says no more than this about where a kernel's cycles go. */
-#include "kernel_bench/pipes.h"
+#include "experiments/pipes.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

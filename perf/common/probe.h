@@ -1,10 +1,10 @@
-/* The loops that measure a core's limits, shared by uattn-bench (limits.c: its machine lines) and
- * uattn-kernel-bench (its FMA peak): fp32 FMAs, bf16 pair products (vdpbf16ps), AMX bf16 tile products
- * (tdpbf16ps) and a streaming read. Each loop runs on the calling thread; timing and threads are the caller's.
+/* The loops that measure a core's limits, shared by uattn-bench (bench/limits.c: its machine lines),
+ * uattn-kernel-bench (its FMA peak, the plain read its decode walks are held to) and uattn-experiments: fp32
+ * FMAs, bf16 pair products (vdpbf16ps), AMX bf16 tile products (tdpbf16ps) and streaming reads. Each loop runs on the calling thread; timing and threads are the caller's.
  * tests/tools/probe_loops.py reads this object's disassembly: each loop must keep its CHAINS accumulators in
  * registers, independent of each other, or it measures the compiler instead of the core. */
-#ifndef UATTN_PERF_BENCH_PROBE_H
-#define UATTN_PERF_BENCH_PROBE_H
+#ifndef UATTN_PERF_PROBE_H
+#define UATTN_PERF_PROBE_H
 
 #include <stddef.h>
 
@@ -42,5 +42,10 @@ double bench_probe_amx(long iters);
 
 /* The sum of x[0, n) read once front to back (n a multiple of 32, x 32-byte aligned): a streaming read. */
 double bench_probe_read(const float *x, size_t n);
+
+/* The n bytes at p (a multiple of 128) read once front to back and summed as 16-bit words into sink, no float
+ * ever seeing them (a cache's bits would be NaNs and denormals to a float add): the plain read a kernel's walk
+ * over the same bytes is held to. x86 CPUs with AVX2 only (the caller checks: no test a call, calls are short). */
+void bench_probe_read_words(const char *p, size_t n, float sink[8]);
 
 #endif

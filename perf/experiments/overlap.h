@@ -1,7 +1,7 @@
-/* uattn-kernel-bench --overlap (overlap.c): how much of a compute load a cold walk over memory hides, for the
+/* uattn-experiments overlap (overlap.c): how much of a compute load a cold walk over memory hides, for the
  * ways a decode kernel's walk can read its keys and values. */
-#ifndef UATTN_PERF_OVERLAP_H
-#define UATTN_PERF_OVERLAP_H
+#ifndef UATTN_PERF_EXPERIMENTS_OVERLAP_H
+#define UATTN_PERF_EXPERIMENTS_OVERLAP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,9 +18,5 @@ extern const int overlap_work[OVERLAP_WORKS];
  * its place in the next share (step bytes on) into L1, as the decode kernels' walks do. sink: the sums. */
 void overlap_walk(int w, const char *k, const char *v, size_t step, size_t shares, size_t mask, bool ask,
                   float sink[8]);
-
-/* The plain read of n bytes (a multiple of 128) in address order, summed as 16-bit words (no float ever sees
- * the bytes): --overlap's reference, and --decode's and --decode-layouts' (a block's keys, then its values). */
-void overlap_read(const char *p, size_t n, float sink[8]);
 
 #endif

@@ -1,4 +1,4 @@
-/* uattn-kernel-bench --overlap: how much of a compute load a cold walk over memory hides, measured with a
+/* uattn-experiments overlap: how much of a compute load a cold walk over memory hides, measured with a
  * synthetic load so that only the walk's reading differs. A decode kernel reads a share of keys then a share
  * of values and computes on every line; on one core its time is the memory's only where the compute hides
  * behind the reads. The walks here read as the decode kernels do, in 4 KB shares, keys then values, with
@@ -8,7 +8,7 @@
  *   one stream    each share's values right after its keys, the walk one ascending stream.
  * Hot (the same 4 shares again and again) says what the compute costs alone; a cold walk's time against the
  * plain read's says what share of the bandwidth a kernel with that much compute can reach at best. */
-#include "kernel_bench/overlap.h"
+#include "experiments/overlap.h"
 
 /* The compute loads, each X(W, FMAS): W FMAs a line, written out as FMAS (FMA4(g): 4 of them into group g of
  * the 12 accumulators, below; the groups taken in turn). With none, each line is folded into a sum (a multiply
@@ -70,19 +70,10 @@ void overlap_walk(int w, const char *k, const char *v, size_t step, size_t share
   walk[w](k, v, step, shares, mask, ask, sink);
 }
 
-OVERLAP_TARGET void overlap_read(const char *p, size_t n, float sink[8]) {
-  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-  for (size_t i = 0; i < n; i += 128)
-    for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const __m256i *)(p + i + 32 * x)));
-  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
-  _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
-}
-
-#else /* the tool's other modes build elsewhere; main() never asks for this one off x86 */
+#else /* builds anywhere; main() refuses a CPU without AVX2 before any walk */
 void overlap_walk(int w, const char *k, const char *v, size_t step, size_t shares, size_t mask, bool ask,
                   float sink[8]) {
   (void)w, (void)v, (void)step, (void)shares, (void)mask, (void)ask;
   sink[0] = (float)k[0];
 }
-void overlap_read(const char *p, size_t n, float sink[8]) { (void)n, sink[0] = (float)p[0]; }
 #endif

@@ -1,6 +1,6 @@
-/* uattn-kernel-bench --pipes (pipes.c): loops of 12 vdpbf16ps and 6 of another instruction. */
-#ifndef UATTN_PERF_PIPES_H
-#define UATTN_PERF_PIPES_H
+/* uattn-experiments pipes (pipes.c): loops of 12 vdpbf16ps and 6 of another instruction. */
+#ifndef UATTN_PERF_EXPERIMENTS_PIPES_H
+#define UATTN_PERF_EXPERIMENTS_PIPES_H
 
 enum pipes_kind {
   PIPES_DOT, /* the dot products alone: the baseline */

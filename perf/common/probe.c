@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* syscall(), for the OS's grant of the AMX tile state */
-#include "bench/probe.h"
+#include "common/probe.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -91,8 +91,17 @@ __attribute__((target("avx2"), PROBE_LOOP)) static double probe_read_ymm(const f
   _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
+
+__attribute__((target("avx2"))) void bench_probe_read_words(const char *p, size_t n, float sink[8]) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (size_t i = 0; i < n; i += 128)
+    for (int x = 0; x < 4; x++) a[x] = _mm256_add_epi16(a[x], _mm256_loadu_si256((const __m256i *)(p + i + 32 * x)));
+  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(a[0], a[1]), _mm256_add_epi16(a[2], a[3]));
+  _mm256_storeu_ps(sink, _mm256_castsi256_ps(t));
+}
 #else
 int bench_probe_fma_lanes(void) { return 1; }
+void bench_probe_read_words(const char *p, size_t n, float sink[8]) { (void)n, sink[0] = (float)p[0]; }
 #endif
 
 /* The scalar loops, where the CPU has no vector FMA these know. */
