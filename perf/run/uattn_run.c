@@ -6,8 +6,6 @@
  * metadata. Every problem is one line on stderr naming the JSON key or the file, and exit status 2: an
  * engine developer fixes the dump, not this tool. The step's reading and checks are in step.c. */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +13,8 @@
 
 #include "common/timing.h"
 #include "convert.h"
+#include "run/runner.h"
 #include "support/npy.h"
-#include "support/step.h"
 #include "uattn.h"
 
 #define EXIT_BAD 2
@@ -47,30 +45,12 @@ static const char usage_text[] =
     "values [num_blocks, block_size / 16, Hkv, 8, D, 2].\n"
     "Exit status: 0, or 2 with one line on stderr naming the key or file at fault.\n";
 
-/* ---- errors ------------------------------------------------------------------------------------------ */
-
-static char error_line[2048];
 static volatile float evict_sink; /* what the eviction read sums, kept so that the read is done */
-
-/* Records the first failure; callers return -1 and unwind, and main prints it once. */
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(error_line, sizeof error_line, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int fail_lib(const char *call, uattn_status st) {
-  return fail("%s: %s (%s)", call, uattn_last_error(), uattn_status_name(st));
-}
 
 /* ---- the run ------------------------------------------------------------------------------------------ */
 
 typedef struct run {
-  /* options */
-  const char *json_path, *out_dir;
-  int repeat;
+  runner_options o; /* STEP.json, --out, --repeat */
   bool dump_biases;
 
   step s;                        /* STEP.json and its tensors (step.h) */
@@ -93,17 +73,11 @@ static void run_free(run *r) {
   uattn_runtime_destroy(r->rt);
 }
 
-/* Workers the runtime really has (the step's "threads", or the default when absent). */
-static int32_t runtime_workers(const uattn_runtime *rt) {
-  uattn_topology topo;
-  return uattn_runtime_get_topology(rt, &topo) == UATTN_OK ? topo.num_workers : 0;
-}
-
 /* ---- output ------------------------------------------------------------------------------------------ */
 
 static int write_npy(const run *r, const char *name, npy_dtype dtype, int ndim, const int64_t *shape,
                      const void *data) {
-  return step_write_npy(r->out_dir, name, dtype, ndim, shape, data, error_line, sizeof error_line);
+  return step_write_npy(r->o.out_dir, name, dtype, ndim, shape, data, runner_error, sizeof runner_error);
 }
 
 /* The graph tensors. The shared bias goes alone first: the planner refuses it above its byte limit,
@@ -115,14 +89,14 @@ static int dump_biases(run *r) {
   if (st == UATTN_ERR_TOO_LARGE) {
     fprintf(stderr, "uattn-run: warning: shared_bias.npy skipped (UATTN_ERR_TOO_LARGE): %s\n", uattn_last_error());
   } else if (st != UATTN_OK) {
-    return fail_lib("uattn_plan_materialize", st);
+    return runner_fail_lib("uattn_plan_materialize", st);
   } else {
     const int64_t shape[] = {s.shape.query_len, s.shape.shared_blocks, bs};
     if (write_npy(r, "shared_bias.npy", NPY_F4, 3, shape, s.shared_bias)) return -1;
   }
   st =
       uattn_plan_materialize(r->plan, UATTN_GRAPH_CAUSAL_BIAS | UATTN_GRAPH_SHARED_USAGE | UATTN_GRAPH_UNIQUE_BIAS, &s);
-  if (st != UATTN_OK) return fail_lib("uattn_plan_materialize", st);
+  if (st != UATTN_OK) return runner_fail_lib("uattn_plan_materialize", st);
   const int64_t tq = s.shape.query_len, ts = s.shape.shared_blocks, tu = s.shape.unique_blocks;
   const int64_t causal[] = {tq, tq}, usage[] = {tq, ts}, ubias[] = {tu, bs}, umap[] = {tu}, shared[] = {ts};
   if (write_npy(r, "causal_bias.npy", NPY_F4, 2, causal, s.causal_bias) ||
@@ -134,7 +108,7 @@ static int dump_biases(run *r) {
   uattn_plan_info in;
   uattn_plan_get_info(r->plan, &in);
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(ts ? ts : 1));
-  if (!ids) return fail("shared_blocks.npy: out of memory");
+  if (!ids) return runner_fail("shared_blocks.npy: out of memory");
   for (int64_t i = 0; i < ts; i++) ids[i] = i < in.num_shared_blocks ? in.shared_blocks[i] : -1;
   const int rc = write_npy(r, "shared_blocks.npy", NPY_I4, 1, shared, ids);
   free(ids);
@@ -144,17 +118,11 @@ static int dump_biases(run *r) {
 /* ---- running ------------------------------------------------------------------------------------------ */
 
 static int execute(run *r) {
-  const uattn_plan_config pc = step_plan_config(&r->s);
-  if (step_make_dir(r->out_dir, error_line, sizeof error_line)) return -1;
-  uattn_status st = uattn_plan_create(&pc, &r->plan);
-  if (st) return fail_lib("uattn_plan_create", st);
-  const uattn_step batch = step_batch(&r->s);
-  if ((st = uattn_plan_step(r->plan, &batch))) return fail_lib("uattn_plan_step", st);
+  if (step_make_dir(r->o.out_dir, runner_error, sizeof runner_error)) return -1;
   uattn_plan_info in;
-  uattn_plan_get_info(r->plan, &in);
-  if (in.num_tokens != r->s.num_tokens) /* the shapes were checked against our reading of the draft rule */
-    return fail("requests: the planner schedules %d tokens, the runner expected %d (uattn-run bug)", in.num_tokens,
-                r->s.num_tokens);
+  if (runner_plan_step(&r->s, "uattn-run", &r->plan, &in)) return -1;
+  const uattn_step batch = step_batch(&r->s);
+  uattn_status st;
 
   const size_t rows = (size_t)r->s.num_tokens * (size_t)r->s.hq;
   const size_t cache_bytes = r->s.t[STEP_KEY_CACHE].a.count * uattn_dtype_size(r->s.cache_dtype);
@@ -162,41 +130,29 @@ static int execute(run *r) {
    * over the cache, and on 4 KiB pages each 4 KiB costs a TLB miss */
   r->cache_bytes = cache_bytes ? cache_bytes : 1;
   if (uattn_cache_alloc(r->cache_bytes, &r->key_cache) || uattn_cache_alloc(r->cache_bytes, &r->value_cache))
-    return fail("out of memory for the caches");
+    return runner_fail("out of memory for the caches");
   r->out = malloc(rows * (size_t)r->s.head_dim * uattn_dtype_size(r->s.dtype) + 1);
   r->lse = malloc(sizeof(float) * rows + 1);
-  if (!r->out || !r->lse) return fail("out of memory for the outputs");
+  if (!r->out || !r->lse) return runner_fail("out of memory for the outputs");
   memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
   memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
 
   const uattn_layer layer = step_layer(&r->s);
-  uattn_tensors t;
-  memset(&t, 0, sizeof t);
-  t.q = r->s.t[STEP_Q].a.data;
-  t.k = r->s.t[STEP_K].a.data;
-  t.v = r->s.t[STEP_V].a.data;
-  t.key_cache = r->key_cache;
-  t.value_cache = r->value_cache;
-  t.num_blocks = r->s.num_blocks;
-  t.block_size = r->s.block_size;
-  t.out = r->out;
-  t.lse = r->lse;
-  uattn_runtime_config rt_config = uattn_runtime_config_default();
-  rt_config.num_threads = r->s.threads;
-  if ((st = uattn_runtime_create(&rt_config, &r->rt))) return fail_lib("uattn_runtime_create", st);
-  if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) return fail_lib("uattn_forward", st);
+  uattn_tensors t = runner_tensors(&r->s, r->key_cache, r->value_cache, r->s.num_blocks, r->out, r->lse);
+  if (runner_runtime(r->s.threads, &r->rt)) return -1;
+  if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) return runner_fail_lib("uattn_forward", st);
 
-  if (step_write_results(&r->s, r->out_dir, r->out, r->lse, r->key_cache, r->value_cache, error_line,
-                         sizeof error_line) ||
-      step_write_plan(&in, r->out_dir, error_line, sizeof error_line))
+  if (step_write_results(&r->s, r->o.out_dir, r->out, r->lse, r->key_cache, r->value_cache, runner_error,
+                         sizeof runner_error) ||
+      step_write_plan(&in, r->o.out_dir, runner_error, sizeof runner_error))
     return -1;
   if (r->dump_biases && dump_biases(r)) return -1;
   printf(
       "uattn-run: %d requests, %d query rows, %d sampled; %d shared blocks (%d spans), %d unique blocks; "
       "wrote %s\n",
       in.num_reqs, in.num_tokens, in.num_logits, in.num_shared_blocks, in.num_shared_spans, in.num_unique_blocks,
-      r->out_dir);
-  if (!r->repeat) return 0;
+      r->o.out_dir);
+  if (!r->o.repeat) return 0;
 
   /* the timed runs start from the step's own caches each time, in the same buffers: the files are written.
    * Copying them back leaves their last tens of MiB in L2 and L3, which a forward would then read at cache
@@ -206,15 +162,16 @@ static int execute(run *r) {
   const size_t l3 =
       uattn_runtime_get_topology(r->rt, &topo) == UATTN_OK && topo.l3_bytes ? topo.l3_bytes : (size_t)32 << 20;
   const size_t evict_floats = (4 * l3 > ((size_t)64 << 20) ? 4 * l3 : (size_t)64 << 20) / sizeof(float);
-  double *plan_ms = malloc(sizeof(double) * (size_t)r->repeat), *fwd_ms = malloc(sizeof(double) * (size_t)r->repeat);
+  double *plan_ms = malloc(sizeof(double) * (size_t)r->o.repeat),
+         *fwd_ms = malloc(sizeof(double) * (size_t)r->o.repeat);
   float *evict = malloc(evict_floats * sizeof(float));
   int rc = -1;
   if (evict) memset(evict, 0, evict_floats * sizeof(float)); /* written: untouched pages would all be one zero page */
   if (!plan_ms || !fwd_ms || !evict) {
-    fail("--repeat: out of memory");
+    runner_fail("--repeat: out of memory");
     goto done;
   }
-  for (int i = 0; i < r->repeat; i++) {
+  for (int i = 0; i < r->o.repeat; i++) {
     memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
     memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
     float sum = 0.0f;
@@ -222,29 +179,29 @@ static int execute(run *r) {
     evict_sink = sum;
     const double t0 = (perf_seconds() * 1e3);
     if ((st = uattn_plan_step(r->plan, &batch))) {
-      fail_lib("uattn_plan_step (repeat)", st);
+      runner_fail_lib("uattn_plan_step (repeat)", st);
       goto done;
     }
     const double t1 = (perf_seconds() * 1e3);
     if ((st = uattn_forward(r->plan, &layer, &t, r->rt))) {
-      fail_lib("uattn_forward (repeat)", st);
+      runner_fail_lib("uattn_forward (repeat)", st);
       goto done;
     }
     plan_ms[i] = t1 - t0;
     fwd_ms[i] = (perf_seconds() * 1e3) - t1;
   }
   cJSON *timing = cJSON_CreateObject();
-  if (!timing || !cJSON_AddNumberToObject(timing, "forward_ms", perf_median(fwd_ms, r->repeat)) ||
-      !cJSON_AddNumberToObject(timing, "plan_ms", perf_median(plan_ms, r->repeat)) ||
-      !cJSON_AddNumberToObject(timing, "repeat", r->repeat) ||
-      !cJSON_AddNumberToObject(timing, "threads", runtime_workers(r->rt))) {
+  if (!timing || !cJSON_AddNumberToObject(timing, "forward_ms", perf_median(fwd_ms, r->o.repeat)) ||
+      !cJSON_AddNumberToObject(timing, "plan_ms", perf_median(plan_ms, r->o.repeat)) ||
+      !cJSON_AddNumberToObject(timing, "repeat", r->o.repeat) ||
+      !cJSON_AddNumberToObject(timing, "threads", runner_workers(r->rt))) {
     cJSON_Delete(timing);
-    fail("timing.json: out of memory");
+    runner_fail("timing.json: out of memory");
     goto done;
   }
-  rc = step_write_json(r->out_dir, "timing.json", timing, error_line, sizeof error_line);
+  rc = step_write_json(r->o.out_dir, "timing.json", timing, runner_error, sizeof runner_error);
   if (!rc)
-    printf("uattn-run: median of %d runs: plan %.3f ms, forward %.3f ms\n", r->repeat,
+    printf("uattn-run: median of %d runs: plan %.3f ms, forward %.3f ms\n", r->o.repeat,
            cJSON_GetObjectItem(timing, "plan_ms")->valuedouble, cJSON_GetObjectItem(timing, "forward_ms")->valuedouble);
   cJSON_Delete(timing);
 done:
@@ -256,49 +213,28 @@ done:
 
 /* ---- main --------------------------------------------------------------------------------------------- */
 
-static int bad_usage(const char *fmt, const char *arg) {
-  fputs("uattn-run: ", stderr);
-  fprintf(stderr, fmt, arg);
-  fputs("\n", stderr);
-  fputs(usage_text, stderr);
-  return EXIT_BAD;
+/* --dump-biases, uattn-run's own option. */
+static int own_option(void *tool, int argc, char **argv, int *i) {
+  (void)argc;
+  if (strcmp(argv[*i], "--dump-biases")) return 1;
+  ((run *)tool)->dump_biases = true;
+  return 0;
 }
 
 int main(int argc, char **argv) {
   run r;
   memset(&r, 0, sizeof r);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      fputs(usage_text, stdout);
-      return 0;
-    } else if (strcmp(a, "--dump-biases") == 0) {
-      r.dump_biases = true;
-    } else if (strcmp(a, "--out") == 0 || strncmp(a, "--out=", 6) == 0) {
-      const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !*v) return bad_usage("%s needs a directory", "--out");
-      r.out_dir = v;
-    } else if (strcmp(a, "--repeat") == 0 || strncmp(a, "--repeat=", 9) == 0) {
-      const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
-      char *end = NULL;
-      errno = 0;
-      const long n = v ? strtol(v, &end, 10) : 0;
-      if (!v || end == v || *end || errno || n < 1 || n > 1000000)
-        return bad_usage("--repeat: '%s' is not a count in [1, 1000000]", v ? v : "");
-      r.repeat = (int)n;
-    } else if (a[0] == '-' && a[1]) {
-      return bad_usage("unknown option %s", a);
-    } else if (r.json_path) {
-      return bad_usage("one STEP.json only (also got %s)", a);
-    } else {
-      r.json_path = a;
-    }
+  const int parsed = runner_parse_args(argc, argv, &r.o, own_option, &r, "");
+  if (parsed == 1) {
+    fputs(usage_text, stdout);
+    return 0;
   }
-  if (!r.json_path) return bad_usage("%smissing STEP.json", "");
-  if (!r.out_dir) return bad_usage("%smissing --out DIR", "");
-
-  const int rc = step_read(&r.s, r.json_path, error_line, sizeof error_line) || execute(&r);
-  if (rc) fprintf(stderr, "uattn-run: %s\n", error_line);
+  if (parsed) {
+    fprintf(stderr, "uattn-run: %s\n%s", runner_error, usage_text);
+    return EXIT_BAD;
+  }
+  const int rc = step_read(&r.s, r.o.json_path, runner_error, sizeof runner_error) || execute(&r);
+  if (rc) fprintf(stderr, "uattn-run: %s\n", runner_error);
   run_free(&r);
   return rc ? EXIT_BAD : 0;
 }

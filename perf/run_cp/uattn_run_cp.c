@@ -9,10 +9,8 @@
  * Errors: a rank that fails records one line; before every collective that could block, the ranks agree on
  * whether any failed (agree(): an MPI_Allreduce), and then all print the first failing rank's line and exit
  * 2, so no rank waits in a collective for a rank that has given up. */
-#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +18,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/args.h"
 #include "common/timing.h"
 #include "convert.h"
-#include "support/step.h"
+#include "run/runner.h"
 #include "uattn.h"
 #include "uattn_vllm.h"
 
@@ -50,38 +49,23 @@ static const char usage_text[] =
 
 /* ---- errors ------------------------------------------------------------------------------------------ */
 
-static char error_line[2048];
 static int my_rank, num_ranks;
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(error_line, sizeof error_line, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int fail_lib(const char *call, uattn_status st) {
-  return fail("%s: %s (%s)", call, uattn_last_error(), uattn_status_name(st));
-}
-
 /* Collective: 0 when no rank failed (rc 0 everywhere); else -1 on every rank, with the lowest failing rank's
- * line in error_line, so all ranks report the same thing. */
+ * line in runner_error, so all ranks report the same thing. */
 static int agree(int rc) {
   int mine = rc ? my_rank : num_ranks, first;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first == num_ranks) return 0;
-  MPI_Bcast(error_line, (int)sizeof error_line, MPI_CHAR, first, MPI_COMM_WORLD);
+  MPI_Bcast(runner_error, (int)sizeof runner_error, MPI_CHAR, first, MPI_COMM_WORLD);
   return -1;
 }
 
 /* ---- the run ------------------------------------------------------------------------------------------ */
 
 typedef struct cp_run {
-  /* options */
-  const char *json_path, *out_dir;
-  int32_t interleave, threads, repeat;
+  runner_options o; /* STEP.json, --out, --repeat */
+  int32_t interleave, threads;
 
   step s;             /* STEP.json and its tensors, the global caches (step.h) */
   uattn_plan *whole;  /* the whole step, planned as uattn-run plans it: validation, plan.json, slots */
@@ -181,9 +165,9 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
   const step *s = &r->s;
   const int32_t R = s->num_reqs, bs = s->block_size, N = num_ranks, I = r->interleave;
   r->local_len = malloc(sizeof(int32_t) * (size_t)R);
-  if (!r->local_len) return fail("out of memory for the local block tables");
+  if (!r->local_len) return runner_fail("out of memory for the local block tables");
   uattn_status st = uattn_compute_dcp_local_seq_lens(whole->seq_lens, R, N, my_rank, I, r->local_len, R);
-  if (st) return fail_lib("uattn_compute_dcp_local_seq_lens", st);
+  if (st) return runner_fail_lib("uattn_compute_dcp_local_seq_lens", st);
 
   int64_t entries = 0;
   int32_t stride = 1;
@@ -193,7 +177,7 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
     if (blocks > stride) stride = blocks;
   }
   if (entries > INT32_MAX / bs)
-    return fail("requests: %lld local blocks on rank %d overflow int32", (long long)entries, my_rank);
+    return runner_fail("requests: %lld local blocks on rank %d overflow int32", (long long)entries, my_rank);
   int64_t *slots = malloc(sizeof(int64_t) * (size_t)(entries ? entries : 1) * (size_t)bs);
   local_key *keys = malloc(sizeof(local_key) * (size_t)(entries ? entries : 1));
   int32_t *first = malloc(sizeof(int32_t) * (size_t)(entries ? entries : 1)); /* a block's first occurrence */
@@ -202,7 +186,7 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
   r->local_table = malloc(sizeof(int32_t) * (size_t)R * (size_t)stride);
   int rc = -1;
   if (!slots || !keys || !first || !id_of || !r->local_table) {
-    fail("out of memory for the local block tables");
+    runner_fail("out of memory for the local block tables");
     goto done;
   }
 
@@ -241,7 +225,7 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
   r->local_cache_bytes = local_slots * (size_t)s->hkv * (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
   if (!r->local_slots || uattn_cache_alloc(r->local_cache_bytes, &r->key_cache) ||
       uattn_cache_alloc(r->local_cache_bytes, &r->value_cache)) {
-    fail("out of memory for rank %d's share of the caches (%zu bytes each)", my_rank, r->local_cache_bytes);
+    runner_fail("out of memory for rank %d's share of the caches (%zu bytes each)", my_rank, r->local_cache_bytes);
     goto done;
   }
   for (size_t i = 0; i < local_slots; i++) r->local_slots[i] = -1;
@@ -316,7 +300,7 @@ static int gathered_alloc(gathered *g, const step *s) {
   g->blocks = malloc(sizeof(int) * 2 * N);
   bool ok = g->parts && g->part_lse && g->merged && g->lse && g->slots && g->k_rows && g->v_rows && g->blocks;
   if (ok && s->dtype != UATTN_F32) ok = (g->merged_out = malloc(n * uattn_dtype_size(s->dtype))) != NULL;
-  return ok ? 0 : fail("out of memory for the gathered partials (%zu ranks x %zu rows)", N, rows);
+  return ok ? 0 : runner_fail("out of memory for the gathered partials (%zu ranks x %zu rows)", N, rows);
 }
 
 /* The rank's plan config: the step's limits, its own cache, its place among the ranks. */
@@ -338,46 +322,28 @@ static uattn_step local_batch(const cp_run *r) {
 
 static int local_forward(cp_run *r) {
   const uattn_layer layer = step_layer(&r->s);
-  uattn_tensors t;
-  memset(&t, 0, sizeof t);
-  t.q = r->s.t[STEP_Q].a.data;
-  t.k = r->s.t[STEP_K].a.data;
-  t.v = r->s.t[STEP_V].a.data;
-  t.key_cache = r->key_cache;
-  t.value_cache = r->value_cache;
-  t.num_blocks = r->num_local_blocks;
-  t.block_size = r->s.block_size;
-  t.out = r->out;
+  uattn_tensors t = runner_tensors(&r->s, r->key_cache, r->value_cache, r->num_local_blocks, r->out, r->lse);
   t.out_f32 = true; /* the partial unrounded: the merge rounds once */
-  t.lse = r->lse;
   const uattn_status st = uattn_forward(r->plan, &layer, &t, r->rt);
-  return st ? fail_lib("uattn_forward", st) : 0;
+  return st ? runner_fail_lib("uattn_forward", st) : 0;
 }
 
 /* Everything up to the forward, on every rank: the whole step planned as uattn-run plans it (so a bad step
  * is refused with uattn-run's words), this rank's share, its plan, the runtime, the outputs. */
 static int prepare(cp_run *r, gathered *g, written *w) {
   const step *s = &r->s;
-  const uattn_plan_config whole_config = step_plan_config(s);
-  uattn_status st = uattn_plan_create(&whole_config, &r->whole);
-  if (st) return fail_lib("uattn_plan_create", st);
-  const uattn_step batch = step_batch(s);
-  if ((st = uattn_plan_step(r->whole, &batch))) return fail_lib("uattn_plan_step", st);
   uattn_plan_info whole;
-  uattn_plan_get_info(r->whole, &whole);
-  if (whole.num_tokens != s->num_tokens)
-    return fail("requests: the planner schedules %d tokens, the runner expected %d (uattn-run-cp bug)",
-                whole.num_tokens, s->num_tokens);
-  if (my_rank == 0 && (step_make_dir(r->out_dir, error_line, sizeof error_line) || gathered_alloc(g, s))) return -1;
+  if (runner_plan_step(s, "uattn-run-cp", &r->whole, &whole)) return -1;
+  if (my_rank == 0 && (step_make_dir(r->o.out_dir, runner_error, sizeof runner_error) || gathered_alloc(g, s)))
+    return -1;
 
   if (build_share(r, &whole)) return -1;
   const uattn_plan_config pc = local_config(r);
-  if ((st = uattn_plan_create(&pc, &r->plan))) return fail_lib("uattn_plan_create", st);
+  uattn_status st = uattn_plan_create(&pc, &r->plan);
+  if (st) return runner_fail_lib("uattn_plan_create", st);
   const uattn_step local = local_batch(r);
-  if ((st = uattn_plan_step(r->plan, &local))) return fail_lib("uattn_plan_step", st);
-  uattn_runtime_config rc = uattn_runtime_config_default();
-  rc.num_threads = r->threads ? r->threads : s->threads;
-  if ((st = uattn_runtime_create(&rc, &r->rt))) return fail_lib("uattn_runtime_create", st);
+  if ((st = uattn_plan_step(r->plan, &local))) return runner_fail_lib("uattn_plan_step", st);
+  if (runner_runtime(r->threads ? r->threads : s->threads, &r->rt)) return -1;
 
   const size_t T = (size_t)s->num_tokens;
   r->out = malloc(T * part_row_bytes(s));
@@ -385,7 +351,7 @@ static int prepare(cp_run *r, gathered *g, written *w) {
   w->slots = malloc(sizeof(int64_t) * T);
   w->k_rows = calloc(T, cache_row_bytes(s));
   w->v_rows = calloc(T, cache_row_bytes(s));
-  if (!r->out || !r->lse || !w->slots || !w->k_rows || !w->v_rows) return fail("out of memory for the outputs");
+  if (!r->out || !r->lse || !w->slots || !w->k_rows || !w->v_rows) return runner_fail("out of memory for the outputs");
   return 0;
 }
 
@@ -429,7 +395,7 @@ static int gather_merge(cp_run *r, gathered *g) {
     lses[i] = g->part_lse + i * rows;
   }
   const uattn_status st = uattn_merge_states(num_ranks, outs, lses, T, s->hq, s->head_dim, g->merged, g->lse);
-  if (st) return fail_lib("uattn_merge_states", st);
+  if (st) return runner_fail_lib("uattn_merge_states", st);
   if (g->merged_out) uattn_narrow(s->dtype, g->merged, g->merged_out, n);
   return 0;
 }
@@ -458,7 +424,7 @@ static int gather_writes(cp_run *r, gathered *g, const written *w) {
       if (g->slots[(size_t)i * T + t] >= 0) writer = i, writers++;
     const int64_t want = whole.slot_mapping[t];
     if (writers != (want >= 0) || (writer >= 0 && g->slots[(size_t)writer * T + t] != want))
-      return fail(
+      return runner_fail(
           "token %d: %d ranks wrote it (rank %d at global slot %lld); the whole step writes slot %lld "
           "(uattn-run-cp or library bug)",
           t, writers, writer, writer >= 0 ? (long long)g->slots[(size_t)writer * T + t] : -1LL, (long long)want);
@@ -486,9 +452,9 @@ static int collect(cp_run *r, gathered *g, written *w) {
   uattn_plan_info whole;
   uattn_plan_get_info(r->whole, &whole);
   const void *out = g->merged_out ? g->merged_out : g->merged;
-  if (step_write_results(&r->s, r->out_dir, out, g->lse, r->s.t[STEP_KEY_CACHE].a.data, r->s.t[STEP_VALUE_CACHE].a.data,
-                         error_line, sizeof error_line) ||
-      step_write_plan(&whole, r->out_dir, error_line, sizeof error_line))
+  if (step_write_results(&r->s, r->o.out_dir, out, g->lse, r->s.t[STEP_KEY_CACHE].a.data,
+                         r->s.t[STEP_VALUE_CACHE].a.data, runner_error, sizeof runner_error) ||
+      step_write_plan(&whole, r->o.out_dir, runner_error, sizeof runner_error))
     rc = -1;
   if (!rc) {
     printf(
@@ -496,35 +462,29 @@ static int collect(cp_run *r, gathered *g, written *w) {
         "by rank:",
         num_ranks, r->interleave, whole.num_reqs, whole.num_tokens, whole.num_logits);
     for (int i = 0; i < num_ranks; i++) printf(" %d/%d", g->blocks[2 * i], g->blocks[2 * i + 1]);
-    printf("; wrote %s\n", r->out_dir);
+    printf("; wrote %s\n", r->o.out_dir);
   }
   return rc;
 }
 
 /* ---- timing ------------------------------------------------------------------------------------------ */
 
-/* Workers the runtime really has. */
-static int32_t runtime_workers(const uattn_runtime *rt) {
-  uattn_topology topo;
-  return uattn_runtime_get_topology(rt, &topo) == UATTN_OK ? topo.num_workers : 0;
-}
-
-/* Collective: r->repeat more steps, each timed from a barrier to rank 0's merged result: this rank's plan
+/* Collective: r->o.repeat more steps, each timed from a barrier to rank 0's merged result: this rank's plan
  * and forward, then the gather and the merge. The forward rewrites the step's own keys and values at the
  * same slots, so the caches do not change between runs. */
 static int time_steps(cp_run *r, gathered *g) {
   const step *s = &r->s;
-  const int n = r->repeat;
+  const int n = r->o.repeat;
   /* per step: rank 0's wall time; each rank's plan + forward in wall and CPU time, and their maximum */
   double *step_ms = calloc((size_t)n, sizeof(double)), *compute_ms = calloc(2 * (size_t)n, sizeof(double)),
          *slowest_ms = calloc(2 * (size_t)n, sizeof(double));
-  int rc = agree(!step_ms || !compute_ms || !slowest_ms ? fail("--repeat: out of memory") : 0);
+  int rc = agree(!step_ms || !compute_ms || !slowest_ms ? runner_fail("--repeat: out of memory") : 0);
   const uattn_step local = local_batch(r);
   for (int i = 0; !rc && i < n; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = perf_seconds(), c0 = perf_cpu_seconds();
     const uattn_status st = uattn_plan_step(r->plan, &local);
-    rc = st ? fail_lib("uattn_plan_step (repeat)", st) : local_forward(r);
+    rc = st ? runner_fail_lib("uattn_plan_step (repeat)", st) : local_forward(r);
     compute_ms[i] = (perf_seconds() - t0) * 1e3;
     compute_ms[n + i] = (perf_cpu_seconds() - c0) * 1e3;
     if ((rc = agree(rc))) break;
@@ -549,15 +509,15 @@ static int time_steps(cp_run *r, gathered *g) {
     cJSON *t = cJSON_CreateObject();
     if (!t || !cJSON_AddNumberToObject(t, "ranks", num_ranks) ||
         !cJSON_AddNumberToObject(t, "interleave", r->interleave) ||
-        !cJSON_AddNumberToObject(t, "threads", runtime_workers(r->rt)) || !cJSON_AddNumberToObject(t, "repeat", n) ||
+        !cJSON_AddNumberToObject(t, "threads", runner_workers(r->rt)) || !cJSON_AddNumberToObject(t, "repeat", n) ||
         !cJSON_AddNumberToObject(t, "step_ms", step_med) || !cJSON_AddNumberToObject(t, "compute_ms", compute_med) ||
         !cJSON_AddNumberToObject(t, "compute_cpu_ms", cpu_med) ||
         !cJSON_AddNumberToObject(t, "gathered_bytes_per_rank", gathered_bytes) ||
         !cJSON_AddNumberToObject(t, "kv_bytes_per_rank", (double)kv_max) ||
         !cJSON_AddNumberToObject(t, "kv_bytes", (double)kv_sum))
-      rc = fail("timing.json: out of memory");
+      rc = runner_fail("timing.json: out of memory");
     else
-      rc = step_write_json(r->out_dir, "timing.json", t, error_line, sizeof error_line);
+      rc = step_write_json(r->o.out_dir, "timing.json", t, runner_error, sizeof runner_error);
     cJSON_Delete(t);
     if (!rc)
       printf(
@@ -573,53 +533,15 @@ static int time_steps(cp_run *r, gathered *g) {
 
 /* ---- main --------------------------------------------------------------------------------------------- */
 
-/* a is the option name: "--name" or "--name=V". */
-static bool is_option(const char *a, const char *name) {
-  const size_t len = strlen(name);
-  return strncmp(a, name, len) == 0 && (a[len] == '\0' || a[len] == '=');
-}
-
-/* The value of argv[*i], an option is_option matched: "--name V" (V taken, "" when missing) or "--name=V". */
-static const char *option_value(const char *name, int argc, char **argv, int *i) {
-  const char *a = argv[*i] + strlen(name);
-  if (*a == '=') return a + 1;
-  return *i + 1 < argc ? argv[++*i] : "";
-}
-
-static int parse_count(const char *name, const char *v, long max, int32_t *out) {
-  char *end = NULL;
-  errno = 0;
-  const long n = strtol(v, &end, 10);
-  if (end == v || *end || errno || n < 1 || n > max) return fail("%s: '%s' is not a count in [1, %ld]", name, v, max);
-  *out = (int32_t)n;
-  return 0;
-}
-
-/* 0, 1 for --help, or -1 with the line. The same on every rank: mpirun gives each the same arguments. */
-static int parse_args(cp_run *r, int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
-    if (is_option(a, "--out")) {
-      if (!*(r->out_dir = option_value("--out", argc, argv, &i))) return fail("--out needs a directory");
-    } else if (is_option(a, "--interleave")) {
-      if (parse_count("--interleave", option_value("--interleave", argc, argv, &i), 1L << 20, &r->interleave))
-        return -1;
-    } else if (is_option(a, "--threads")) {
-      if (parse_count("--threads", option_value("--threads", argc, argv, &i), 1024, &r->threads)) return -1;
-    } else if (is_option(a, "--repeat")) {
-      if (parse_count("--repeat", option_value("--repeat", argc, argv, &i), 1000000, &r->repeat)) return -1;
-    } else if (a[0] == '-' && a[1]) {
-      return fail("unknown option %s (--help: the usage)", a);
-    } else if (r->json_path) {
-      return fail("one STEP.json only (also got %s)", a);
-    } else {
-      r->json_path = a;
-    }
-  }
-  if (!r->json_path) return fail("missing STEP.json (--help: the usage)");
-  if (!r->out_dir) return fail("missing --out DIR");
-  return 0;
+/* --interleave and --threads, uattn-run-cp's own options. */
+static int own_option(void *tool, int argc, char **argv, int *i) {
+  cp_run *r = tool;
+  if (perf_is_option(argv[*i], "--interleave"))
+    return runner_parse_count("--interleave", perf_option_value("--interleave", argc, argv, i), 1 << 20,
+                              &r->interleave);
+  if (perf_is_option(argv[*i], "--threads"))
+    return runner_parse_count("--threads", perf_option_value("--threads", argc, argv, i), 1024, &r->threads);
+  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -634,18 +556,19 @@ int main(int argc, char **argv) {
   written w;
   memset(&w, 0, sizeof w);
 
-  int rc = parse_args(&r, argc, argv);
+  /* the same on every rank: mpirun gives each the same arguments */
+  int rc = runner_parse_args(argc, argv, &r.o, own_option, &r, " (--help: the usage)");
   if (rc == 1) {
     if (my_rank == 0) fputs(usage_text, stdout);
     MPI_Finalize();
     return 0;
   }
   rc = agree(rc);
-  if (!rc) rc = agree(step_read(&r.s, r.json_path, error_line, sizeof error_line));
+  if (!rc) rc = agree(step_read(&r.s, r.o.json_path, runner_error, sizeof runner_error));
   if (!rc) rc = agree(prepare(&r, &g, &w) || local_forward(&r));
   if (!rc) rc = agree(collect(&r, &g, &w));
-  if (!rc && r.repeat) rc = agree(time_steps(&r, &g));
-  if (rc) fprintf(stderr, "uattn-run-cp: %s\n", error_line);
+  if (!rc && r.o.repeat) rc = agree(time_steps(&r, &g));
+  if (rc) fprintf(stderr, "uattn-run-cp: %s\n", runner_error);
   free(w.slots);
   free(w.k_rows);
   free(w.v_rows);
