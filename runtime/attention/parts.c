@@ -318,46 +318,42 @@ static bool decodes_from_cache(const step_ctx *c) {
  * UATTN_DECODE_TILE-key blocks, the smallest a list takes; runs of smaller NHD blocks stop there. */
 enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE };
 
-/* An HND block, or a run of `count` of them (unique_run, shared_run), for the `heads` KV heads of an all-heads
- * unit (job: as for one call of every head): one decode call a head, head after head, over the head's piece of
- * each block, each told the next head's rows, the last the next block's first; on a single block the unit
- * reads it in address order as NHD's all-heads calls do, and a verification's shared blocks go through the
- * decode kernel as its unique ones do. One call for every head (head stride a block's rows) would put every
- * head's rows in the same L1 sets. */
-static void decode_hnd_heads(const step_ctx *c, const uattn_panel_job *job, int32_t heads, size_t head_vectors,
-                             const int32_t *blocks, int32_t count, int32_t next_block) {
-  const size_t esz = uattn_dtype_size(c->cache.dtype);
-  const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
-  const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, (size_t)c->cache.head_dim, 0);
-  for (int32_t g = 0; g < heads; g++) {
-    uattn_panel_job h = uattn_decode_head_job(job, g, head_vectors);
-    for (int32_t b = 0; b < count; b++) {
-      const size_t at = cache_offset(&c->cache, (int64_t)blocks[b] * c->cache.block_size, c->kv_head + g) * esz;
-      k[b] = c->cache.k + at, v[b] = c->cache.v + at;
-    }
-    if (g + 1 < heads || next_block >= 0) { /* the next head's rows, or the next block's first head's */
-      const int64_t slot = (int64_t)(g + 1 < heads ? blocks[0] : next_block) * c->cache.block_size;
-      const size_t to = cache_offset(&c->cache, slot, g + 1 < heads ? c->kv_head + g + 1 : c->kv_head) * esz;
-      h.next_k = c->cache.k + to, h.next_v = c->cache.v + to;
-    }
-    c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
-  }
-}
-
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
- * the first n keys of `count` cache blocks at consecutive positions from block_start (unique_run, shared_run:
- * several on NHD and HND, one on TILED), into `acc`, for `heads` KV heads from the tile's (an all-heads unit's heads:
- * their slots `rows` apart, their keys a head dim apart in each NHD row; HND: decode_hnd_heads). */
-static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *blocks,
-                              int32_t count, int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
+ * the first n keys of a run of `count` cache blocks at consecutive positions from block_start (unique_run,
+ * shared_run: several on NHD and HND, one on TILED), into `acc`, for `heads` KV heads from the tile's (an
+ * all-heads unit's heads, their slots `rows` apart); next_block (-1: none) is the block the unit reads next,
+ * whose first keys the kernel asks for as it ends (uattn_panel_job.next_k). The layout picks the call:
+ *  - NHD: one call for every head, whose keys lie a head dim apart in each row, read in address order;
+ *  - HND: one call a head, head after head over the head's piece of each block, each told the next head's
+ *    rows (the last the next block's first), since one call for every head would put every head's rows in
+ *    the same L1 sets;
+ *  - TILED: one call on the block as it lies where the set can (kernels.h: decode_tiled), else on its rows
+ *    gathered as an NHD cache of these heads holds them. */
+static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *blocks,
+                        int32_t count, int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
   uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
+  const size_t esz = uattn_dtype_size(c->cache.dtype);
   const int32_t block = blocks[0];
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
   if (c->cache.layout == UATTN_LAYOUT_HND) {
-    decode_hnd_heads(c, &job, heads, head_vectors, blocks, count, next_block);
-  } else if (c->cache.layout != UATTN_LAYOUT_TILED) {
+    const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
+    const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, D, 0);
+    for (int32_t g = 0; g < heads; g++) {
+      uattn_panel_job h = uattn_decode_head_job(&job, g, head_vectors);
+      for (int32_t b = 0; b < count; b++) {
+        const size_t at = cache_offset(&c->cache, (int64_t)blocks[b] * c->cache.block_size, c->kv_head + g) * esz;
+        k[b] = c->cache.k + at, v[b] = c->cache.v + at;
+      }
+      if (g + 1 < heads || next_block >= 0) { /* the next head's rows, or the next block's first head's */
+        const int64_t slot = (int64_t)(g + 1 < heads ? block : next_block) * c->cache.block_size;
+        const size_t to = cache_offset(&c->cache, slot, g + 1 < heads ? c->kv_head + g + 1 : c->kv_head) * esz;
+        h.next_k = c->cache.k + to, h.next_v = c->cache.v + to;
+      }
+      c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
+    }
+  } else if (c->cache.layout == UATTN_LAYOUT_NHD) {
     size_t stride = 0;
     const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
     for (int32_t b = 0; b < count; b++) {
@@ -379,8 +375,8 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
     }
     c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride,
                              UATTN_TILED_KEYS * D, c->w->decode_scratch);
-  } else { /* the block's rows gathered as an NHD cache of these heads holds them */
-    const size_t half = (size_t)n * heads * D * uattn_dtype_size(c->cache.dtype);
+  } else {
+    const size_t half = (size_t)n * heads * D * esz;
     uattn_gather_tiled(&c->cache, block, 0, n, c->kv_head, heads, c->w->stage, c->w->stage + half);
     const void *k = c->w->stage, *v = c->w->stage + half;
     const uattn_decode_src src = uattn_decode_one_block(&k, &v, (size_t)heads * D, D);
@@ -388,8 +384,8 @@ static void decode_from_cache(const step_ctx *c, int acc, int32_t row_lo, int32_
   }
 }
 
-/* The cache block of the row's unique block after k where the unit reads it, else -1: a decode kernel asks
- * for its first keys as it ends (uattn_panel_job.next_k). */
+/* The cache block of the row's unique block after k where the unit reads it, else -1 (decode_call's
+ * next_block). */
 static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
   if (k + 1 >= c->sched->unique_row_begin[row + 1]) return -1;
   const uattn_unique_block *u = &c->in->unique_blocks[k + 1];
@@ -427,63 +423,13 @@ static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k, int32_t *id
   return m;
 }
 
-/* The keys a row sees of a run of `blocks` blocks from block_start (unique_run): the whole of all but the last. */
-static int32_t run_usage(const step_ctx *c, int32_t row, int32_t block_start, int32_t blocks) {
-  const int32_t bs = c->in->block_size;
-  return (blocks - 1) * bs + context_usage(c, row, block_start + (blocks - 1) * bs);
-}
-
-/* The decode kernel on the row's unique blocks from its k-th, a run of them (unique_run) in one call; returns
- * how many it took. */
-static int32_t decode_unique_run(const step_ctx *c, int32_t row, int32_t k) {
-  const uattn_unique_block *u = &c->in->unique_blocks[k];
-  int32_t ids[MAX_DECODE_BLOCKS];
-  const int32_t blocks = unique_run(c, row, k, ids);
-  c->w->visible[tile_slot(c, row)] = run_usage(c, row, u->block_start, blocks);
-  decode_from_cache(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start, blocks * c->in->block_size, 1,
-                    next_unique_block(c, row, k + blocks - 1));
-  return blocks;
-}
-
-PART_FN void uattn_unique_part(const step_ctx *c) {
-  const uattn_plan_info *in = c->in;
-  const bool direct = decodes_from_cache(c);
-  for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
-    for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
-      const uattn_unique_block *u = &in->unique_blocks[k];
-      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      if (direct) {
-        k += decode_unique_run(c, row, k) - 1;
-        continue;
-      }
-      attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
-    }
-}
-
-/* Rows [row_lo, row_hi) of an all-heads unit (c: its first KV head's tile) against a cache block, or a run of
- * `blocks` of them (unique_run, shared_run), into `acc`: one decode call for the unit's heads, which reads the blocks'
- * rows in the cache's order. */
-static void all_heads_block(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *ids,
-                            int32_t block_start, int32_t blocks, int32_t next_block) {
-  if (row_lo < c->row0) row_lo = c->row0;
-  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
-  int32_t keys = 0; /* the most any of the rows sees */
-  for (int32_t row = row_lo; row < row_hi; row++) {
-    const int32_t u = run_usage(c, row, block_start, blocks);
-    c->w->visible[tile_slot(c, row)] = u; /* head 0's slots: every head's rows see the same keys */
-    if (u > keys) keys = u;
-  }
-  if (keys > 0) decode_from_cache(c, acc, row_lo, row_hi, ids, blocks, block_start, keys, c->heads, next_block);
-}
-
 /* unique_run for the request's shared spans from its k-th (spans_by_req order, up to end): spans of the same
- * rows at the next positions, which the tile's rows see whole but for the last; their cache blocks into ids. */
-static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t *ids) {
+ * rows at the next positions, which the tile's rows [row_lo, row_hi) see whole but for the last; their cache
+ * blocks into ids. */
+static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t row_lo, int32_t row_hi, int32_t *ids) {
   const uattn_shared_span *spans = c->in->shared_spans;
   const int32_t *order = c->sched->spans_by_req, *blocks = c->in->shared_blocks, bs = c->in->block_size;
   const uattn_shared_span *a = &spans[order[k]];
-  const int32_t row_lo = a->token_begin > c->row0 ? a->token_begin : c->row0,
-                row_hi = a->token_end < c->row0 + c->rows ? a->token_end : c->row0 + c->rows;
   int32_t m = 1;
   ids[0] = blocks[a->shared_index];
   for (; k + m < end; m++) {
@@ -499,19 +445,59 @@ static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t *id
   return m;
 }
 
-/* The shared and unique parts of an all-heads unit (c: its first KV head's tile). */
+/* Each of rows [row_lo, row_hi) of the tile sees of a run of `blocks` blocks from block_start the whole of
+ * all but the last: into w->visible (the first head's slots: every head's rows see the same keys). Returns
+ * the most any of them sees. */
+static int32_t run_visible(const step_ctx *c, int32_t row_lo, int32_t row_hi, int32_t block_start, int32_t blocks) {
+  const int32_t bs = c->in->block_size;
+  int32_t most = 0;
+  for (int32_t row = row_lo; row < row_hi; row++) {
+    const int32_t u = (blocks - 1) * bs + context_usage(c, row, block_start + (blocks - 1) * bs);
+    c->w->visible[tile_slot(c, row)] = u;
+    if (u > most) most = u;
+  }
+  return most;
+}
+
+PART_FN void uattn_unique_part(const step_ctx *c) {
+  const uattn_plan_info *in = c->in;
+  const bool direct = decodes_from_cache(c);
+  for (int32_t row = c->row0; row < c->row0 + c->rows; row++)
+    for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
+      const uattn_unique_block *u = &in->unique_blocks[k];
+      if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
+      if (!direct) {
+        attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
+        continue;
+      }
+      int32_t ids[MAX_DECODE_BLOCKS];
+      const int32_t blocks = unique_run(c, row, k, ids);
+      run_visible(c, row, row + 1, u->block_start, blocks);
+      decode_call(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start, blocks * in->block_size, 1,
+                  next_unique_block(c, row, k + blocks - 1));
+      k += blocks - 1;
+    }
+}
+
+/* The shared and unique parts of an all-heads unit (c: its first KV head's tile, c->heads its heads): each
+ * run of blocks in one decode call for the unit's heads (decode_call), which reads the blocks' rows in the
+ * cache's order; a verification's shared blocks go through the decode kernel as its unique ones do. */
 PART_FN void uattn_shared_part_all_heads(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t *order = c->sched->spans_by_req, end = c->sched->span_req_begin[c->req + 1];
   for (int32_t k = c->sched->span_req_begin[c->req]; k < end; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
+    const int32_t row_lo = sp->token_begin > c->row0 ? sp->token_begin : c->row0,
+                  row_hi = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
     int32_t ids[MAX_DECODE_BLOCKS];
-    const int32_t blocks = shared_run(c, k, end, ids);
+    const int32_t blocks = shared_run(c, k, end, row_lo, row_hi, ids);
     const uattn_shared_span *next = k + blocks < end ? &in->shared_spans[order[k + blocks]] : NULL;
     const bool ahead = next && next->block_start >= c->key_lo && next->block_start < c->key_hi;
-    all_heads_block(c, ACC_SHARED, sp->token_begin, sp->token_end, ids, sp->block_start, blocks,
-                    ahead ? in->shared_blocks[next->shared_index] : -1);
+    const int32_t keys = run_visible(c, row_lo, row_hi, sp->block_start, blocks);
+    if (keys > 0)
+      decode_call(c, ACC_SHARED, row_lo, row_hi, ids, blocks, sp->block_start, keys, c->heads,
+                  ahead ? in->shared_blocks[next->shared_index] : -1);
     k += blocks - 1;
   }
 }
@@ -524,8 +510,10 @@ PART_FN void uattn_unique_part_all_heads(const step_ctx *c) {
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       int32_t ids[MAX_DECODE_BLOCKS];
       const int32_t blocks = unique_run(c, row, k, ids);
-      all_heads_block(c, ACC_UNIQUE, row, row + 1, ids, u->block_start, blocks,
-                      next_unique_block(c, row, k + blocks - 1));
+      const int32_t keys = run_visible(c, row, row + 1, u->block_start, blocks);
+      if (keys > 0)
+        decode_call(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start, keys, c->heads,
+                    next_unique_block(c, row, k + blocks - 1));
       k += blocks - 1;
     }
 }

@@ -302,7 +302,7 @@ static void run_rows(forward_job *job, workspace *w, int32_t pos, int32_t g, int
 /* A decode or a short verification (request r, its rows all reading the cache) on a cache of several heads,
  * the KV heads [g0, g0 + head_group) in one unit (every head, unless the step has few units: all_heads_group),
  * head g's rows from slot g * rows. Each run of blocks goes through the decode kernel for the unit's heads
- * together (parts.c: decode_from_cache), straight from the cache, without panels: an NHD row holds every head, where
+ * together (parts.c: decode_call), straight from the cache, without panels: an NHD row holds every head, where
  * a unit of one head would read a few lines of every row, and a TILED tile every head in turn. */
 static void run_all_heads(forward_job *job, workspace *w, int32_t pos, int32_t split, int32_t r, int32_t g0) {
   const uattn_plan_info *in = job->sched.info;

@@ -14,7 +14,7 @@ int32_t uattn_all_heads_max_rows(const uattn_layer *L) {
 
 /* Whether short cache-only requests run as all-heads units (units.c: run_all_heads): on a cache of several KV
  * heads (an NHD one, where one head's keys are a few lines of every row; a TILED one, whose tiles hold every
- * head in turn; an HND one, whose block holds each head's rows in turn: parts.c, decode_hnd_heads), with the
+ * head in turn; an HND one, whose block holds each head's rows in turn: parts.c, decode_call), with the
  * decode kernel, and without the chunked merge of shared blocks (chunk_size, which the panel path keeps). */
 bool uattn_all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
   return L->num_kv_heads > 1 && uattn_all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
