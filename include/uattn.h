@@ -481,7 +481,7 @@ typedef struct uattn_layer {
   const float *alibi_slopes; /* optional [num_q_heads]: score += slope * (key position - query position) */
   int32_t causal_width;      /* query rows per tile (the Gaudi plugin's causal slice); 0 = 64 x num_kv_heads, at most
                               * the Gaudi plugin's 512 (fewer KV heads: smaller tiles, so a prompt is work for
-                              * several workers; forward.c's default_query_tile says what it was chosen on) */
+                              * several workers) */
   int32_t chunk_size;        /* shared blocks per chunk with an online-softmax merge (PR 784); 0 = whole */
   /* Kernels with bf16 dot products (the avx512bf16 level: bf16 layers on bf16 caches) multiply P V with P
    * rounded to bf16 (relative error 2^-9 each, accumulated in fp32), as vLLM's AMX path and PyTorch's CPU

@@ -92,7 +92,7 @@ const bench_case bench_cases[] = {
      false},
     {"decode-long", "decode-long 1x32k", "one decode over 32768 cached keys", 0, {DECODES(1, 32768, 32768)}, false},
     {"decode-long", "decode-long 32x4k", "32 decodes over 4096 cached keys each", 0, {DECODES(32, 4096, 4096)}, false},
-    /* too short to split: its units are the KV heads of its decode calls (forward.c's all_heads_group) */
+    /* too short to split: its units are the KV heads of its decode calls (units.c's all_heads_group) */
     {"decode-short", "decode-short 1x4k", "one decode over 4096 cached keys", 0, {DECODES(1, 4096, 4096)}, false},
 };
 const int bench_num_cases = (int)(sizeof bench_cases / sizeof *bench_cases);

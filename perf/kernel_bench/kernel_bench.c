@@ -244,7 +244,7 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
 
-/* The blocks a decode call takes, as the forward hands them (forward.c: unique_run): a list of as many as
+/* The blocks a decode call takes, as the forward hands them (runtime/attention/parts.c: unique_run): a list of as many as
  * make UATTN_DECODE_MAX_KEYS keys where the block size allows lists (uattn_decode_list_fits), else one. */
 static int32_t decode_list_blocks(void) {
   return uattn_decode_list_fits(block_keys) ? UATTN_DECODE_MAX_KEYS / block_keys : 1;
@@ -302,7 +302,7 @@ static void read_block(const char *k, const char *v, float *sink) {
 
 /* The set's decode kernel over every KV head of the n blocks at k[], v[] as the forward calls it, each call
  * told where the next one reads (uattn_panel_job.next_k): on NHD one call (told the next call's first block,
- * next_k / next_v); on HND a call a head (forward.c: decode_hnd_heads), each told the next head's rows in the
+ * next_k / next_v); on HND a call a head (runtime/attention/parts.c: decode_call), each told the next head's rows in the
  * first block, the last the next call's first head's. */
 static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_job *job, const char *const *k,
                         const char *const *v, int32_t n, const char *next_k, const char *next_v, float *scratch) {

@@ -30,17 +30,20 @@ KERNEL_NAME = re.compile(
     r"^uattn_(?P<dtype>[a-z0-9]+)_(?P<part>[a-z]+)_b(?P<block>\d+)_d(?P<hd>\d+)_c(?P<chunk>\d+)__(?P<isa>\w+)$")
 # gcc's clones and split-off parts of one function: counted as the function
 CLONE_SUFFIX = re.compile(r"(\.(constprop|isra|part|cold|lto_priv|localalias)(\.\d+)?)+$")
-# The forward's functions (runtime/attention/forward.c) that say which part of the attention a frame below them works
-# for; a generated kernel's name says it by itself. Keep in step with forward.c when it is restructured.
+# The forward's functions (runtime/attention/: parts.c, units.c, cache.c) that say which part of the attention a
+# frame below them works for; a generated kernel's name says it by itself. Keep in step with those files.
 PART_FUNCS = {
-    "causal_part": "causal",
-    "shared_part": "shared",
-    "unique_part": "unique",
-    "cross_part": "cross",
+    "uattn_causal_part": "causal",
+    "uattn_shared_part": "shared",
+    "uattn_shared_part_prefix_run": "shared",
+    "uattn_shared_part_all_heads": "shared",
+    "uattn_unique_part": "unique",
+    "uattn_unique_part_all_heads": "unique",
+    "uattn_cross_part": "cross",
     "merge_tile": "merge (per tile)",
     "merge_splits_job": "merge (split-K)",
-    "write_cache": "cache write",
-    "load_queries": "query load",
+    "uattn_write_cache": "cache write",
+    "widen_queries": "query load",
 }
 ATTENTION_PARTS = {"causal", "shared", "unique", "cross"}
 # frames that mean "inside one uattn_forward call"
@@ -63,6 +66,11 @@ FILE_GROUPS = {
     "xsmm.c": XSMM_BODY,
     "dispatch.c": "uattn kernels: selection",
     "forward.c": "uattn forward: orchestration, cache write",
+    "validate.c": "uattn forward: orchestration, cache write",
+    "cache.c": "uattn forward: orchestration, cache write",
+    "workspace.c": "uattn forward: orchestration, cache write",
+    "parts.c": "uattn forward: orchestration, cache write",
+    "units.c": "uattn forward: orchestration, cache write",
     "attention/cascade.c": "uattn forward: merges",
     "pool.c": "uattn runtime: thread pool (spin, wait, dispatch)",
     "runtime.c": "uattn runtime: setup",

@@ -121,11 +121,11 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
       {"threads: TILED mixed bf16", BATCH_MIXED, 16, 8, 2, 64, BF16, BF16, TILED, DEC, 0, 0, 1, 0, 0, 0, 64},
       {"threads: TILED decodes, split-K", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, TILED, DEC, 0, 0, 0, 0, 0, 0, 65,
        64, 48},
-      /* few decodes: on 2-4 threads their all-heads units take fewer KV heads each (forward.c's all_heads_group) */
+      /* few decodes: on 2-4 threads their all-heads units take fewer KV heads each (units.c's all_heads_group) */
       {"threads: NHD decodes, bf16", BATCH_DECODE, 128, 32, 8, 128, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 0, 67},
       {"threads: NHD decodes, f16, window, sinks", BATCH_DECODE, 16, 16, 4, 64, F16, F16, NHD, DEC, 0, 90, 1, 0, 0, 0,
        68},
-      /* one KV head: a prompt's row tiles (causal width) are units of their own (forward.c's item_tiles) */
+      /* one KV head: a prompt's row tiles (causal width) are units of their own (units.c's item_tiles) */
       {"threads: MQA prefills in tiles", BATCH_PREFILL, 16, 8, 1, 64, BF16, BF16, NHD, DEC, 0, 0, 0, 0, 0, 16, 69},
       {"threads: MQA mixed in tiles, window", BATCH_MIXED, 16, 8, 1, 64, F32, F32, HND, DEC, 0, 40, 1, 0, 0, 24, 70},
       {"threads: MQA verifications in tiles, split-K", BATCH_SPEC_DECODE, 16, 8, 1, 64, F32, F32, NHD, DEC, 0, 0, 0, 0,
@@ -204,7 +204,7 @@ Test(attention, split_k_decodes, .timeout = 300) {
 }
 
 /* A request's blocks go to the decode kernel as one call of up to UATTN_DECODE_MAX_KEYS keys, a list of
- * blocks wherever they lie on NHD and HND (forward.c's unique_run, shared_run), and at block sizes that take
+ * blocks wherever they lie on NHD and HND (parts.c's unique_run, shared_run), and at block sizes that take
  * no list (not a power of two, or under 8 keys) a run of adjacent NHD blocks, at most MAX_DECODE_BLOCKS of
  * them (5-key blocks): decodes and verifications over such runs against the oracle, their blocks in order
  * (one stretch of the cache) and scattered (the block tables' usual random order), with split-K cutting

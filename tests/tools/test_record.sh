@@ -78,13 +78,13 @@ echo "ok: the report on a made-up perf script"
 # causal part, whose bucket's kernel tail-called the body (not on the stack), while a load kernel of that
 # bucket ran in the same part; 1 in a GEMM with a generated shared kernel on its stack; 1 in that load kernel.
 xs=$'\t            5000 uattn_xsmm_qk (/x/uattn-bench)\n\t            5100 uattn_xsmm_attend (/x/uattn-bench)'
-part=$'\t            5200 causal_part (/x/uattn-bench)\n\t            4000 main (/x/uattn-bench)'
+part=$'\t            5200 uattn_causal_part (/x/uattn-bench)\n\t            4000 main (/x/uattn-bench)'
 {
   for i in 1 2; do
     printf 'uattn-bench 100 11.%02d:       1000 \n\t    7f0000002000 libxsmm_smm_m128_n32_k32_beta0 (/tmp/perf-100.map)\n%s\n%s\n\n' \
       "$i" "$xs" "$part"
   done
-  printf 'uattn-bench 100 11.03:       1000 \n\t    7f0000003000 libxsmm_smm_m128_n32_k128_beta1 (/tmp/perf-100.map)\n%s\n\t            5300 uattn_f16_shared_b16_d64_c0__avx2 (/x/uattn-bench)\n\t            5400 shared_part (/x/uattn-bench)\n\t            4000 main (/x/uattn-bench)\n\n' "$xs"
+  printf 'uattn-bench 100 11.03:       1000 \n\t    7f0000003000 libxsmm_smm_m128_n32_k128_beta1 (/tmp/perf-100.map)\n%s\n\t            5300 uattn_f16_shared_b16_d64_c0__avx2 (/x/uattn-bench)\n\t            5400 uattn_shared_part (/x/uattn-bench)\n\t            4000 main (/x/uattn-bench)\n\n' "$xs"
   printf 'uattn-bench 100 11.04:       1000 \n\t            1100 uattn_bf16_load_b128_d128_c0__avx2 (/x/uattn-bench)\n%s\n\n' "$part"
 } >"$tmp/xsmm.txt"
 "$PY" "$ROOT/perf/record/record_report.py" "$tmp/xsmm.txt" --own /x/uattn-bench >"$tmp/xsmm-report.txt" ||
