@@ -90,9 +90,9 @@ uattn_status uattn_merge_partials(int32_t num_parts, const float *const *outs, c
     for (int32_t i = 0; i < num_parts; i++) {
       parts[i].m = maxes[i][x];
       parts[i].l = sums[i][x];
-      parts[i].o = (float *)outs[i] + x * head_dim; /* read only: uattn_seed_merge does not write parts */
+      parts[i].o = (float *)outs[i] + x * head_dim; /* read only: uattn_merge_parts does not write parts */
     }
-    uattn_seed_merge(parts, num_parts, -INFINITY, head_dim, row);
+    uattn_merge_parts(parts, num_parts, -INFINITY, head_dim, row);
     memcpy(out + x * head_dim, row, sizeof(float) * (size_t)head_dim);
   }
   return UATTN_OK;

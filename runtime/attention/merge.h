@@ -10,6 +10,6 @@
  * max, a_i = e^(m_i - M), out = sum_i o_i a_i / max(sum_i l_i a_i, feps) with feps = FLT_MIN, so a row
  * whose parts are all empty is zeros, not NaN. A sink (pass -inf for none) joins the denominator only.
  * Returns the log-sum-exp of the row, -inf when it saw nothing. */
-float uattn_seed_merge(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim, float *out);
+float uattn_merge_parts(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim, float *out);
 
 #endif

@@ -211,7 +211,7 @@ static __attribute__((noinline)) void merge_tile(const step_ctx *c) {
       uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
                               acc_state(c->w, ACC_UNIQUE, x, g, D)};
       fold_v_scale(L, parts, 3); /* the tile is done with them: scaled in place */
-      const float lse = uattn_seed_merge(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
+      const float lse = uattn_merge_parts(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
       uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
     }
@@ -474,7 +474,7 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
         fold_v_scale(L, parts + 1, 2); /* split 0's slots, read once: scaled in place */
         const int32_t head = g * G + h;
         const float lse =
-            uattn_seed_merge(parts, seen_parts(parts, 3), L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
+            uattn_merge_parts(parts, seen_parts(parts, 3), L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
         const uattn_dtype odt = out_dtype(L, job->t);
         uattn_narrow(odt, row_out, (char *)job->t->out + ((size_t)row * Hq + head) * D * uattn_dtype_size(odt),
                      (size_t)D);

@@ -4,7 +4,7 @@
  * requests run as all-heads units, and whether the decode kernel reads a TILED cache as it lies. */
 #include "attention/forward_internal.h"
 
-#define UATTN_SEED_CAUSAL_WIDTH 512 /* the seed's query rows per causal slice */
+#define UATTN_MAX_CAUSAL_WIDTH 512 /* the Gaudi plugin's query rows per causal slice */
 
 /* Rows of a request an all-heads unit takes (units.c: run_all_heads): as many as the decode kernel's jobs
  * hold. */
@@ -34,7 +34,7 @@ bool uattn_decodes_tiled(const uattn_layer *L, const uattn_kernels *k, int32_t b
  * workers and a tile's queries and states stay nearer the core's L2. */
 static int32_t default_query_tile(const uattn_layer *L) {
   const int32_t tile = 64 * L->num_kv_heads;
-  return tile < UATTN_SEED_CAUSAL_WIDTH ? tile : UATTN_SEED_CAUSAL_WIDTH;
+  return tile < UATTN_MAX_CAUSAL_WIDTH ? tile : UATTN_MAX_CAUSAL_WIDTH;
 }
 
 void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k,
