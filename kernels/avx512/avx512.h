@@ -1,6 +1,5 @@
-/* The AVX-512 kernel set (avx512/set.c): the avx2 set's panels, loads and attend for every part (their GEMMs are
- * libxsmm's, pinned to AVX2 code so that these parts have the avx2 set's bits on every CPU: see xsmm.c), with
- * the decode kernel in 16-float vectors (avx512/decode.h). Nothing here may be called unless uattn_avx512_runs_here() said yes. */
+/* The AVX-512 kernel set (avx512/set.c): the avx2 set's panels and loads, with the attend (avx512/body.h) and
+ * the decode kernel (avx512/decode.h) in 16-float vectors. Nothing here may be called unless uattn_avx512_runs_here() said yes. */
 #ifndef UATTN_AVX512_H
 #define UATTN_AVX512_H
 
@@ -12,7 +11,7 @@ extern const uattn_kernels uattn_kernels_avx512;
  * off x86. Safe to call anywhere. */
 int uattn_avx512_runs_here(void);
 
-/* The avx512 set with its decode kernel's twin (avx512/vec.h): the same arithmetic, bit for bit, on AVX2.
+/* The avx512 set's twin (avx512/vec.h): its attend and decode kernels' arithmetic, bit for bit, on AVX2.
  * For the tests, on machines without AVX-512; only after uattn_avx2_runs_here(). */
 extern const uattn_kernels uattn_kernels_avx512_twin;
 

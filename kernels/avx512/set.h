@@ -2,6 +2,7 @@
  * avx512/twin.c (its twin), each after deciding AVX512_VEC_ZMM, with AVX512_SET naming the set. */
 #include "avx2/avx2.h"
 #include "avx512/avx512.h"
+#include "avx512/body.h"
 #include "avx512/decode.h"
 
 AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
@@ -9,9 +10,13 @@ AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t head
   avx512_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
 }
 
+AVX512_TARGET static void avx512_attend(const uattn_panel_job *job, int32_t panel_keys) {
+  avx512_attend_body(job, panel_keys, job->head_dim, 0);
+}
+
 const uattn_kernels AVX512_SET = {.name = "avx512",
                                   .load = uattn_avx2_load,
-                                  .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
+                                  .attend = {avx512_attend, avx512_attend, avx512_attend},
                                   .panel_floats = uattn_avx2_panel_floats,
                                   .decode = avx512_decode,
                                   .unscaled_q = false};

@@ -28,6 +28,15 @@ V16_INLINE v16 v16_load(const float *p) { return _mm512_loadu_ps(p); }
 V16_INLINE void v16_store(float *p, v16 a) { _mm512_storeu_ps(p, a); }
 V16_INLINE v16 v16_fmadd(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
 V16_INLINE v16 v16_mul(v16 a, v16 b) { return _mm512_mul_ps(a, b); }
+/* The first n lanes of p (all 16 from n = 16 on), zeros in the others, which are not read (they may lie past the
+ * end of an array: the ragged end of a head dim or of a tile); the first n lanes of a stored to p; a with its
+ * lanes from n on zeroed. */
+V16_INLINE __mmask16 v16_mask_n(int32_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+V16_INLINE v16 v16_load_n(const float *p, int32_t n) { return _mm512_maskz_loadu_ps(v16_mask_n(n), p); }
+V16_INLINE void v16_store_n(float *p, v16 a, int32_t n) { _mm512_mask_storeu_ps(p, v16_mask_n(n), a); }
+V16_INLINE v16 v16_keep_n(v16 a, int32_t n) { return _mm512_maskz_mov_ps(v16_mask_n(n), a); }
 /* 32 bf16 elements: e = elements 0, 2, .., 30 as f32, o = 1, 3, .., 31 */
 V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   const __m512i x = _mm512_loadu_si512(src);
@@ -118,6 +127,16 @@ V16_INLINE v16 v16_fmadd(v16 a, v16 b, v16 c) {
   return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
 V16_INLINE v16 v16_mul(v16 a, v16 b) { return (v16){_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+V16_INLINE v16 v16_load_n(const float *p, int32_t n) {
+  return (v16){_mm256_maskload_ps(p, tail_mask(n)), _mm256_maskload_ps(p + 8, tail_mask(n - 8))};
+}
+V16_INLINE void v16_store_n(float *p, v16 a, int32_t n) {
+  _mm256_maskstore_ps(p, tail_mask(n), a.lo), _mm256_maskstore_ps(p + 8, tail_mask(n - 8), a.hi);
+}
+V16_INLINE v16 v16_keep_n(v16 a, int32_t n) {
+  return (v16){_mm256_and_ps(a.lo, _mm256_castsi256_ps(tail_mask(n))),
+               _mm256_and_ps(a.hi, _mm256_castsi256_ps(tail_mask(n - 8)))};
+}
 V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   const __m256i mask = _mm256_set1_epi32((int)0xffff0000u);
   const __m256i x0 = _mm256_loadu_si256(src), x1 = _mm256_loadu_si256((const __m256i *)src + 1);

@@ -293,23 +293,6 @@ AVX2_INLINE void bf16_load_tiled_body(uattn_dtype t, const void *k_src, const vo
 
 /* ---- attend -------------------------------------------------------------------------------------------- */
 
-/* 16 floats at p, of which the first n are there (n < 16: the ragged end of a head dim) */
-BF16_INLINE v16 v16_load_n(const float *p, int32_t n) {
-  if (n >= 16) return v16_load(p);
-  float t[16] = {0};
-  memcpy(t, p, sizeof(float) * (size_t)n);
-  return v16_load(t);
-}
-BF16_INLINE void v16_store_n(float *p, v16 a, int32_t n) {
-  if (n >= 16) {
-    v16_store(p, a);
-    return;
-  }
-  float t[16];
-  v16_store(t, a);
-  memcpy(p, t, sizeof(float) * (size_t)n);
-}
-
 /* S[i][j - j0] += <q_i, k_j> over np pairs of dims for NB vectors (pairs at qp + i * np, the keys' from kp)
  * and keys [j, j + 16 W); first: S starts from 0. An fp32 partial sum stored and loaded back is exact, so
  * a dot product taken a slice of pairs at a time is the one chain of vdpbf16ps it would be at once. */

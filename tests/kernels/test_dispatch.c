@@ -75,8 +75,8 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   /* the unique part's decode rows go straight from the cache (the decode kernel) where the bucket allows */
   const bool decode = b.head_dim % 8 == 0 && b.block_size <= 256;
   const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
-  /* a bucket of an ISA that shares another's (gen/manifest.json: avx512 shares avx2's) has its own decode kernel
-   * and the other ISA's attend for the rest */
+  /* a bucket of an ISA that shares another's (gen/manifest.json's shares) has its own decode kernel and the other
+   * ISA's attend for the rest */
   const char *shares = NULL;
   for (size_t i = 0; i < uattn_isa_registry_size; i++)
     if (!strcmp(uattn_isa_registry[i].name, b.isa)) shares = uattn_isa_registry[i].shares;

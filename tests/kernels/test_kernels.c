@@ -830,12 +830,33 @@ Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout
   check_decode_heads(&uattn_kernels_avx512_twin, "avx512 decode (twin)", &few_rows, 400 / SPARSE, 20261124);
 }
 
-/* Where AVX-512 runs: the zmm kernel computes its twin's bits (what the two tests above checked). */
+/* The avx512 set's attend (avx512/body.h) through its twin: against the portable set on jobs of any shape, and
+ * on large ones (many rows, several key chunks). */
+Test(kernels, avx512_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+  need_avx2();
+  const case_limits any = {0}, large = {.large = true};
+  check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_SHARED, "avx512 attend (twin)", &any, 1500 / SPARSE,
+                           20261206);
+  check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_CAUSAL, "avx512 attend (twin), large jobs", &large,
+                           200 / SPARSE, 20261207);
+}
+
+/* Where AVX-512 runs: the zmm kernels compute their twin's bits, decode and attend (what the tests above
+ * checked). */
 Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
   if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
   const case_limits few_rows = {.decode = true};
   check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &few_rows, 1000 / SPARSE,
                        20261125, "the zmm kernel differs from its twin");
+}
+
+Test(kernels, avx512_attend_is_its_twin_bit_for_bit, .timeout = 300) {
+  if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
+  const case_limits any = {0}, large = {.large = true};
+  check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_SHARED, &any, 1000 / SPARSE,
+                       20261208, "the zmm attend differs from its twin");
+  check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_CAUSAL, &large, 150 / SPARSE,
+                       20261209, "the zmm attend differs from its twin on large jobs");
 }
 
 /* ---- the avx512bf16 set -------------------------------------------------------------------------------- */
@@ -1532,8 +1553,8 @@ static void isa_report(FILE *f) {
   else
     fprintf(f, "  %-34s skipped: %s\n", "libxsmm body",
             avx2 ? "libxsmm is not built in, or JITs nothing on this CPU" : "it runs on the avx2 set's panels");
-  fprintf(f, "  %-34s %s\n", "avx512 decode, ymm twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
-  fprintf(f, "  %-34s %s\n", "avx512 decode, zmm",
+  fprintf(f, "  %-34s %s\n", "avx512 attend, decode, ymm twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
+  fprintf(f, "  %-34s %s\n", "avx512 attend, decode, zmm",
           avx512 ? "ran, held to its twin bit for bit" : "skipped: this CPU lacks AVX-512F (its twin ran instead)");
   fprintf(f, "  %-34s %s\n", "avx512bf16, emulated twin", avx2 ? "ran" : "skipped: the twin needs AVX2");
   fprintf(f, "  %-34s %s\n", "avx512bf16, vdpbf16ps",
