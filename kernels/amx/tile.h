@@ -39,11 +39,17 @@ typedef struct amx_tiles {
   char unused; /* the tiles are registers; the twin's are this struct */
 } amx_tiles;
 
-/* statements, each a single instruction: tile numbers must be constants (registers); t is the twin's */
+/* statements, each a single instruction (and compiler barriers): tile numbers must be constants (registers); t is the twin's */
 #define amx_configure(t, cfg) _tile_loadconfig(cfg)
 #define amx_release(t) _tile_release()
 #define amx_zero(t, n) _tile_zero(n)
-#define amx_load(t, n, p, stride) _tile_loadd(n, p, (long)(stride))
+/* GCC's tileloadd is an asm that does not say it reads memory, so the compiler could move C stores to the
+ * tile's rows past it: the barrier keeps them before. */
+#define amx_load(t, n, p, stride)                                                                                      \
+  do {                                                                                                                 \
+    __asm__ volatile("" ::: "memory");                                                                                 \
+    _tile_loadd(n, p, (long)(stride));                                                                                 \
+  } while (0)
 #define amx_store(t, n, p, stride) _tile_stored(n, p, (long)(stride))
 #define amx_dpbf16(t, c, a, b) _tile_dpbf16ps(c, a, b)
 
