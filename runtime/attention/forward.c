@@ -54,7 +54,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
   }
   int32_t max_workers = uattn_runtime_workers(rt);
   if (tuning && tuning->num_threads > 0 && tuning->num_threads < max_workers) max_workers = tuning->num_threads;
-  if ((st = uattn_forward_run(&sched, L, t, rt, choice->set, max_workers, &report))) return st;
+  if ((st = uattn_forward_run(&sched, L, t, rt, choice, max_workers, &report))) return st;
   uattn_kernel_report_keep(&report);
   return UATTN_OK;
 }

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "attention/kernel_choice.h"
 #include "common/internal.h"
 #include "kernels.h"
 #include "plan/schedule.h"
@@ -83,6 +84,7 @@ static inline float cache_score_scale(const uattn_layer *L) {
 /* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
 typedef struct workspace {
   const uattn_kernels *kern;
+  uattn_kernel_use use;                  /* how the forward uses kern on this layer (kernel_choice.c) */
   int64_t calls[UATTN_NUM_PARTS];        /* kernel calls per part, for uattn_last_forward_report */
   int64_t decode_calls[UATTN_NUM_PARTS]; /* of those, the decode kernel's */
   size_t panel_floats;                   /* of each of keys and values, in the kernel set's layout */
@@ -129,10 +131,8 @@ static inline void store_state(const workspace *w, int acc, int32_t slot, int32_
 }
 
 int32_t uattn_all_heads_max_rows(const uattn_layer *L);
-bool uattn_all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size);
-bool uattn_decodes_tiled(const uattn_layer *L, const uattn_kernels *k, int32_t block_size);
-void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k,
-                           bool cp);
+void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L,
+                           const uattn_kernel_choice *choice, bool cp);
 size_t uattn_workspace_bytes(const workspace *w, int32_t D);
 void uattn_workspace_carve(workspace *w, void *memory, int32_t D);
 
@@ -171,7 +171,7 @@ void uattn_cross_part(const step_ctx *c);
 /* Runs a checked step (L tuned, kernels chosen) on rt's workers, at most max_workers of them: the cache
  * write, the attention and the merge of split requests. Fills report's counters, workspace and workers. */
 uattn_status uattn_forward_run(const uattn_schedule *sched, const uattn_layer *L, const uattn_tensors *t,
-                               uattn_runtime *rt, const uattn_kernels *kernels, int32_t max_workers,
+                               uattn_runtime *rt, const uattn_kernel_choice *choice, int32_t max_workers,
                                uattn_kernel_report *report);
 
 #endif

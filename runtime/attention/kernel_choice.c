@@ -13,7 +13,7 @@
  * variables, which are read on every call (one getenv: engines and tests may set it between calls) but asked about once.
  * Compared with memcmp, so always built from a zeroed key. */
 typedef struct choice_key {
-  int32_t block_size, head_dim, chunk_size, group;
+  int32_t block_size, head_dim, chunk_size, group, num_kv_heads;
   uattn_dtype cache_dtype, dtype;
   uattn_kv_layout layout; /* which decode kernel reads the cache (the report's decode_kernel) */
   bool probs_fp32, twins;
@@ -32,6 +32,18 @@ static struct {
 static atomic_int cache_count;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The one place the forward's use of a set is decided (uattn_kernel_use). All-heads units need the decode
+ * kernel, several KV heads to take at once, and no chunked merge of shared blocks, which the panels keep. */
+static uattn_kernel_use kernel_use(const uattn_layer *L, int32_t block_size, const uattn_kernels *set) {
+  const int32_t group = L->num_q_heads / L->num_kv_heads;
+  const bool tiled = L->kv_layout == UATTN_LAYOUT_TILED;
+  uattn_kernel_use u = {.decode = uattn_decode_fits(set, block_size, L->head_dim, group)};
+  u.decode_tiled = tiled && uattn_decode_tiled_fits(set, block_size, L->head_dim, group, L->cache_dtype, L->probs_fp32);
+  u.load_tiled = tiled && uattn_load_tiled_fits(set, L->cache_dtype);
+  u.all_heads = u.decode && L->num_kv_heads > 1 && L->chunk_size == 0;
+  return u;
+}
+
 static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice *c) {
   uattn_kernel_report *r = &c->report;
   memset(r, 0, sizeof *r);
@@ -46,15 +58,15 @@ static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice
   r->kernel_set = c->set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
     snprintf(r->part_kernel[p], sizeof r->part_kernel[p], "%s", bucket ? bucket->part_names[p] : c->set->name);
-  r->panels_gathered = L->kv_layout == UATTN_LAYOUT_TILED && !uattn_load_tiled_fits(c->set, L->cache_dtype);
+  c->use = kernel_use(L, block_size, c->set);
+  r->panels_gathered = L->kv_layout == UATTN_LAYOUT_TILED && !c->use.load_tiled;
   /* a bucket's unique part is its decode kernel; on a TILED cache its decode_tiled, or (without one for the
    * layer) its decode on rows gathered from the tiles */
-  const int32_t group = L->num_q_heads / L->num_kv_heads;
-  if (!uattn_decode_fits(c->set, block_size, L->head_dim, group)) return;
+  if (!c->use.decode) return;
   const char *decode = bucket ? bucket->part_names[UATTN_PART_UNIQUE] : c->set->name;
   if (L->kv_layout != UATTN_LAYOUT_TILED)
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", decode);
-  else if (uattn_decode_tiled_fits(c->set, block_size, L->head_dim, group, L->cache_dtype, L->probs_fp32))
+  else if (c->use.decode_tiled)
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", bucket ? bucket->decode_tiled_name : c->set->name);
   else
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s (gathered)", decode);
@@ -75,6 +87,7 @@ const uattn_kernel_choice *uattn_kernel_choice_for(const uattn_layer *L, int32_t
   key.head_dim = L->head_dim;
   key.chunk_size = L->chunk_size;
   key.group = L->num_q_heads / L->num_kv_heads;
+  key.num_kv_heads = L->num_kv_heads;
   key.cache_dtype = L->cache_dtype;
   key.dtype = L->dtype;
   key.layout = L->kv_layout;

@@ -93,7 +93,7 @@ static size_t tiled_source(const step_ctx *c, int32_t block, size_t *tile_stride
  * panels: on TILED, from the block as it lies where the set can (kernels.h: load_tiled), else gathered into
  * rows. */
 static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
-  if (c->cache.layout == UATTN_LAYOUT_TILED && uattn_load_tiled_fits(c->w->kern, c->cache.dtype)) {
+  if (c->w->use.load_tiled) {
     size_t stride;
     const size_t off = tiled_source(c, block, &stride);
     c->w->kern->load_tiled(c->cache.dtype, c->cache.k + off, c->cache.v + off, stride, first, count, c->cache.head_dim,
@@ -310,9 +310,7 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
 
 /* A decode row's unique block straight from the cache, when the kernel set can (kernels.h: decode) and the
  * keys of a block are at consecutive positions (not in pieces). */
-static bool decodes_from_cache(const step_ctx *c) {
-  return !c->pieces && uattn_decode_fits(c->w->kern, c->in->block_size, c->L->head_dim, c->w->group);
-}
+static bool decodes_from_cache(const step_ctx *c) { return !c->pieces && c->w->use.decode; }
 
 /* The most cache blocks one decode call takes (joins_decode_call): as many as UATTN_DECODE_MAX_KEYS keys of
  * UATTN_DECODE_TILE-key blocks, the smallest a list takes; runs of smaller NHD blocks stop there. */
@@ -366,7 +364,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
     }
     const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, stride, D);
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
-  } else if (uattn_decodes_tiled(c->L, c->w->kern, c->in->block_size)) {
+  } else if (c->w->use.decode_tiled) {
     size_t stride;
     const size_t off = tiled_source(c, block, &stride);
     if (next_block >= 0) {

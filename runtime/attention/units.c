@@ -328,9 +328,9 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
   const uattn_layer *L = job->L;
   const int32_t r = job->sched.item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
   const bool pieces = job->sched.config->cp_size > 1 && L->alibi_slopes; /* step_ctx.pieces */
-  return L->attn_type == UATTN_ATTENTION_DECODER && !pieces &&
-         uattn_all_heads_layout(L, job->shape.kern, in->block_size) && job->sched.item_reqs[pos] == 1 &&
-         !in->is_prompt[r] && rows <= uattn_all_heads_max_rows(L) && rows * L->num_kv_heads <= job->shape.slots;
+  return L->attn_type == UATTN_ATTENTION_DECODER && !pieces && job->shape.use.all_heads &&
+         job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= uattn_all_heads_max_rows(L) &&
+         rows * L->num_kv_heads <= job->shape.slots;
 }
 
 /* The row tiles of item pos that are units of their own: a lone request's (a prompt longer than a tile,
@@ -484,7 +484,7 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
 }
 
 uattn_status uattn_forward_run(const uattn_schedule *sched, const uattn_layer *L, const uattn_tensors *t,
-                               uattn_runtime *rt, const uattn_kernels *kernels, int32_t max_workers,
+                               uattn_runtime *rt, const uattn_kernel_choice *choice, int32_t max_workers,
                                uattn_kernel_report *report) {
   const uattn_plan_info *in = sched->info;
   forward_job job = {.sched = *sched,
@@ -493,7 +493,7 @@ uattn_status uattn_forward_run(const uattn_schedule *sched, const uattn_layer *L
                      .rt = rt,
                      .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
                                L->num_kv_heads, L->head_dim}};
-  uattn_workspace_shape(&job.shape, in, L, kernels, sched->config->cp_size > 1);
+  uattn_workspace_shape(&job.shape, in, L, choice, sched->config->cp_size > 1);
   job.scratch_bytes = uattn_workspace_bytes(&job.shape, L->head_dim);
   job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
   job.step_kv_bytes = uattn_step_kv_bytes(in, L);

@@ -1,7 +1,7 @@
 /* A worker's scratch for one forward call: its shape (the query tile, the key panels, the decode kernel's and
  * a TILED cache's staging room, context parallelism's gathers) from the layer and the kernel set, its size,
- * and its carving out of the memory the runtime keeps per worker. With it the rules that shape it: which
- * requests run as all-heads units, and whether the decode kernel reads a TILED cache as it lies. */
+ * and its carving out of the memory the runtime keeps per worker. How the set is used (all-heads units, the
+ * decode kernel on a TILED cache) comes with the kernel choice (kernel_choice.c: kernel_use). */
 #include "attention/forward_internal.h"
 
 #define UATTN_MAX_CAUSAL_WIDTH 512 /* the Gaudi plugin's query rows per causal slice */
@@ -12,23 +12,6 @@ int32_t uattn_all_heads_max_rows(const uattn_layer *L) {
   return UATTN_DECODE_MAX_VECTORS / (L->num_q_heads / L->num_kv_heads);
 }
 
-/* Whether short cache-only requests run as all-heads units (units.c: run_all_heads): on a cache of several KV
- * heads (an NHD one, where one head's keys are a few lines of every row; a TILED one, whose tiles hold every
- * head in turn; an HND one, whose block holds each head's rows in turn: parts.c, decode_call), with the
- * decode kernel, and without the chunked merge of shared blocks (chunk_size, which the panel path keeps). */
-bool uattn_all_heads_layout(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return L->num_kv_heads > 1 && uattn_all_heads_max_rows(L) > 0 && L->chunk_size == 0 &&
-         uattn_decode_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads);
-}
-
-/* Whether the decode kernel reads a TILED cache as it lies (kernels.h: decode_tiled); else its blocks are
- * gathered into rows first (uattn_gather_tiled). */
-bool uattn_decodes_tiled(const uattn_layer *L, const uattn_kernels *k, int32_t block_size) {
-  return L->kv_layout == UATTN_LAYOUT_TILED &&
-         uattn_decode_tiled_fits(k, block_size, L->head_dim, L->num_q_heads / L->num_kv_heads, L->cache_dtype,
-                                 L->probs_fp32);
-}
-
 /* Query rows per tile where the layer leaves causal_width at 0: the seed's 512 on 8 KV heads or more, 64 a
  * KV head below, so that a prompt on few KV heads (a unit is a tile on one KV head) is work for several
  * workers and a tile's queries and states stay nearer the core's L2. */
@@ -37,20 +20,22 @@ static int32_t default_query_tile(const uattn_layer *L) {
   return tile < UATTN_MAX_CAUSAL_WIDTH ? tile : UATTN_MAX_CAUSAL_WIDTH;
 }
 
-void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L, const uattn_kernels *k,
-                           bool cp) {
+void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L,
+                           const uattn_kernel_choice *choice, bool cp) {
+  const uattn_kernels *k = choice->set;
   w->kern = k;
+  w->use = choice->use;
   w->tile = L->causal_width > 0 ? L->causal_width : default_query_tile(L);
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
   w->slots = w->tile;
-  if (uattn_all_heads_layout(L, k, in->block_size) && L->num_kv_heads * uattn_all_heads_max_rows(L) > w->slots)
+  if (w->use.all_heads && L->num_kv_heads * uattn_all_heads_max_rows(L) > w->slots)
     w->slots = L->num_kv_heads * uattn_all_heads_max_rows(L);
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
   w->panel_floats = k->panel_floats(w->panel, L->head_dim);
   w->decode_floats = 0;
-  if (uattn_decode_fits(k, in->block_size, L->head_dim, w->group)) {
-    const bool all = uattn_all_heads_layout(L, k, in->block_size);
+  if (w->use.decode) {
+    const bool all = w->use.all_heads;
     w->decode_floats = uattn_decode_scratch_floats(
         all ? L->num_kv_heads : 1, all ? uattn_all_heads_max_rows(L) * w->group : w->group, L->head_dim);
     w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
@@ -59,7 +44,7 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
   /* TILED: a block of one head for the panel loads; of every head for a decode kernel that reads rows */
   w->stage_floats = 0;
   if (L->kv_layout == UATTN_LAYOUT_TILED) {
-    const bool all_rows = uattn_all_heads_layout(L, k, in->block_size) && !uattn_decodes_tiled(L, k, in->block_size);
+    const bool all_rows = w->use.all_heads && !w->use.decode_tiled;
     const size_t bytes =
         2 * (size_t)in->block_size * (all_rows ? L->num_kv_heads : 1) * L->head_dim * uattn_dtype_size(L->cache_dtype);
     w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
