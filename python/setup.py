@@ -5,6 +5,7 @@
      (run `make` first).
 The module records the library's directory as its run path, so no LD_LIBRARY_PATH is needed later."""
 import atexit
+import glob
 import os
 import re
 import shutil
@@ -67,6 +68,6 @@ setup(
     # a fresh build directory each time: setuptools would otherwise reuse an earlier module, linked
     # against another libuattn, since its source did not change (and it keeps the source tree clean)
     options={"build": {"build_base": build_base}},
-    ext_modules=[Extension("uattn", sources=["src/uattnmodule.c"], extra_compile_args=["-std=c11", "-O2"],
-                           **flags)],
+    ext_modules=[Extension("uattn", sources=sorted(glob.glob(os.path.join("src", "*.c"))),
+                           extra_compile_args=["-std=c11", "-O2"], **flags)],
 )
