@@ -1,6 +1,6 @@
 /* uattn-sweep's workload (perf/sweep/workload.c): a list of steps independent of the block size, made from
  * the serving-trace simulator (perf/common/trace.h) or read from a trace file, laid out over a paged cache for one
- * block size at a time, and the batch-bucketing sweep over it. The timing sweep is in perf/sweep.c. */
+ * block size at a time, and the batch-bucketing sweep over it. The timing sweep is in perf/sweep/sweep.c. */
 #ifndef UATTN_PERF_SWEEP_H
 #define UATTN_PERF_SWEEP_H
 
