@@ -9,8 +9,7 @@
  *   BUCKET_GENERIC                  that set (a uattn_kernels), whose decode kernel takes other dtypes' calls;
  *   BUCKET_TARGET                   the target attribute of the functions defined here;
  *   BUCKET_PANEL_FLOATS             the panel size of its layout (the generic set's);
- *   BUCKET_UNSCALED_Q               uattn_kernels.unscaled_q of the set;
- *   BUCKET_BF16_INPUTS              uattn_kernels.bf16_inputs of the set;
+ *   BUCKET_CAPS                     the set's capability list (<ISA>_CAPS: kernels.h's uattn_kernel_caps);
  *   BUCKET_LOAD_BODY (optional)     the load body: BUCKET_LOAD is defined here with it (else it is another
  *                                   bucket's);
  *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
@@ -62,9 +61,10 @@ BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const
 #define BUCKET_LOAD_TILED NULL
 #endif
 
-/* The unique part's decode rows straight from the cache, where the bucket's shape allows it (kernels.h's
- * uattn_decode_fits), with the dtype constant too. */
-#if BUCKET_HEAD_DIM % 8 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
+/* The unique part's decode rows straight from the cache, where the set's record allows the bucket's shape
+ * (kernels.h's uattn_decode_fits), with the dtype constant too. */
+#if BUCKET_HEAD_DIM % UATTN_CAPS_DECODE_DIM(BUCKET_CAPS) == 0 &&                                                       \
+    BUCKET_BLOCK_SIZE <= UATTN_CAPS_DECODE_KEYS(BUCKET_CAPS)
 void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                    const uattn_decode_src *src, float *scratch);
 
@@ -83,8 +83,11 @@ BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size
 #define BUCKET_UNIQUE_KERNEL BUCKET_UNIQUE
 #endif
 
-/* The same on a TILED cache, where the ISA has such a kernel (uattn_decode_tiled_fits) and the shape allows it. */
-#if defined(BUCKET_DECODE_TILED_BODY) && BUCKET_HEAD_DIM % 32 == 0 && BUCKET_BLOCK_SIZE <= UATTN_DECODE_MAX_KEYS
+/* The same on a TILED cache, where the ISA has such a kernel and its record allows the shape
+ * (uattn_decode_tiled_fits). */
+#if defined(BUCKET_DECODE_TILED_BODY) && BUCKET_HEAD_DIM % UATTN_CAPS_TILED_DIM(BUCKET_CAPS) == 0 &&                   \
+    BUCKET_HEAD_DIM % UATTN_CAPS_DECODE_DIM(BUCKET_CAPS) == 0 &&                                                       \
+    BUCKET_BLOCK_SIZE <= UATTN_CAPS_DECODE_KEYS(BUCKET_CAPS)
 void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                          const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
 
@@ -120,6 +123,5 @@ const uattn_bucket_kernels BUCKET_ENTRY = {
             .panel_floats = BUCKET_PANEL_FLOATS,
             .decode = BUCKET_DECODE,
             .decode_tiled = BUCKET_DECODE_TILED,
-            .unscaled_q = BUCKET_UNSCALED_Q,
-            .bf16_inputs = BUCKET_BF16_INPUTS},
+            .caps = UATTN_CAPS_RECORD(BUCKET_CAPS)},
 };

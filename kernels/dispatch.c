@@ -106,7 +106,7 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
              g.twin ? " (its exact twin: this CPU lacks the level)" : "", lowered);
     return generic;
   }
-  const bool bf16_level = uattn_kernels_keep_precision(&(uattn_kernels){.bf16_inputs = true}, dtype, cache_dtype);
+  const bool bf16_level = uattn_kernels_keep_precision(&(uattn_kernels){.caps.bf16_inputs = true}, dtype, cache_dtype);
   /* how far the buckets go along (dtype, block size, head dim, chunk size), for the explanation */
   int depth = 0, isa_missing = 0;
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
@@ -116,7 +116,7 @@ const uattn_kernels *uattn_kernels_dispatch(int32_t block_size, int32_t head_dim
                   : e->head_dim != head_dim     ? 2
                   : e->chunk_size != chunk_size ? 3
                                                 : 4;
-    if (d == 4 && !bf16_level && e->set.bf16_inputs) continue; /* see above */
+    if (d == 4 && !bf16_level && e->set.caps.bf16_inputs) continue; /* see above */
     if (d == 4 && e->runs_here()) {
       *bucket = e;
       snprintf(why, why_size, "generated bucket (%s cache, block size %d, head dim %d, chunk size %d) for %s",

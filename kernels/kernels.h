@@ -5,6 +5,7 @@
 #define UATTN_KERNELS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "convert.h"
 #include "state.h"
@@ -16,7 +17,7 @@
 typedef struct uattn_panel_job {
   int32_t rows, group, head_dim;
   const float *q;             /* [rows][group][head_dim], multiplied by the scale unless the set takes
-                             * unscaled queries (uattn_kernels.unscaled_q) */
+                             * unscaled queries (uattn_kernel_caps.unscaled_q) */
   const int32_t *query_pos;   /* [rows] positions of the rows */
   const int32_t *visible;     /* [rows] row i may see keys [0, visible[i]) (the window applies on top) */
   int32_t num_keys, key_pos0; /* key i of the panel is at position key_pos0 + i */
@@ -28,7 +29,7 @@ typedef struct uattn_panel_job {
   float *o;                   /* [rows][group][head_dim] unnormalized output */
   float *scores;              /* scratch, [num_keys] */
   float scale;                /* the layer's score scale, for the sets that take unscaled queries
-                               * (uattn_kernels.unscaled_q) */
+                               * (uattn_kernel_caps.unscaled_q) */
   bool probs_fp32;            /* the layer's probs_fp32 (uattn.h): only bf16 sets read it */
   const void *next_k;         /* decode, decode_tiled: the next call's first key row (decode: its first block's, head
                                * 0's; NULL: none, or not known), whose first keys a kernel may ask for as it ends */
@@ -38,8 +39,8 @@ typedef struct uattn_panel_job {
 /* Where a decode call's keys and values lie: its cache blocks in the order of their keys, block_keys keys each
  * (the last may hold fewer): key i of head g at k[i / block_keys] + (i % block_keys) * stride + g * head_stride
  * elements of the cache's dtype, value i the same from v. One block (block_keys a power of two, at least the
- * call's keys), or several (uattn_decode_list_fits: block_keys a power of two and a multiple of
- * UATTN_DECODE_TILE, so that no P V tile of the avx2 kernel straddles two blocks): a decode call's fixed cost
+ * call's keys), or several (uattn_decode_list_fits: block_keys a power of two and a multiple of the
+ * set's decode tile, so that no P V tile straddles two blocks): a decode call's fixed cost
  * (its query vectors and outputs put in its order, each vector's softmax steps) paid once for up to
  * UATTN_DECODE_MAX_KEYS keys of a request's blocks wherever they lie, and the next block's rows asked for
  * as the walk nears them. */
@@ -48,6 +49,49 @@ typedef struct uattn_decode_src {
   int32_t block_keys;
   size_t stride, head_stride;
 } uattn_decode_src;
+
+/* What a set takes: stated once per ISA, as <ISA>_CAPS in the ISA's header (the values of the fields below, in
+ * their order), from which both the set's record (UATTN_CAPS_RECORD) and the generated buckets' preprocessor
+ * conditions (bucket_entry.h: UATTN_CAPS_DECODE_DIM and its kin) are made; dispatch, the forward, the report
+ * and the tests read the record through the predicates below. */
+typedef struct uattn_kernel_caps {
+  /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by job->scale
+   * itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets do: they round the query
+   * to bf16, and rounding the model's own bf16 query is exact where rounding a scaled copy of it is not. */
+  bool unscaled_q;
+  /* Whether the set rounds the query, keys and values to bf16 (bf16 dot products): it keeps a layer's precision
+   * only for bf16 queries on bf16 or fp8 caches (every fp8 value is exact in bf16), and the dispatch gives it
+   * no other layer (uattn_kernels_keep_precision). */
+  bool bf16_inputs;
+  /* decode (where the set has one): head dims a multiple of decode_dim_multiple, up to decode_max_keys keys and
+   * decode_max_vectors query vectors a head a call (within UATTN_DECODE_MAX_KEYS and _VECTORS); its P V walks
+   * decode_tile keys at a time, so a list's blocks hold whole tiles (uattn_decode_list_fits). */
+  int32_t decode_dim_multiple, decode_max_keys, decode_max_vectors, decode_tile;
+  /* load_tiled and decode_tiled (where the set has them): the cache dtypes they read as they lie (a mask of
+   * UATTN_DTYPE_BIT), and decode_tiled's head dims, a multiple of tiled_dim_multiple; tiled_probs_fp32: whether
+   * decode_tiled keeps P in fp32 for a layer's probs_fp32 (else such a layer's rows are gathered for decode). */
+  uint32_t tiled_cache_dtypes;
+  int32_t tiled_dim_multiple;
+  bool tiled_probs_fp32;
+} uattn_kernel_caps;
+
+#define UATTN_DTYPE_BIT(t) (1u << (t))
+
+/* The record and the preprocessor's view of an ISA's <ISA>_CAPS list (the fields of uattn_kernel_caps in order). */
+#define UATTN_CAPS_APPLY_(macro, ...) macro(__VA_ARGS__)
+#define UATTN_CAPS_RECORD_(uq, bi, dd, dk, dv, dt, tc, td, tp)                                                         \
+  {                                                                                                                    \
+    .unscaled_q = (uq), .bf16_inputs = (bi), .decode_dim_multiple = (dd), .decode_max_keys = (dk),                     \
+    .decode_max_vectors = (dv), .decode_tile = (dt), .tiled_cache_dtypes = (tc), .tiled_dim_multiple = (td),           \
+    .tiled_probs_fp32 = (tp)                                                                                           \
+  }
+#define UATTN_CAPS_RECORD(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_RECORD_, caps)
+#define UATTN_CAPS_DECODE_DIM_(uq, bi, dd, ...) dd
+#define UATTN_CAPS_DECODE_DIM(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_DECODE_DIM_, caps)
+#define UATTN_CAPS_DECODE_KEYS_(uq, bi, dd, dk, ...) dk
+#define UATTN_CAPS_DECODE_KEYS(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_DECODE_KEYS_, caps)
+#define UATTN_CAPS_TILED_DIM_(uq, bi, dd, dk, dv, dt, tc, td, ...) td
+#define UATTN_CAPS_TILED_DIM(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_TILED_DIM_, caps)
 
 typedef struct uattn_kernels {
   const char *name; /* e.g. "portable", "avx2" */
@@ -74,8 +118,7 @@ typedef struct uattn_kernels {
    * head_vectors vectors after head g - 1's (q and o + g * head_vectors * head_dim, m and l + g *
    * head_vectors), its slopes at alibi + g * group; every head's rows see the same keys. Each head's result
    * is the one a call for that head alone gives, bit for bit. scratch: uattn_decode_scratch_floats floats,
-   * 32-byte aligned. Only for rows * group <= UATTN_DECODE_MAX_VECTORS, num_keys <= UATTN_DECODE_MAX_KEYS
-   * and a head dim that is a multiple of 8. */
+   * 32-byte aligned. Only within the set's decode limits (uattn_decode_fits). */
   void (*decode)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                  const uattn_decode_src *src, float *scratch);
   /* Optional (NULL: the forward gathers a TILED cache's blocks into rows for decode): decode's job on a
@@ -84,28 +127,30 @@ typedef struct uattn_kernels {
    * of a tile to the next head's. */
   void (*decode_tiled)(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                        const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
-  /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by
-   * job->scale itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets
-   * (avx512bf16, its twin and buckets) do: they round the query to bf16, and rounding the model's own bf16
-   * query is exact where rounding a scaled copy of it is not. */
-  bool unscaled_q;
-  /* Whether the set rounds the query, keys and values to bf16 (bf16 dot products): it keeps a layer's precision
-   * only for bf16 queries on bf16 or fp8 caches (every fp8 value is exact in bf16), and the dispatch gives it
-   * no other layer (uattn_kernels_keep_precision). */
-  bool bf16_inputs;
+  uattn_kernel_caps caps; /* what it takes (uattn_kernel_caps) */
 } uattn_kernels;
 
-/* Whether a set computes a layer of these dtypes at the layer's own precision (uattn_kernels.bf16_inputs). */
+/* Whether a set computes a layer of these dtypes at the layer's own precision (uattn_kernel_caps.bf16_inputs). */
 static inline bool uattn_kernels_keep_precision(const uattn_kernels *k, uattn_dtype dtype, uattn_dtype cache_dtype) {
-  return !k->bf16_inputs || (dtype == UATTN_BF16 && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)));
+  return !k->caps.bf16_inputs ||
+         (dtype == UATTN_BF16 && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype)));
 }
 
+/* A decode call's bounds, the most a set's record may state (scratch and block arrays are sized by them): every
+ * set's decode tile is a multiple of UATTN_DECODE_MIN_TILE (the P V step of the decode walk the ISAs share), so a
+ * call's list has at most UATTN_DECODE_MAX_BLOCKS blocks. */
 #define UATTN_DECODE_MAX_KEYS 256 /* a power of two: a one-block call's block_keys (uattn_decode_one_block) */
-/* Keys of the avx2 decode kernel's P V tile: a list's blocks hold whole tiles (uattn_decode_src). */
-#define UATTN_DECODE_TILE 8
+#define UATTN_DECODE_MAX_VECTORS 16
+#define UATTN_DECODE_MIN_TILE 8
+#define UATTN_DECODE_MAX_BLOCKS (UATTN_DECODE_MAX_KEYS / UATTN_DECODE_MIN_TILE)
+#define UATTN_CAPS_CHECK_(uq, bi, dd, dk, dv, dt, ...)                                                                 \
+  _Static_assert(                                                                                                      \
+      (dk) <= UATTN_DECODE_MAX_KEYS && (dv) <= UATTN_DECODE_MAX_VECTORS && (dt) % UATTN_DECODE_MIN_TILE == 0,          \
+      "a set's decode limits lie beyond a decode call's bounds")
+/* Holds an ISA's <ISA>_CAPS to the bounds above. */
+#define UATTN_CAPS_CHECK(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_CHECK_, caps)
 /* Keys of a tile of the TILED layout (uattn.h): a 64-byte line holds a dim pair of this many bf16 keys. */
 #define UATTN_TILED_KEYS 16
-#define UATTN_DECODE_MAX_VECTORS 16
 
 /* Head g's job within a decode job of several heads (decode's arguments above: head g's query vectors, outputs,
  * states and slopes follow head g - 1's, head_vectors vectors and group slopes on). */
@@ -126,12 +171,13 @@ static inline size_t uattn_decode_scratch_floats(int32_t heads, int32_t vectors,
 /* Whether a set's decode kernel takes a layer's cache blocks, for a decode row of `group` query heads (every
  * cache dtype: the decode kernels widen each, fp8 included). */
 static inline bool uattn_decode_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group) {
-  return k->decode && block_size <= UATTN_DECODE_MAX_KEYS && head_dim % 8 == 0 && group <= UATTN_DECODE_MAX_VECTORS;
+  return k->decode && block_size <= k->caps.decode_max_keys && head_dim % k->caps.decode_dim_multiple == 0 &&
+         group <= k->caps.decode_max_vectors;
 }
 
-/* Whether a decode call may take several blocks of block_size keys (uattn_decode_src). */
-static inline bool uattn_decode_list_fits(int32_t block_size) {
-  return block_size % UATTN_DECODE_TILE == 0 && (block_size & (block_size - 1)) == 0;
+/* Whether a set's decode call may take several blocks of block_size keys (uattn_decode_src). */
+static inline bool uattn_decode_list_fits(const uattn_kernels *k, int32_t block_size) {
+  return k->caps.decode_tile > 0 && block_size % k->caps.decode_tile == 0 && (block_size & (block_size - 1)) == 0;
 }
 
 /* A decode call's source of one block (uattn_decode_src): k[0] and v[0] the call's first rows. */
@@ -143,25 +189,26 @@ static inline uattn_decode_src uattn_decode_one_block(const void *const *k, cons
 /* A decode call's source over `count` blocks of block_keys keys whose first rows are (to be) in k[] and v[]: a
  * list where there are several and the block size allows one (uattn_decode_list_fits), else one block from
  * k[0] (a run of adjacent blocks, whose rows are one stretch, counts as one). */
-static inline uattn_decode_src uattn_decode_blocks(const void *const *k, const void *const *v, int32_t count,
-                                                   int32_t block_keys, size_t stride, size_t head_stride) {
-  return count == 1 || !uattn_decode_list_fits(block_keys) ? uattn_decode_one_block(k, v, stride, head_stride)
-                                                           : (uattn_decode_src){k, v, block_keys, stride, head_stride};
+static inline uattn_decode_src uattn_decode_blocks(const uattn_kernels *set, const void *const *k, const void *const *v,
+                                                   int32_t count, int32_t block_keys, size_t stride,
+                                                   size_t head_stride) {
+  return count == 1 || !uattn_decode_list_fits(set, block_keys)
+             ? uattn_decode_one_block(k, v, stride, head_stride)
+             : (uattn_decode_src){k, v, block_keys, stride, head_stride};
 }
 
-/* Whether a set's decode_tiled takes a layer's TILED cache blocks: the decode kernel's limits, bf16 or fp8 codes
- * (its bf16 dot products read both exactly), a head dim that is a multiple of 32 (whole 64-byte lines of 16
- * dims) and P in bf16 (probs_fp32 keeps decode.h's fp32 P V, on gathered rows). */
+/* Whether a set's decode_tiled takes a layer's TILED cache blocks (uattn_kernel_caps: the decode kernel's limits
+ * and the tiled ones). */
 static inline bool uattn_decode_tiled_fits(const uattn_kernels *k, int32_t block_size, int32_t head_dim, int32_t group,
                                            uattn_dtype cache_dtype, bool probs_fp32) {
-  return k->decode_tiled && uattn_decode_fits(k, block_size, head_dim, group) && head_dim % 32 == 0 && !probs_fp32 &&
-         (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
+  return k->decode_tiled && uattn_decode_fits(k, block_size, head_dim, group) &&
+         head_dim % k->caps.tiled_dim_multiple == 0 && (!probs_fp32 || k->caps.tiled_probs_fp32) &&
+         (k->caps.tiled_cache_dtypes & UATTN_DTYPE_BIT(cache_dtype));
 }
 
-/* Whether a set's load_tiled takes a TILED cache of this dtype: bf16 or fp8 codes, which its bf16 panels hold
- * exactly. */
+/* Whether a set's load_tiled takes a TILED cache of this dtype (uattn_kernel_caps.tiled_cache_dtypes). */
 static inline bool uattn_load_tiled_fits(const uattn_kernels *k, uattn_dtype cache_dtype) {
-  return k->load_tiled && (cache_dtype == UATTN_BF16 || uattn_dtype_is_fp8(cache_dtype));
+  return k->load_tiled && (k->caps.tiled_cache_dtypes & UATTN_DTYPE_BIT(cache_dtype));
 }
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names a rung of the ladder

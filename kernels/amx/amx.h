@@ -9,6 +9,13 @@
 
 extern const uattn_kernels uattn_kernels_amx;
 
+/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): avx512bf16's, whose load and decode
+ * kernels it runs. */
+#define AMX_CAPS                                                                                                       \
+  1, 1, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                         \
+      UATTN_DTYPE_BIT(UATTN_BF16) | UATTN_DTYPE_BIT(UATTN_FP8_E4M3) | UATTN_DTYPE_BIT(UATTN_FP8_E5M2), 32, 0
+UATTN_CAPS_CHECK(AMX_CAPS);
+
 /* 1 when this CPU runs the avx512bf16 set and has AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22), and
  * the OS grants this process the tile data state (Linux's arch_prctl ARCH_REQ_XCOMP_PERM, asked once per
  * process); always 0 elsewhere. Safe to call anywhere, from any thread. */

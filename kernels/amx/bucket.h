@@ -11,4 +11,5 @@
 #define BUCKET_RUNS_HERE uattn_amx_runs_here
 #define BUCKET_TARGET AMX_TARGET
 #define BUCKET_ATTEND_BODY amx_attend_body
+#define BUCKET_CAPS AMX_CAPS
 #include "avx512bf16/bucket.h"

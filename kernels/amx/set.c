@@ -43,6 +43,6 @@ int uattn_amx_runs_here(void) {
 #else /* not x86 Linux: the set exists (the ladder lists it) but never runs */
 
 int uattn_amx_runs_here(void) { return 0; }
-const uattn_kernels uattn_kernels_amx = {.name = "amx", .unscaled_q = true, .bf16_inputs = true};
+const uattn_kernels uattn_kernels_amx = {.name = "amx", .caps = UATTN_CAPS_RECORD(AMX_CAPS)};
 
 #endif

@@ -20,5 +20,4 @@ const uattn_kernels AMX_SET = {.name = "amx",
                                .panel_floats = uattn_avx512bf16_panel_floats,
                                .decode = BF16_FN(decode),
                                .decode_tiled = BF16_FN(decode_tiled),
-                               .unscaled_q = true,
-                               .bf16_inputs = true};
+                               .caps = UATTN_CAPS_RECORD(AMX_CAPS)};

@@ -12,6 +12,6 @@
 
 #else
 
-const uattn_kernels uattn_kernels_amx_twin = {.name = "amx", .unscaled_q = true, .bf16_inputs = true};
+const uattn_kernels uattn_kernels_amx_twin = {.name = "amx", .caps = UATTN_CAPS_RECORD(AMX_CAPS)};
 
 #endif

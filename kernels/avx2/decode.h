@@ -31,10 +31,10 @@
 #include "avx2/body.h"
 
 enum {
-  DECODE_AHEAD = 8,            /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
-  PV_TILE = UATTN_DECODE_TILE, /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its part;
-                                * tiles start at multiples of 8, so none straddles two of a call's blocks */
-  DECODE_EO_MAX_DIM = 256,     /* larger head dims: widen8 */
+  DECODE_AHEAD = 8,                /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
+  PV_TILE = UATTN_DECODE_MIN_TILE, /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its
+                                    * part; every record's decode_tile is a multiple, so no step straddles two blocks */
+  DECODE_EO_MAX_DIM = 256,         /* larger head dims: widen8 */
 };
 
 /* The order a call's query vectors and outputs take (decode_shape.order): natural, bf16's even/odd halves

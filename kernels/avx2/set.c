@@ -83,7 +83,7 @@ const uattn_kernels uattn_kernels_avx2 = {.name = "avx2",
                                           .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
                                           .panel_floats = uattn_avx2_panel_floats,
                                           .decode = avx2_decode,
-                                          .unscaled_q = false};
+                                          .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
 
 /* The fused register-tile body alone, whatever the job's size. */
 AVX2_TARGET static void avx2_fused_attend(const uattn_panel_job *job, int32_t panel_keys) {
@@ -94,13 +94,13 @@ const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused",
                                                 .load = uattn_avx2_load,
                                                 .attend = {avx2_fused_attend, avx2_fused_attend, avx2_fused_attend},
                                                 .panel_floats = uattn_avx2_panel_floats,
-                                                .unscaled_q = false};
+                                                .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
 
 const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm",
                                           .load = uattn_avx2_load,
                                           .attend = {uattn_xsmm_attend, uattn_xsmm_attend, uattn_xsmm_attend},
                                           .panel_floats = uattn_avx2_panel_floats,
-                                          .unscaled_q = false};
+                                          .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
 
 #else /* not x86: the set exists (dispatch.c lists it) but never runs */
 
@@ -116,8 +116,8 @@ void uattn_avx2_exp(const float *x, float *y, size_t n) {
 void uattn_avx2_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
 }
-const uattn_kernels uattn_kernels_avx2 = {.name = "avx2"};
-const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused"};
-const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm"};
+const uattn_kernels uattn_kernels_avx2 = {.name = "avx2", .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
+const uattn_kernels uattn_kernels_avx2_fused = {.name = "avx2-fused", .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
+const uattn_kernels uattn_kernels_xsmm = {.name = "xsmm", .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
 
 #endif

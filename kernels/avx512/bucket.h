@@ -14,8 +14,7 @@
 #define BUCKET_RUNS_HERE uattn_avx512_runs_here
 #define BUCKET_TARGET AVX512_TARGET
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats
-#define BUCKET_UNSCALED_Q false
-#define BUCKET_BF16_INPUTS false
+#define BUCKET_CAPS AVX512_CAPS
 #define BUCKET_LOAD_BODY avx2_load_body
 #define BUCKET_DECODE_BODY avx512_decode_body
 #include "bucket_entry.h"

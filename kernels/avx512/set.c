@@ -33,6 +33,6 @@ int uattn_avx512_runs_here(void) {
 #else /* not x86: the set exists (dispatch.c lists it) but never runs */
 
 int uattn_avx512_runs_here(void) { return 0; }
-const uattn_kernels uattn_kernels_avx512 = {.name = "avx512"};
+const uattn_kernels uattn_kernels_avx512 = {.name = "avx512", .caps = UATTN_CAPS_RECORD(AVX512_CAPS)};
 
 #endif

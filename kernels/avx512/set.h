@@ -19,4 +19,4 @@ const uattn_kernels AVX512_SET = {.name = "avx512",
                                   .attend = {avx512_attend, avx512_attend, avx512_attend},
                                   .panel_floats = uattn_avx2_panel_floats,
                                   .decode = avx512_decode,
-                                  .unscaled_q = false};
+                                  .caps = UATTN_CAPS_RECORD(AVX512_CAPS)};

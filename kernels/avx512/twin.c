@@ -10,6 +10,6 @@
 
 #else
 
-const uattn_kernels uattn_kernels_avx512_twin = {.name = "avx512"};
+const uattn_kernels uattn_kernels_avx512_twin = {.name = "avx512", .caps = UATTN_CAPS_RECORD(AVX512_CAPS)};
 
 #endif

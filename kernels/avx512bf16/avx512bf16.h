@@ -9,6 +9,14 @@
 
 extern const uattn_kernels uattn_kernels_avx512bf16;
 
+/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): unscaled queries and bf16 inputs; decode
+ * of head dims of whole ymm vectors, P V tiles of 8 keys; TILED kernels for bf16 and fp8 codes (exact in its bf16
+ * panels), decode_tiled for whole 64-byte lines of dims and P in bf16 only. */
+#define AVX512BF16_CAPS                                                                                                \
+  1, 1, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                         \
+      UATTN_DTYPE_BIT(UATTN_BF16) | UATTN_DTYPE_BIT(UATTN_FP8_E4M3) | UATTN_DTYPE_BIT(UATTN_FP8_E5M2), 32, 0
+UATTN_CAPS_CHECK(AVX512BF16_CAPS);
+
 /* 1 when this CPU runs the avx512 set, AVX-512BW, VL and VBMI, and AVX512_BF16 (CPUID leaf 7 subleaf 1, EAX bit
  * 5); always 0 off x86. Probed once; safe to call anywhere, from any thread. */
 int uattn_avx512bf16_runs_here(void);

@@ -4,7 +4,7 @@
  *
  * Arithmetic (docs/design.md: scores and outputs accumulated in fp32):
  *   S = Q K^T   products of bf16 pairs, fp32 accumulation (vdpbf16ps). The query is rounded to bf16
- *               *unscaled* (uattn_kernels.unscaled_q: the forward hands it the query as widened), and each fp32
+ *               *unscaled* (uattn_kernel_caps.unscaled_q: the forward hands it the query as widened), and each fp32
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
  *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
  *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.

@@ -17,10 +17,9 @@
 #define BUCKET_RUNS_HERE uattn_avx512bf16_runs_here
 #define BUCKET_TARGET BF16_TARGET
 #define BUCKET_ATTEND_BODY bf16_attend_body
+#define BUCKET_CAPS AVX512BF16_CAPS
 #endif
 #define BUCKET_PANEL_FLOATS uattn_avx512bf16_panel_floats
-#define BUCKET_UNSCALED_Q true
-#define BUCKET_BF16_INPUTS true
 #define BUCKET_LOAD_BODY bf16_load_body
 #define BUCKET_LOAD_TILED_BODY bf16_load_tiled_body
 #define BUCKET_DECODE_BODY bf16_decode_body

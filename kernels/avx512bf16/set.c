@@ -44,6 +44,6 @@ size_t uattn_avx512bf16_panel_floats(int32_t panel_keys, int32_t head_dim) {
 
 int uattn_avx512bf16_runs_here(void) { return 0; }
 size_t uattn_avx512bf16_panel_floats(int32_t panel_keys, int32_t head_dim) { return (size_t)panel_keys * head_dim; }
-const uattn_kernels uattn_kernels_avx512bf16 = {.name = "avx512bf16", .unscaled_q = true, .bf16_inputs = true};
+const uattn_kernels uattn_kernels_avx512bf16 = {.name = "avx512bf16", .caps = UATTN_CAPS_RECORD(AVX512BF16_CAPS)};
 
 #endif

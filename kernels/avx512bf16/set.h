@@ -37,5 +37,4 @@ const uattn_kernels BF16_SET = {.name = "avx512bf16",
                                 .panel_floats = uattn_avx512bf16_panel_floats,
                                 .decode = BF16_FN(decode),
                                 .decode_tiled = BF16_FN(decode_tiled),
-                                .unscaled_q = true,
-                                .bf16_inputs = true};
+                                .caps = UATTN_CAPS_RECORD(AVX512BF16_CAPS)};

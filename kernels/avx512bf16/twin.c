@@ -11,6 +11,6 @@
 
 #else
 
-const uattn_kernels uattn_kernels_avx512bf16_twin = {.name = "avx512bf16", .unscaled_q = true, .bf16_inputs = true};
+const uattn_kernels uattn_kernels_avx512bf16_twin = {.name = "avx512bf16", .caps = UATTN_CAPS_RECORD(AVX512BF16_CAPS)};
 
 #endif

@@ -81,4 +81,4 @@ const uattn_kernels uattn_kernels_portable = {.name = "portable",
                                               .load = portable_load,
                                               .attend = {portable_attend, portable_attend, portable_attend},
                                               .panel_floats = portable_panel_floats,
-                                              .unscaled_q = false};
+                                              .caps = UATTN_CAPS_RECORD(PORTABLE_CAPS)};

@@ -28,4 +28,8 @@ float uattn_dot(const float *a, const float *b, int32_t n);
 /* Row-major panels, plain C: runs everywhere, and every other set is checked against it. */
 extern const uattn_kernels uattn_kernels_portable;
 
+/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled, fp32 inputs, no decode
+ * and no TILED kernels. */
+#define PORTABLE_CAPS 0, 0, 0, 0, 0, 0, 0, 0, 0
+
 #endif

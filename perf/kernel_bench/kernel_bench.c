@@ -245,9 +245,9 @@ static void row(const char *name, const char *unit_name, const double x[2], cons
 /* ---- decode: the decode kernel straight from the cache ---------------------------------------------------- */
 
 /* The blocks a decode call takes, as the forward hands them (runtime/attention/parts.c: unique_run): a list of as many as
- * make UATTN_DECODE_MAX_KEYS keys where the block size allows lists (uattn_decode_list_fits), else one. */
-static int32_t decode_list_blocks(void) {
-  return uattn_decode_list_fits(block_keys) ? UATTN_DECODE_MAX_KEYS / block_keys : 1;
+ * make the set's decode_max_keys keys where the block size allows lists (uattn_decode_list_fits), else one. */
+static int32_t decode_list_blocks(const uattn_kernels *set) {
+  return uattn_decode_list_fits(set, block_keys) ? set->caps.decode_max_keys / block_keys : 1;
 }
 
 /* The last `rows` rows (<= 4, causal) of GQA 4 on every KV head of `keys` keys, as the forward hands them to
@@ -307,12 +307,12 @@ static void read_block(const char *k, const char *v, float *sink) {
 static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_job *job, const char *const *k,
                         const char *const *v, int32_t n, const char *next_k, const char *next_v, float *scratch) {
   const size_t hv = (size_t)job->rows * GROUP;
-  const void *kb[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *vb[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  const void *kb[UATTN_DECODE_MAX_BLOCKS], *vb[UATTN_DECODE_MAX_BLOCKS];
   if (!hnd) {
     uattn_panel_job all = *job;
     all.next_k = next_k, all.next_v = next_v;
     for (int32_t i = 0; i < n; i++) kb[i] = k[i], vb[i] = v[i];
-    const uattn_decode_src src = uattn_decode_blocks(kb, vb, n, block_keys, (size_t)KV_HEADS * head_dim, head_dim);
+    const uattn_decode_src src = uattn_decode_blocks(set, kb, vb, n, block_keys, (size_t)KV_HEADS * head_dim, head_dim);
     set->decode(&all, KV_HEADS, hv, cache_dtype, &src, scratch);
     return;
   }
@@ -322,7 +322,7 @@ static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_jo
     const bool last = g + 1 == KV_HEADS;
     h.next_k = last ? next_k : k[0] + (g + 1) * head_keys, h.next_v = last ? next_v : v[0] + (g + 1) * head_keys;
     for (int32_t i = 0; i < n; i++) kb[i] = k[i] + g * head_keys, vb[i] = v[i] + g * head_keys;
-    const uattn_decode_src src = uattn_decode_blocks(kb, vb, n, block_keys, (size_t)head_dim, 0);
+    const uattn_decode_src src = uattn_decode_blocks(set, kb, vb, n, block_keys, (size_t)head_dim, 0);
     set->decode(&h, 1, hv, cache_dtype, &src, scratch);
   }
 }
@@ -330,7 +330,7 @@ static void decode_call(const uattn_kernels *set, bool hnd, const uattn_panel_jo
 /* Call `call` of the walk: its list's blocks are the walk's blocks call * list to call * list + list - 1. */
 static void run_decode(void *arg, long call) {
   decode_case *c = arg;
-  const char *k[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *v[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  const char *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
   for (int32_t i = 0; i < c->list; i++) {
     const size_t off = walk_offset(c->blocks, call * c->list + i);
     k[i] = c->k + off, v[i] = c->v + off;
@@ -354,7 +354,7 @@ static int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, 
     return 1;
   }
   const size_t block = (size_t)block_keys * KV_HEADS * head_dim;
-  const int32_t list = decode_list_blocks();
+  const int32_t list = decode_list_blocks(set);
   char *k = random_cache(block * cold_blocks), *v = random_cache(block * cold_blocks);
   printf("  the %s decode kernel%s\n  %d KV heads of %d-key %s blocks, %d a call; ns per key and KV head\n", which,
          variant ? " (A) against the variant's (B)" : ",", KV_HEADS, block_keys, uattn_dtype_name(cache_dtype), list);

@@ -130,7 +130,7 @@ static inline void store_state(const workspace *w, int acc, int32_t slot, int32_
   w->state_l[idx] = s->l;
 }
 
-int32_t uattn_all_heads_max_rows(const uattn_layer *L);
+int32_t uattn_all_heads_max_rows(const uattn_kernels *set, const uattn_layer *L);
 void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_layer *L,
                            const uattn_kernel_choice *choice, bool cp);
 size_t uattn_workspace_bytes(const workspace *w, int32_t D);

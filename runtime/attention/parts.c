@@ -312,9 +312,9 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
  * keys of a block are at consecutive positions (not in pieces). */
 static bool decodes_from_cache(const step_ctx *c) { return !c->pieces && c->w->use.decode; }
 
-/* The most cache blocks one decode call takes (joins_decode_call): as many as UATTN_DECODE_MAX_KEYS keys of
- * UATTN_DECODE_TILE-key blocks, the smallest a list takes; runs of smaller NHD blocks stop there. */
-enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE };
+/* The most cache blocks one decode call takes (joins_decode_call): kernels.h's bound, the most a list of any set
+ * holds; runs of smaller NHD blocks stop there. */
+enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_BLOCKS };
 
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
  * the first n keys of a run of `count` cache blocks at consecutive positions from block_start (unique_run,
@@ -337,7 +337,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
   c->w->decode_calls[kernel_part(acc)] += heads;
   if (c->cache.layout == UATTN_LAYOUT_HND) {
     const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
-    const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, D, 0);
+    const uattn_decode_src src = uattn_decode_blocks(c->w->kern, k, v, count, c->in->block_size, D, 0);
     for (int32_t g = 0; g < heads; g++) {
       uattn_panel_job h = uattn_decode_head_job(&job, g, head_vectors);
       for (int32_t b = 0; b < count; b++) {
@@ -362,7 +362,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
       const size_t next = block_source(c, next_block, &stride);
       job.next_k = c->cache.k + next, job.next_v = c->cache.v + next;
     }
-    const uattn_decode_src src = uattn_decode_blocks(k, v, count, c->in->block_size, stride, D);
+    const uattn_decode_src src = uattn_decode_blocks(c->w->kern, k, v, count, c->in->block_size, stride, D);
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   } else if (c->w->use.decode_tiled) {
     size_t stride;
@@ -392,21 +392,21 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
 
 /* Whether a decode call that takes m blocks, from position first_start in cache block first, takes cache block
  * `block` at block_start too (unique_run, shared_run): the next position, within the unit's keys, the
- * kernel's UATTN_DECODE_MAX_KEYS and MAX_DECODE_BLOCKS, on a cache whose rows the decode kernel reads from a
+ * set's decode_max_keys (uattn_kernel_caps) and MAX_DECODE_BLOCKS, on a cache whose rows the decode kernel reads from a
  * list of blocks (NHD, HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache
  * (a run of adjacent blocks is one stretch of rows: uattn_decode_blocks). */
 static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t first, int32_t m, int32_t block_start,
                               int32_t block) {
   const int32_t bs = c->in->block_size;
-  const bool list = c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(bs);
+  const bool list = c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(c->w->kern, bs);
   const bool run = c->cache.layout == UATTN_LAYOUT_NHD && block == first + m;
-  return (list || run) && m < MAX_DECODE_BLOCKS && (m + 1) * bs <= UATTN_DECODE_MAX_KEYS &&
+  return (list || run) && m < MAX_DECODE_BLOCKS && (m + 1) * bs <= c->w->kern->caps.decode_max_keys &&
          block_start == first_start + m * bs && block_start < c->key_hi;
 }
 
 /* How many of the row's unique blocks from its k-th one decode call takes (joins_decode_call): those the row
  * sees whole but for the last, wherever they lie in the cache (at block sizes that take no list, adjacent NHD
- * blocks), up to UATTN_DECODE_MAX_KEYS keys, so that the decode kernel's fixed cost a call (the vectors put
+ * blocks), up to the set's decode_max_keys keys, so that the decode kernel's fixed cost a call (the vectors put
  * into its order and back, each vector's softmax steps) is paid once for them. Which blocks go together
  * depends on the block table alone, so the answer does not depend on the threads. Their cache blocks into ids
  * (MAX_DECODE_BLOCKS). */

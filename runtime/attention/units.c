@@ -129,8 +129,8 @@ static void widen_queries(const forward_job *job, const step_ctx *c) {
       float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
       const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
-      /* the seed scales the query; a bf16 set scales its scores instead (uattn_kernels.unscaled_q) */
-      if (!w->kern->unscaled_q)
+      /* the Gaudi plugin scales the query; a bf16 set scales its scores instead (uattn_kernel_caps.unscaled_q) */
+      if (!w->kern->caps.unscaled_q)
         for (int32_t d = 0; d < D; d++) q[d] *= scale;
     }
   }
@@ -329,7 +329,7 @@ static bool all_heads_item(const forward_job *job, int32_t pos) {
   const int32_t r = job->sched.item_first[pos], rows = in->query_start_loc[r + 1] - in->query_start_loc[r];
   const bool pieces = job->sched.config->cp_size > 1 && L->alibi_slopes; /* step_ctx.pieces */
   return L->attn_type == UATTN_ATTENTION_DECODER && !pieces && job->shape.use.all_heads &&
-         job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= uattn_all_heads_max_rows(L) &&
+         job->sched.item_reqs[pos] == 1 && !in->is_prompt[r] && rows <= uattn_all_heads_max_rows(job->shape.kern, L) &&
          rows * L->num_kv_heads <= job->shape.slots;
 }
 

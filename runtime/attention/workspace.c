@@ -6,10 +6,9 @@
 
 #define UATTN_MAX_CAUSAL_WIDTH 512 /* the Gaudi plugin's query rows per causal slice */
 
-/* Rows of a request an all-heads unit takes (units.c: run_all_heads): as many as the decode kernel's jobs
- * hold. */
-int32_t uattn_all_heads_max_rows(const uattn_layer *L) {
-  return UATTN_DECODE_MAX_VECTORS / (L->num_q_heads / L->num_kv_heads);
+/* Rows of a request an all-heads unit takes (units.c: run_all_heads): as many as the set's decode jobs hold. */
+int32_t uattn_all_heads_max_rows(const uattn_kernels *set, const uattn_layer *L) {
+  return set->caps.decode_max_vectors / (L->num_q_heads / L->num_kv_heads);
 }
 
 /* Query rows per tile where the layer leaves causal_width at 0: the seed's 512 on 8 KV heads or more, 64 a
@@ -28,8 +27,8 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
   w->tile = L->causal_width > 0 ? L->causal_width : default_query_tile(L);
   if (w->tile > in->num_tokens && in->num_tokens > 0) w->tile = in->num_tokens;
   w->slots = w->tile;
-  if (w->use.all_heads && L->num_kv_heads * uattn_all_heads_max_rows(L) > w->slots)
-    w->slots = L->num_kv_heads * uattn_all_heads_max_rows(L);
+  if (w->use.all_heads && L->num_kv_heads * uattn_all_heads_max_rows(k, L) > w->slots)
+    w->slots = L->num_kv_heads * uattn_all_heads_max_rows(k, L);
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
   w->group = L->num_q_heads / L->num_kv_heads;
   w->panel_floats = k->panel_floats(w->panel, L->head_dim);
@@ -37,7 +36,7 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
   if (w->use.decode) {
     const bool all = w->use.all_heads;
     w->decode_floats = uattn_decode_scratch_floats(
-        all ? L->num_kv_heads : 1, all ? uattn_all_heads_max_rows(L) * w->group : w->group, L->head_dim);
+        all ? L->num_kv_heads : 1, all ? uattn_all_heads_max_rows(k, L) * w->group : w->group, L->head_dim);
     w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
   }
   w->cp_floats = cp ? 2 * (size_t)w->panel * L->head_dim + 2 * (size_t)w->slots : 0;

@@ -293,7 +293,7 @@ double attention_tolerance(uattn_dtype dtype, uattn_dtype cache_dtype) {
 }
 
 /* Sets of fp32 products (portable, avx2, avx512) keep the dtypes' tolerance above. A set that rounds its inputs to
- * bf16 (uattn_kernels.bf16_inputs: avx512bf16) is given only bf16 queries on bf16 or fp8 caches, which it reads exactly, so the same
+ * bf16 (uattn_kernel_caps.bf16_inputs: avx512bf16) is given only bf16 queries on bf16 or fp8 caches, which it reads exactly, so the same
  * tolerance holds, plus, where it rounds the weights P to bf16 (probs_fp32 false), each weight p_j rounded by up
  * to 2^-9 p_j, which moves an output by up to 2^-9 sum_j p_j |v_j| / l <= 2^-9 max |v|: not proportional to the
  * output, which over long contexts averages down to a few hundredths while that term stays. Any other layer on
@@ -303,7 +303,7 @@ precision_contract attention_contract(const char *kernel_set, uattn_dtype dtype,
                                       bool probs_fp32) {
   bool bf16_inputs = false;
   for (size_t i = 0; i < uattn_isa_registry_size; i++)
-    if (!strcmp(uattn_isa_registry[i].name, kernel_set)) bf16_inputs = uattn_isa_registry[i].set->bf16_inputs;
+    if (!strcmp(uattn_isa_registry[i].name, kernel_set)) bf16_inputs = uattn_isa_registry[i].set->caps.bf16_inputs;
   const bool exact_in_bf16 = dtype == UATTN_BF16 && (cache_dtype == UATTN_BF16 || oracle_is_fp8(cache_dtype));
   return (precision_contract){.rel = attention_tolerance(dtype, cache_dtype),
                               .abs = bf16_inputs && exact_in_bf16 && !probs_fp32 ? 0x1p-9 : 0.0};

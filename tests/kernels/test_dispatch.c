@@ -64,6 +64,18 @@ Test(dispatch, buckets_are_listed) {
   free(all);
 }
 
+/* Whether a bucket of this ISA and shape has a decode kernel, as the ISA's capability record says
+ * (kernels.h: uattn_decode_fits; the generated entries decide it apart, in the preprocessor). */
+static bool record_allows_decode(const char *isa, int32_t block_size, int32_t head_dim) {
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, isa)) {
+      const uattn_kernel_caps *caps = &uattn_isa_registry[i].set->caps;
+      return head_dim % caps->decode_dim_multiple == 0 && block_size <= caps->decode_max_keys;
+    }
+  cr_assert_fail("no ISA %s in the registry", isa);
+  return false;
+}
+
 Test(dispatch, a_generated_bucket_serves_every_part) {
   unsetenv("UATTN_ISA");
   const uattn_kernel_bucket b = runnable_bucket(false);
@@ -73,7 +85,7 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   cr_assert(r.bucket_hit, "%s", r.reason);
   cr_assert_str_eq(r.kernel_set, b.isa);
   /* the unique part's decode rows go straight from the cache (the decode kernel) where the bucket allows */
-  const bool decode = b.head_dim % 8 == 0 && b.block_size <= 256;
+  const bool decode = record_allows_decode(b.isa, b.block_size, b.head_dim);
   const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
   /* a bucket of an ISA that shares another's (gen/manifest.json's shares) has its own decode kernel and the other
    * ISA's attend for the rest */
@@ -283,7 +295,7 @@ Test(dispatch, fp8_caches_get_their_buckets) {
                      r.reason);
         /* every part's function is the bucket's (the causal part's too: it reads this step's keys, as the
          * cache holds them, through the bucket's load); the unique part is its decode kernel */
-        const bool decode = b->head_dim % 8 == 0 && b->block_size <= 256;
+        const bool decode = record_allows_decode(b->isa, b->block_size, b->head_dim);
         for (int p = 0; p < UATTN_NUM_PARTS; p++) {
           char want[96];
           snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__", name,

@@ -166,7 +166,7 @@ static void make_case(job_case *c, test_rng *rng, const case_limits *lim) {
   }
   if (lim->specials) c->rows = 1, c->window = 0;
   if (lim->list && c->num_keys <= UATTN_DECODE_MAX_KEYS) {
-    c->list_keys = UATTN_DECODE_TILE << test_rng_range(rng, 0, 4);
+    c->list_keys = UATTN_DECODE_MIN_TILE << test_rng_range(rng, 0, 4);
     c->list_seed = test_rng_range(rng, 0, 3) == 0 ? 0 : (uint64_t)test_rng_range(rng, 1, 1 << 30);
   }
   c->nhd = test_rng_range(rng, 0, 1);
@@ -259,7 +259,7 @@ static void tiled_copy(uattn_dtype t, const char *k, const char *v, int32_t coun
  * in each block, its decode call's list. */
 typedef struct block_list {
   char *k_pool, *v_pool;
-  const void *k[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE], *v[UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  const void *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
 } block_list;
 
 static void scatter_blocks(const job_case *c, block_list *bl) {
@@ -268,7 +268,7 @@ static void scatter_blocks(const job_case *c, block_list *bl) {
   const size_t head = (size_t)((const char *)c->k_src - c->k_base);
   bl->k_pool = malloc(block * (size_t)slots), bl->v_pool = malloc(block * (size_t)slots);
   memset(bl->k_pool, 0xff, block * (size_t)slots), memset(bl->v_pool, 0xff, block * (size_t)slots);
-  int32_t slot[2 * UATTN_DECODE_MAX_KEYS / UATTN_DECODE_TILE];
+  int32_t slot[2 * UATTN_DECODE_MAX_BLOCKS];
   for (int32_t i = 0; i < slots; i++) slot[i] = i;
   test_rng rng = {c->list_seed};
   for (int32_t i = slots - 1; c->list_seed && i > 0; i--) {
@@ -303,7 +303,7 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .rows = c->rows,
       .group = c->group,
       .head_dim = c->D,
-      .q = set->unscaled_q ? c->qu : c->q,
+      .q = set->caps.unscaled_q ? c->qu : c->q,
       .query_pos = c->query_pos,
       .visible = c->visible,
       .num_keys = c->num_keys,
@@ -320,9 +320,9 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
       .scale = c->scale,
       .probs_fp32 = c->probs_fp32,
   };
-  const bool tiled = part == UATTN_PART_UNIQUE && c->tiled && c->num_keys <= UATTN_DECODE_MAX_KEYS &&
+  const bool tiled = part == UATTN_PART_UNIQUE && c->tiled &&
                      uattn_decode_tiled_fits(set, c->num_keys, c->D, c->group, c->dtype, c->probs_fp32) &&
-                     c->rows * c->group <= UATTN_DECODE_MAX_VECTORS;
+                     c->rows * c->group <= set->caps.decode_max_vectors;
   if (tiled) { /* the case's head of a TILED copy of its rows */
     const size_t esz = uattn_dtype_size(c->dtype), head = (size_t)((const char *)c->k_src - c->k_base) / esz / c->D;
     char *tk, *tv;
@@ -332,11 +332,11 @@ static job_result run_set(const uattn_kernels *set, uattn_part part, const job_c
     set->decode_tiled(&job, 1, nx, c->dtype, tk + head * 16 * c->D * esz, tv + head * 16 * c->D * esz,
                       (size_t)c->kv_heads * 16 * c->D, (size_t)16 * c->D, scratch);
     free(scratch), free(tk), free(tv);
-  } else if (part == UATTN_PART_UNIQUE && set->decode && c->rows * c->group <= UATTN_DECODE_MAX_VECTORS &&
-             c->num_keys <= UATTN_DECODE_MAX_KEYS && c->D % 8 == 0) {
+  } else if (part == UATTN_PART_UNIQUE && uattn_decode_fits(set, c->num_keys, c->D, c->group) &&
+             c->rows * c->group <= set->caps.decode_max_vectors) {
     const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
     float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (c->list_keys) {
+    if (c->list_keys && uattn_decode_list_fits(set, c->list_keys)) {
       block_list bl;
       scatter_blocks(c, &bl);
       const uattn_decode_src src = {bl.k, bl.v, c->list_keys, c->stride, 0};
@@ -481,8 +481,8 @@ static void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, 
   double worst = 0, worst_portable = 0, worst_set = 0, worst_tol = 0, sum_set = 0, sum_portable = 0;
   /* A bf16 set's P in bf16 (its default): each weight p rounded, by up to 2^-9 p, moves o / l by up to 2^-9
    * of sum_j p_j |v_j| / l, which the error scale (exact_job) is at least. Its scores carry no bf16
-   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernels.unscaled_q), keys bf16. */
-  const double p_tol = set->unscaled_q && !lim->probs_fp32 ? 0x1p-9 : 0.0;
+   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernel_caps.unscaled_q), keys bf16. */
+  const double p_tol = set->caps.unscaled_q && !lim->probs_fp32 ? 0x1p-9 : 0.0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;
@@ -639,7 +639,7 @@ static void check_list_is_one_block(const uattn_kernels *set, const case_limits 
     job_case c;
     make_case(&c, &rng, lim);
     job_result list = run_set(set, UATTN_PART_UNIQUE, &c);
-    lists_of_several += c.list_keys && c.num_keys > c.list_keys;
+    lists_of_several += c.list_keys && c.num_keys > c.list_keys && uattn_decode_list_fits(set, c.list_keys);
     c.list_keys = 0;
     job_result one = run_set(set, UATTN_PART_UNIQUE, &c);
     cr_assert(same_bits(&list, &one, &c),
@@ -720,7 +720,7 @@ static void check_decode_heads(const uattn_kernels *set, const char *label, cons
   for (int i = 0; i < cases; i++) {
     job_case c;
     make_case(&c, &rng, lim);
-    if (c.num_keys > UATTN_DECODE_MAX_KEYS || c.D % 8 != 0 ||
+    if (!uattn_decode_fits(set, c.num_keys, c.D, c.group) ||
         (lim->tiled && !uattn_decode_tiled_fits(set, c.num_keys, c.D, c.group, c.dtype, c.probs_fp32))) {
       free_case(&c);
       continue;
@@ -1141,7 +1141,7 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
                            .block_size = b->block_size,
                            .dtype = b->dtype,
                            .decode = decode,
-                           .bf16 = b->set.unscaled_q,
+                           .bf16 = b->set.caps.unscaled_q,
                            .fp8 = uattn_dtype_is_fp8(b->dtype)};
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
