@@ -76,6 +76,7 @@ FILE_GROUPS = {
     "runtime.c": "uattn runtime: setup",
     "topology.c": "uattn runtime: setup",
     "planner.c": "uattn planner",
+    "plan_create.c": "uattn planner",
     "bucketing.c": "uattn planner",
     "graph_tensors.c": "uattn planner",
     "batch_utils.c": "uattn planner",
