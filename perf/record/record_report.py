@@ -80,6 +80,8 @@ FILE_GROUPS = {
     "bucketing.c": "uattn planner",
     "graph_tensors.c": "uattn planner",
     "batch_utils.c": "uattn planner",
+    "decode_prefill_split.c": "uattn planner",
+    "batch_checks.c": "uattn planner",
     "error.c": "uattn runtime: errors, allocation",
     "alloc.c": "uattn runtime: errors, allocation",
 }

@@ -1,4 +1,4 @@
-/* libFuzzer target: the vLLM batch utilities (runtime/vllm/batch_utils.c) with arguments decoded from the input.
+/* libFuzzer target: the vLLM batch utilities (runtime/vllm/) with arguments decoded from the input.
  * The first byte picks the function. Inputs are exact-length heap arrays (ASan sees a read one past the
  * end), mostly well-formed (query_start_loc from 0 and rising), sometimes anything. Outputs are exact-length
  * heap buffers filled with a pattern: a refused call must leave every one of them as it was (uattn.h: "On

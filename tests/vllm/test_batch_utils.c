@@ -1,4 +1,4 @@
-/* The vLLM batch utilities (runtime/vllm/batch_utils.c) against: the seeds' own worked examples, hand-computed
+/* The vLLM batch utilities (runtime/vllm/) against: the seeds' own worked examples, hand-computed
  * cases, brute-force re-statements written here as plain loops over tokens and positions (not the
  * library's arithmetic), an exhaustive breadth-first search for the fewest swaps, golden outputs of a
  * numpy re-statement of the seed code (tests/ref/vllm_utils_ref.py), and every kind of bad input, which
