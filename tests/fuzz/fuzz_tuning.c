@@ -1,4 +1,4 @@
-/* libFuzzer target: the tuning-file reader (runtime/tuning/tuning.c), through uattn_runtime_load_tuning on a file
+/* libFuzzer target: the tuning-file reader (runtime/tuning/tuning_file.c), through uattn_runtime_load_tuning on a file
  * holding the input, then the runtime's info, report and lookups. A file must name this machine (CPU,
  * kernel set, uattn version) to get past the staleness checks to its entries, so the placeholders
  * @VENDOR@, @MODEL@, @KERNELS@ and @VERSION@ in the input are replaced with this machine's values before

@@ -1,4 +1,4 @@
-/* Tuning files (runtime/tuning/tuning.c): the writer and the loader round trip, lookups and what they fill in,
+/* Tuning files (runtime/tuning/): the writer and the loader round trip, lookups and what they fill in,
  * use counts (also from several threads while files are reloaded), the report, every refusal (missing,
  * malformed, another format version, stale: another uattn version, CPU or kernel set, out-of-range values,
  * unknown or repeated keys, a bucket twice) each with its status and message and the defaults or the
