@@ -55,7 +55,7 @@ typedef struct amx_tiles {
 
 #else /* the twin */
 
-#include "avx2/body.h"
+#include "common/vec8.h"
 
 #define AMX_TARGET AVX2_TARGET
 #define AMX_INLINE AVX2_INLINE

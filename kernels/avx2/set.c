@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "avx2/body.h"
-#include "avx2/decode.h"
+#include "common/decode8.h"
 #include "avx2/xsmm.h"
 
 int uattn_avx2_runs_here(void) {

@@ -54,7 +54,7 @@
 enum {
   XV = 32,          /* query vectors per block */
   XK = 128,         /* keys per chunk */
-  XLD = XK + 16,    /* floats per score row: an odd number of 64-byte lines (see avx2/body.h's layout) */
+  XLD = XK + 16,    /* floats per score row: an odd number of 64-byte lines (see common/panels.h's layout) */
   QPAD_MAX_D = 256, /* head dims up to this have the block's queries copied to a padded stride */
 };
 

@@ -16,7 +16,7 @@ UATTN_CAPS_CHECK(AVX512_CAPS);
  * off x86. Safe to call anywhere. */
 int uattn_avx512_runs_here(void);
 
-/* The avx512 set's twin (avx512/vec.h): its attend and decode kernels' arithmetic, bit for bit, on AVX2.
+/* The avx512 set's twin (common/vec16.h): its attend and decode kernels' arithmetic, bit for bit, on AVX2.
  * For the tests, on machines without AVX-512; only after uattn_avx2_runs_here(). */
 extern const uattn_kernels uattn_kernels_avx512_twin;
 

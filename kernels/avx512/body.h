@@ -1,27 +1,30 @@
-/* The avx512 set's attend (every part but the decode kernel's jobs), always inline, in avx512/vec.h's two forms:
+/* The avx512 set's attend (every part but the decode kernel's jobs), always inline, in common/vec16.h's two forms:
  * avx512/set.c instantiates it in zmm, avx512/twin.c on pairs of ymm (the same bits: every operation is
  * lane-wise or one of vec.h's exact moves), each generated bucket (avx512/bucket.h) with a constant head dim.
  *
- * Panels: the avx2 set's (avx2/body.h, its load): keys transposed, values row-major, both 64-byte aligned
+ * Panels: the avx2 set's (common/panels.h, its load): keys transposed, values row-major, both 64-byte aligned
  * with strides of an odd number of 64-byte lines, so a 16-float vector of either is one cache line.
  *
- * Plan: avx2/body.h's (chunks of KC keys, blocks of query vectors as even as they go, block_rules and
+ * Plan: common/attend_plan.h's (chunks of KC keys, blocks of query vectors as even as they go, block_rules and
  * block_softmax), with blocks of up to ZQB vectors and the two products in 16-float vectors:
  *   S = Q K^T  register tiles of NB vectors x 32 keys, 2 NB accumulators (16 for NB = 8) fed by 2 key loads
  *              and NB broadcasts a dim, summed DB dims at a time into S as avx2/body.h does (its accuracy);
- *   softmax    avx2/body.h's rules and online rescale, its exp pass 16 lanes at a time (v16_exp: exp8's bits);
+ *   softmax    common/softmax.h's rules and online rescale, its exp pass 16 lanes at a time (v16_exp: exp8's bits);
  *   P V        register tiles of NB vectors x 32 dims, each value load serving NB broadcasts.
  * Blocks of 8 vectors (where avx2/body.h stops at 6) fill the 32 registers: 16 accumulators, the key or value
- * loads and a broadcast, and give each load 8 FMAs. Include after avx512/vec.h. */
+ * loads and a broadcast, and give each load 8 FMAs. Define AVX512_VEC_ZMM or not first (common/vec16.h). */
 #ifndef UATTN_AVX512_BODY_H
 #define UATTN_AVX512_BODY_H
 
-#include "avx512/vec.h"
+#include "common/attend_plan.h"
+#include "common/panels.h"
+#include "common/softmax.h"
+#include "common/vec16.h"
 
 enum { ZQB = 8 }; /* query vectors per block */
 
 /* Independent chains per accumulator: two FMA ports of 4 cycles need 8 in flight, which 2 NB accumulators give
- * from NB = 4; smaller blocks split each sum over 2 or 4 chains, added as avx2/body.h's sum_chains does. */
+ * from NB = 4; smaller blocks split each sum over 2 or 4 chains, added as common/attend_plan.h's sum_chains does. */
 #define ZCHAINS(NB) ((NB) >= 4 ? 1 : (NB) == 1 ? 4 : 2)
 
 V16_INLINE void zsum_chains(const int C, const int NB, const int W, v16 (*a)[ZQB][2]) {
@@ -145,7 +148,7 @@ V16_INLINE void zpv_tile(const int NB, float (*S)[KC], int32_t j0, int32_t klo, 
   for (; d < D; d += 16) zpv_part(NB, 1, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, D - d >= 16 ? 16 : (int)(D - d));
 }
 
-/* avx2/body.h's softmax_row with the exp pass in 16 lanes: S[j0, j1) to P, m and l updated, the factor o is
+/* common/softmax.h's softmax_row with the exp pass in 16 lanes: S[j0, j1) to P, m and l updated, the factor o is
  * rescaled by returned. */
 V16_INLINE float zsoftmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, float cap, float *m, float *l) {
   float alpha;
@@ -191,7 +194,7 @@ V16_INLINE void zattend_block(const int NB, const int32_t D, const attend_ctx *c
   zpv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, alpha);
 }
 
-/* The job's vectors against its panel: avx2/body.h's ATTEND_BLOCKS plan with blocks of up to ZQB. */
+/* The job's vectors against its panel: common/attend_plan.h's ATTEND_BLOCKS plan with blocks of up to ZQB. */
 V16_INLINE void avx512_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D,
                                    const int32_t ROWS) {
   const int32_t rows = ROWS ? ROWS : job->rows, kmax = keys_seen(job, rows);

@@ -1,5 +1,5 @@
 /* One generated bucket of the avx512 set: included by a source gen/generate.py writes, after it has defined the
- * bucket and its functions' names (as for avx2/bucket.h). The bodies are avx512/body.h's attend, avx2/body.h's
+ * bucket and its functions' names (as for avx2/bucket.h). The bodies are avx512/body.h's attend, common/panels.h's
  * load (the set's panels are the avx2 set's) and avx512/decode.h's decode kernel, with the head dim (and, where
  * the call allows, the dtype and the block size) constant; the entry is every ISA's (bucket_entry.h). The
  * unique part's copy is compiled for its single-row jobs. */

@@ -1,4 +1,4 @@
-/* The generic avx512 set, in one of avx512/vec.h's two forms: included by avx512/set.c (the zmm kernel) and by
+/* The generic avx512 set, in one of common/vec16.h's two forms: included by avx512/set.c (the zmm kernel) and by
  * avx512/twin.c (its twin), each after deciding AVX512_VEC_ZMM, with AVX512_SET naming the set. */
 #include "avx2/avx2.h"
 #include "avx512/avx512.h"

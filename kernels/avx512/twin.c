@@ -1,5 +1,5 @@
 /* The avx512 set's twin: the kernels of avx512/set.c computed with pairs of ymm registers
- * (avx512/vec.h), bit for bit what an AVX-512 CPU computes, so the tests check that kernel's arithmetic on
+ * (common/vec16.h), bit for bit what an AVX-512 CPU computes, so the tests check that kernel's arithmetic on
  * machines without AVX-512. Not a candidate for dispatch. */
 #include "avx512/avx512.h"
 

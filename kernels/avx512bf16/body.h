@@ -8,7 +8,7 @@
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
  *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
  *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.
- *   softmax     bf16_softmax_row: avx2/body.h's rules (mask, soft cap, ALiBi) and online rescale, 16 lanes
+ *   softmax     bf16_softmax_row: common/softmax.h's rules (mask, soft cap, ALiBi) and online rescale, 16 lanes
  *               at a time, in fp32, P written straight into bf16 pairs; l sums the unrounded weights.
  *   P V         default: P rounded to bf16 (relative 2^-9 each), pairs of keys multiplied by vdpbf16ps with
  *               fp32 accumulation. job->probs_fp32 (the layer's option): P stays fp32 and V, exact in
@@ -18,7 +18,7 @@
  *
  * Panels (this set's own layout, 32-bit pairs stored in the float panels; panel_floats says how much):
  *   keys    pairs along the head dim: pair p (dims 2p, 2p + 1) of key i at kp[p * P + i], P = key_stride
- *           (an odd number of 64-byte lines, see avx2/body.h), for Dh = head dim rounded up to 16 / 2 pair
+ *           (an odd number of 64-byte lines, see common/panels.h), for Dh = head dim rounded up to 16 / 2 pair
  *           rows. One vdpbf16ps then takes one broadcast pair of a query against 16 keys. Keys from count up
  *           to the next multiple of 16 and dims past the head dim are zero.
  *   values  pairs along the keys: pair r (keys 2r, 2r + 1), dim d at vp[r * Dv + d], Dv = value_stride. One
@@ -26,7 +26,7 @@
  *           16 and dims past the head dim up to the next 16 are zero.
  *   Both start at the first 64-byte boundary of their buffer.
  *
- * attend: avx2/body.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared),
+ * attend: common/attend_plan.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared),
  * with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
  * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (with 32
  * keys or dims a tile, 2: 5% slower on 128 rows x 512 keys, hot). Hand-written, not libxsmm's bf16 GEMM:
@@ -41,6 +41,9 @@
 #include "avx512bf16/decode.h"
 #include "avx512bf16/decode_tiled.h"
 #include "avx512bf16/vec.h"
+#include "common/attend_plan.h"
+#include "common/panels.h"
+#include "common/softmax.h"
 
 enum {
   BF16_STAGE_DIMS = 256, /* dims of the rows staged at a time by the load */

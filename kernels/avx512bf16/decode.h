@@ -1,8 +1,8 @@
-/* The avx512bf16 set's decode kernel: avx2/decode.h's jobs and rules (decode_shape, the rows of every head in
+/* The avx512bf16 set's decode kernel: common/decode_shape.h's jobs and rules (decode_shape, the rows of every head in
  * the cache's order, decode_softmax's rules), with both products by vdpbf16ps where the cache is bf16 and the
  * head dim a multiple of 32 (the bf16 path below) or fp8 and a multiple of 64 (the same path, each row widened
  * exactly to bf16 by lookups, v16i_fp8_widen); other dtypes and dims, and probs_fp32, take the scores by
- * vdpbf16ps on rows rounded to bf16 (bf16_scores, in avx2/decode.h's phases) and avx512/decode.h's fp32 P V.
+ * vdpbf16ps on rows rounded to bf16 (bf16_scores, in common/decode8.h's phases) and common/decode16.h's fp32 P V.
  *
  * A GQA-4 decode does about 4 flops per cache byte, which at a core's read bandwidth can pass its fp32 FMA peak,
  * so both products are bf16 dot products, and what is around them (folding sums, moving scores, reordering
@@ -17,7 +17,7 @@
  *           the 16 scores, vector i's 4 keys in quarter i, stored straight to its S row: 45 moves and adds for
  *           16 scores (12 of the moves blends), about half of what folding to 8 lanes and an hadd tree takes.
  *   softmax bf16_softmax_cols on the share's 16 columns: decode_softmax's rules and online rescale 16 lanes
- *           at a time (the same exp to the bit as exp8; avx512/decode.h's wide_softmax_cols, which the avx512
+ *           at a time (the same exp to the bit as exp8; common/softmax16.h's wide_softmax_cols, which the avx512
  *           set's walk shares), P then rounded to the bf16 pairs P V reads (bf16_pairs_in_place); a share
  *           every vector sees whole, without cap or slopes, takes a path without the rules' branches.
  *   P V     two value rows interleaved element by element (unpacklo/hi within each 128-bit lane) are 32 dims as
@@ -34,8 +34,11 @@
 #ifndef UATTN_AVX512BF16_DECODE_H
 #define UATTN_AVX512BF16_DECODE_H
 
-#include "avx512/decode.h"
 #include "avx512bf16/vec.h"
+#include "common/decode16.h"
+#include "common/decode8.h"
+#include "common/decode_walk.h"
+#include "common/softmax16.h"
 
 enum {
   BF16_AHEAD = 16,     /* bf16_scores: rows ahead of the four being scored asked for, with 4 or more heads a call */
@@ -53,10 +56,10 @@ BF16_INLINE v16i bf16_row_pairs(uattn_dtype t, const char *row, int32_t p, int32
   return v16i_load(x);
 }
 
-/* ---- the generic path: scores of any dtype, avx512/decode.h's P V --------------------------------------- */
+/* ---- the generic path: scores of any dtype, common/decode16.h's P V ------------------------------------- */
 
 /* scale <q_i, k_j> for NB <= 4 vectors (pairs at q + i * Dh, Dh = D / 2) and the WIDE_KEYS rows r[j], as
- * out[4 i + j]: 16-lane sums folded by avx512/decode.h's tree. */
+ * out[4 i + j]: 16-lane sums folded by hsum8x8's tree. */
 BF16_INLINE void bf16_wide_scores_step(const int NB, uattn_dtype t, const int32_t Dh, float scale, const uint32_t *q,
                                        const char *const *r, float *out) {
   v16 a[4][WIDE_KEYS];
@@ -115,7 +118,7 @@ BF16_INLINE void bf16_score4(const int NB, const int32_t Dh, const uint8_t *tab,
   sum16_store(NB, v16_mul(v16_sum16(a), v16_set1(scale)), S, ld, keys);
 }
 
-/* The scores of every head and block, 4 rows at a time in the cache's order (avx512/decode.h's WIDE_SCORES
+/* The scores of every head and block, 4 rows at a time in the cache's order (common/decode16.h's WIDE_SCORES
  * walk): S[g][x][j - j0] for keys [LO, HI) (past the last key, the last again); q: head g's pairs at
  * q + g * n * Dh; tab: fp8 rows (bf16_score4). */
 BF16_INLINE void bf16_scores(const decode_shape *s, const uint32_t *q, const uint8_t *tab, float scale, float *S,
@@ -153,7 +156,7 @@ BF16_INLINE void bf16_pairs_in_place(float *p, int32_t n) {
   }
 }
 
-/* wide_softmax_cols (avx512/decode.h; shares of Z columns), P then as bf16 pairs at the share's columns' start. */
+/* wide_softmax_cols (common/softmax16.h; shares of Z columns), P then as bf16 pairs at the share's columns' start. */
 BF16_INLINE void bf16_softmax_cols(const uattn_panel_job *job, const decode_shape *s, int32_t g, int32_t b,
                                    const vec_rule *rule, float *Sb, int32_t c0, int32_t c1, int32_t *plo, int32_t *phi,
                                    const int32_t Z, const int32_t D) {
@@ -406,7 +409,7 @@ BF16_INLINE void bf16_decode_body(const uattn_panel_job *job, int32_t heads, siz
     WIDE_SCORES(&s, S, q, (size_t)n * (D / 2), D / 2, bf16_wide_scores_step, t, D / 2, job->scale);
   bf16_decode_softmax(job, &s, S, D); /* the outputs rescaled, in natural order (s.order is DECODE_NATURAL) */
   if (!job->probs_fp32) round_bf16_in_place(S, (size_t)heads * n * s.W);
-  if (D % 16) { /* avx512/decode.h's P V takes whole 16s of dims: avx2/decode.h's */
+  if (D % 16) { /* common/decode16.h's P V takes whole 16s of dims: decode8.h's */
     decode_pv(job, &s, t, S, D);
     return;
   }

@@ -1,5 +1,5 @@
 /* bf16 pairs for the avx512bf16 set: 16 lanes of 32 bits, each a pair of bf16 (element 0 in the low half),
- * and the dot product of two such vectors into 16 fp32 accumulators, in avx512/vec.h's two forms:
+ * and the dot product of two such vectors into 16 fp32 accumulators, in common/vec16.h's two forms:
  *   AVX512_VEC_ZMM defined: a zmm register and vdpbf16ps (AVX512-BF16);
  *   otherwise, the twin: a pair of ymm registers and an exact emulation of vdpbf16ps with AVX2 + FMA.
  * vdpbf16ps computes, per lane, acc + a1 b1, then + a0 b0 (the odd elements first: Intel's pseudocode, and
@@ -16,12 +16,11 @@
  * only an fp32 just under FLT_MIN, which convert.h's rounding takes up to FLT_MIN, comes out otherwise). One
  * instruction for 16 floats in the zmm form, where convert.h's rounding took 9; the twin emulates it, and the
  * tests hold the two to each other. round8_bf16 below (convert.h's rounding) serves P kept as floats.
- * Include after avx512/vec.h's decision (AVX512_VEC_ZMM or not). */
+ * Include after common/vec16.h's decision (AVX512_VEC_ZMM or not). */
 #ifndef UATTN_AVX512BF16_VEC_H
 #define UATTN_AVX512BF16_VEC_H
 
-#include "avx2/decode.h"
-#include "avx512/vec.h"
+#include "common/vec16.h"
 
 #if defined(AVX512_VEC_ZMM)
 
@@ -267,7 +266,7 @@ static inline const uint8_t *fp8_bf16_table(uattn_dtype t) {
   return t == UATTN_FP8_E4M3 ? fp8_bf16_e4m3 : fp8_bf16_e5m2;
 }
 
-/* n floats rounded to bf16 in place (P kept as floats for a P V in fp32 FMAs, avx512/decode.h's). */
+/* n floats rounded to bf16 in place (P kept as floats for a P V in fp32 FMAs, common/decode16.h's). */
 AVX2_INLINE void round_bf16_in_place(float *a, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_castsi256_ps(round8_bf16(_mm256_loadu_ps(a + i))));

@@ -663,7 +663,7 @@ Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .t
 }
 
 /* The decode kernel on fp8 caches of every code: the avx2 kernel widens 32 codes at a time into quarters and
- * folds the formats' rebias into the queries, P, the scores and the outputs (avx2/decode.h), which is exact
+ * folds the formats' rebias into the queries, P, the scores and the outputs (common/decode8.h), which is exact
  * only while they stay in f32's normal range: queries of 2^76 at a dim (too large to fold) take its
  * natural-order path. The bound and the fp64 oracle are check_set_on_random_jobs'. */
 Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = 300) {
@@ -805,7 +805,7 @@ Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = 300)
   check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);
 }
 
-/* The avx512 set's decode kernel, through its twin (avx512/vec.h: the same arithmetic on pairs of ymm
+/* The avx512 set's decode kernel, through its twin (common/vec16.h: the same arithmetic on pairs of ymm
  * registers), which runs wherever AVX2 does: against the portable set, and over several heads. */
 Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
   need_avx2();

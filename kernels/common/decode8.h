@@ -1,4 +1,6 @@
-/* The AVX2 decode kernel: a few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors a KV head: a
+/* The decode kernel in 8-float vectors, in phases: the avx2 set's, and the wider sets' where their 16-lane
+ * paths do not fit (head dims not a multiple of 16; the avx512 phases' softmax, the avx512bf16 phases' P V).
+ * A few query rows (up to UATTN_DECODE_MAX_VECTORS query vectors a KV head: a
  * decode, a short verification) of one or several KV heads against keys read straight from the cache,
  * widened in registers, with no key or value panel. Few vectors read each cache block once or a few
  * times, so the panels of avx2_load (a transposed key panel and a value panel, written and then read back)
@@ -6,8 +8,7 @@
  *
  * Several heads (an NHD cache, whose row holds every head) are taken in the order of the cache's bytes: a
  * few rows at a time, every head in turn. A head at a time would read 256 bytes of every 2 KB row, a
- * pattern this machine's prefetchers follow at 60-70% of a sequential read; row order reads as fast as a
- * sequential read (measured: 11 vs 16 GB/s on one core, no compute).
+ * pattern the hardware prefetchers follow worse than a sequential read, which row order is.
  *
  *   scores  two keys at a time, every head in turn, against up to 4 query vectors: 8 accumulators of 8
  *           lanes over the head dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial
@@ -24,30 +25,13 @@
  * in "quarter" order, and the codes' rebias (2^120 for E4M3, 2^112 for E5M2) folded into the query vectors,
  * P, the scores and the outputs rather than multiplied into every code.
  * Needs a head dim that is a multiple of 8 (every generated bucket's); the forward uses load + attend
- * otherwise. Include after avx2/body.h. */
-#ifndef UATTN_AVX2_DECODE_H
-#define UATTN_AVX2_DECODE_H
+ * otherwise. */
+#ifndef UATTN_COMMON_DECODE8_H
+#define UATTN_COMMON_DECODE8_H
 
-#include "avx2/body.h"
-
-enum {
-  DECODE_AHEAD = 8,                /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
-  PV_TILE = UATTN_DECODE_MIN_TILE, /* keys of a P V step: 8 rows of every head stay in L1 while each head reads its
-                                    * part; every record's decode_tile is a multiple, so no step straddles two blocks */
-  DECODE_EO_MAX_DIM = 256,         /* larger head dims: widen8 */
-};
-
-/* The order a call's query vectors and outputs take (decode_shape.order): natural, bf16's even/odd halves
- * of 16, fp8's quarters of 32. */
-typedef enum { DECODE_NATURAL, DECODE_EO, DECODE_Q4 } decode_order;
-
-/* The 8 sums of a[0..7], in order. */
-AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3); /* [a0..a3 | a0..a3] halves */
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
+#include "common/attend_plan.h"
+#include "common/decode_shape.h"
+#include "common/widen.h"
 
 /* ---- bf16, even/odd --------------------------------------------------------------------------------- */
 
@@ -89,16 +73,9 @@ AVX2_INLINE void from_q4(const __m256 x[4], float *a) {
   for (int i = 0; i < 8; i++) _mm_storeu_ps(a + 4 * i, r[i]);
 }
 
-/* Half the rebias of fp8 dtype t, H: a code's exponent and mantissa moved under an f32's read as its value
- * times 2^-2H (E4M3's exponent bias 7 against f32's 127: H = 60; E5M2's 15: H = 56). The query vectors and
- * P are multiplied by 2^H, the scores and the P V sums (kept times 2^-H) by 2^H back: powers of two, exact
- * while nothing leaves f32's normal range (the call's queries are checked, q_fits_fold; a running output or a
- * partial score below 2^-66 in magnitude would lose low bits to f32's subnormals, far below fp8's). */
-static inline int fp8_fold(uattn_dtype t) { return t == UATTN_FP8_E4M3 ? 60 : 56; }
-
 /* The constants of fp8_quarter and fp8_special (E4M3's row, E5M2's), read from memory by the helpers below:
  * held in registers (as GCC chooses for a constant used in a loop) they crowd out the scores' 8
- * accumulators, which it then spills (fp8 decode 60 -> 54 ns a key and KV head, one thread). */
+ * accumulators, which it then spills. */
 static const uint32_t fp8_keep[2][8] __attribute__((aligned(32))) = {
     {0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u},
     {0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u}};
@@ -142,54 +119,6 @@ AVX2_INLINE __m256 fp8_patch(uattn_dtype t, __m256 f, __m256i x, int c) {
   return _mm256_or_ps(f, _mm256_castsi256_ps(_mm256_and_si256(lane, top)));
 }
 
-/* FN(NB, ...) with NB the constant 1, 2, 3 or 4 that n (a block's vectors) is: one instance of a step per
- * block size, each with its accumulators in registers. */
-#define DECODE_BY_NB(n, FN, ...)                                                                                       \
-  do {                                                                                                                 \
-    switch (n) {                                                                                                       \
-    case 1: FN(1, __VA_ARGS__); break;                                                                                 \
-    case 2: FN(2, __VA_ARGS__); break;                                                                                 \
-    case 3: FN(3, __VA_ARGS__); break;                                                                                 \
-    default: FN(4, __VA_ARGS__); break;                                                                                \
-    }                                                                                                                  \
-  } while (0)
-
-/* ---- one call's shape ---------------------------------------------------------------------------------- */
-
-/* What every head of a call shares: the vectors' blocks (4 at a time, as even as they go: 6 = 3 + 3), the
- * keys each block sees (the rows, visible counts and window are the same for every head), and where the
- * heads' data lie. */
-typedef struct decode_shape {
-  int32_t heads, n, blocks, nb[4], x0[4], lo[4], hi[4];
-  int32_t LO, HI, j0, W;             /* keys any vector sees, [LO, HI); score columns [j0, j0 + W), W a multiple of 8 */
-  const void *const *kb, *const *vb; /* the call's cache blocks (uattn_decode_src), 2^shift keys each */
-  int32_t shift;
-  const void *next_k;           /* the next call's first key row (uattn_panel_job.next_k), or NULL */
-  size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
-  size_t share;                 /* bytes of span each head asks for (whole lines) */
-  size_t hv, hq;      /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
-  decode_order order; /* the query vectors' and outputs' (DECODE_Q4: times 2^fp8_fold's H) */
-  int fold;           /* DECODE_Q4: fp8_fold */
-} decode_shape;
-
-/* Row j of the call (its first head's) in the call's blocks of keys (s->kb) or of values (s->vb). */
-AVX2_INLINE const char *decode_row(const decode_shape *s, const void *const *blocks, int32_t j) {
-  return (const char *)blocks[j >> s->shift] + (size_t)(j & ((1 << s->shift) - 1)) * s->step;
-}
-
-/* Asks for head g's share of a row the heads read, bytes [g share, (g + 1) share) of its span: a row read by
- * every head in turn is asked for a share at a time, as each head runs, so the requests go out in the row's
- * order and are spread over the step. Into L2 (prefetcht1), not L1: a line asked for into L1 holds one of
- * the core's few L1 miss buffers until it arrives, which caps the lines in flight below what the memory's
- * latency needs; into L2 the requests queue there. Decode 1 x 32k on one Zen 4 core (uattn-bench, alternated):
- * 14.6 -> 8.2 ms with the avx512bf16 kernel, 14.3 -> 9.0 with avx512's (f16 caches), 14.9 -> 8.8 with
- * avx2's; without any prefetch, 13.2. */
-AVX2_INLINE void prefetch_share(const decode_shape *s, const char *row, int32_t g) {
-  const size_t a = (size_t)g * s->share, b = a + s->share < s->span ? a + s->share : s->span;
-  for (uintptr_t x = ((uintptr_t)row + a) & ~(uintptr_t)63; x < (uintptr_t)row + b; x += 64)
-    _mm_prefetch((const char *)x, _MM_HINT_T1);
-}
-
 /* ---- scores and P V ----------------------------------------------------------------------------------- */
 
 /* Quarters c of two keys' 32 codes into the 8 accumulators of NB vectors (q: quarter c of theirs). */
@@ -204,8 +133,8 @@ AVX2_INLINE void fma_quarter(const int NB, const float *q, const int32_t D, __m2
 /* <q_i, k_0> and <q_i, k_1> for NB <= 4 vectors (q_i at q + i * D) as lanes 2 i and 2 i + 1. The query
  * vectors and key rows are loaded through in_register: else GCC folds a load that several instructions use into
  * each of them as a memory operand (a query vector meant for both keys of a pair read twice, a key row twice: a
- * load, then an and from memory), 20 32-byte loads for 16 FMAs, more than this machine's two a cycle feed; in
- * registers 10, and the scores 12% faster on cached blocks (in-process A/B, one thread). ORDER: the
+ * load, then an and from memory), 20 32-byte loads for 16 FMAs, more than two loads a cycle feed; in
+ * registers 10. ORDER: the
  * vectors' (decode_order): DECODE_EO, bf16 keys widened 16 at a time into even/odd halves (D a multiple of
  * 16); DECODE_Q4, fp8 keys 32 at a time into quarters (D a multiple of 32; the vectors and so the scores
  * times 2^fp8_fold, undone here); else widen8. */
@@ -288,7 +217,7 @@ AVX2_INLINE void pv_eo(const int NB, const float *S, int32_t ld, int32_t j0, int
                        size_t step, float *o, const int32_t D) {
   __m256 a[4][2];
   for (int i = 0; i < NB; i++) a[i][0] = _mm256_loadu_ps(o + (size_t)i * D), a[i][1] = _mm256_loadu_ps(o + i * D + 8);
-#pragma GCC unroll 8 /* a whole tile's keys in one straight run: P V 5-18% faster than the loop (in-process A/B) */
+#pragma GCC unroll 8 /* a whole tile's keys in one straight run, which P V runs faster than the loop */
   for (int32_t j = lo; j < hi; j++) {
     __m256 ve, vo;
     widen16_eo(v + (size_t)j * step, &ve, &vo);
@@ -388,84 +317,6 @@ AVX2_INLINE bool q_fits_fold(const uattn_panel_job *job, int32_t heads, size_t h
   return _mm256_movemask_ps(_mm256_cmp_ps(m, _mm256_set1_ps(ldexpf(1.0f, 126 - H)), _CMP_GE_OQ)) == 0;
 }
 
-/* The call's shape; false when no vector sees a key. */
-AVX2_INLINE bool decode_shape_of(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype t,
-                                 const uattn_decode_src *src, const int32_t D, decode_shape *s) {
-  const size_t esz = uattn_dtype_size(t);
-  *s = (decode_shape){0}; /* whole, also where it returns false (GCC cannot tell the callers stop then) */
-  s->heads = heads, s->n = job->rows * job->group;
-  s->blocks = (s->n + 3) / 4;
-  const int32_t small = s->n / s->blocks, big = s->n % s->blocks;
-  s->LO = INT32_MAX, s->HI = INT32_MIN;
-  for (int32_t b = 0, x0 = 0; b < s->blocks; b++) {
-    vec_rule rule[4];
-    s->nb[b] = small + (b < big), s->x0[b] = x0;
-    block_rules(job, x0, s->nb[b], 0, job->num_keys, rule, &s->lo[b], &s->hi[b]);
-    if (s->lo[b] < s->hi[b]) {
-      if (s->lo[b] < s->LO) s->LO = s->lo[b];
-      if (s->hi[b] > s->HI) s->HI = s->hi[b];
-    }
-    x0 += s->nb[b];
-  }
-  if (s->LO >= s->HI) return false;
-  s->j0 = s->LO & ~7, s->W = ((s->HI + 7) & ~7) - s->j0;
-  s->kb = src->k, s->vb = src->v, s->shift = __builtin_ctz((unsigned)src->block_keys), s->next_k = job->next_k;
-  s->step = src->stride * esz, s->head_step = src->head_stride * esz;
-  s->span = (size_t)(heads - 1) * s->head_step + (size_t)D * esz;
-  s->share = ((s->span + (size_t)heads - 1) / (size_t)heads + 63) & ~(size_t)63;
-  s->hv = head_vectors, s->hq = head_vectors * (size_t)D;
-  s->fold = uattn_dtype_is_fp8(t) ? fp8_fold(t) : 0;
-  s->order = t == UATTN_BF16 && D % 16 == 0 && D <= DECODE_EO_MAX_DIM ? DECODE_EO : DECODE_NATURAL; /* Q4: the body's */
-  return true;
-}
-
-/* Rows ahead of those being read that are asked for: at least `rows`, and 64 heads' shares, so that a call
- * of one head (an HND unit, an MQA layer) asks 64 rows ahead (16 KB at head dim 128 in 16 bits, where 8 rows
- * were 2 KB) while an all-heads NHD call of 8 heads keeps `rows` (Qwen2's 4 heads at 2x bf16's 16 rows ran
- * 3-4% slower). */
-AVX2_INLINE int32_t decode_rows_ahead(const decode_shape *s, int32_t rows) {
-  return 64 / s->heads > rows ? 64 / s->heads : rows;
-}
-
-/* The rows [x0, x1) of the walk the scores ask for ahead into r: the keys', past the last key the values',
- * past the last value the next call's first keys (where the call was told of them; their first rows, as
- * many as the walk reaches, whatever the next call's length: asking for a line never faults). Returns how
- * many. Found once a step, asked for a head's share at a time (prefetch_rows). */
-AVX2_INLINE int32_t ahead_rows(const decode_shape *s, int32_t x0, int32_t x1, const char **r) {
-  int32_t n = 0;
-  for (int32_t x = x0; x < x1; x++) {
-    const int32_t y = x - s->HI + s->LO; /* past the keys: the value row */
-    if (x < s->HI)
-      r[n++] = decode_row(s, s->kb, x);
-    else if (y < s->HI)
-      r[n++] = decode_row(s, s->vb, y);
-    else if (s->next_k)
-      r[n++] = (const char *)((uintptr_t)s->next_k + (uintptr_t)(y - s->HI) * s->step);
-  }
-  return n;
-}
-
-/* Head g's share of the n rows r. */
-AVX2_INLINE void prefetch_rows(const decode_shape *s, const char *const *r, int32_t n, int32_t g) {
-  for (int32_t i = 0; i < n; i++) prefetch_share(s, r[i], g);
-}
-
-/* The score columns softmax_row reads outside [LO, HI): masked there, but set. Then the walk's first
- * `ahead` rows asked for (ahead_rows: a call of fewer keys asks for its values, and the next call's keys, at
- * once). */
-AVX2_INLINE void begin_scores(const decode_shape *s, float *S, int32_t ahead) {
-  for (size_t x = 0; x < (size_t)s->heads * s->n; x++) {
-    float *row = S + x * s->W;
-    for (int32_t j = s->j0; j < s->LO; j++) row[j - s->j0] = 0.0f;
-    for (int32_t j = s->HI; j < s->j0 + s->W; j++) row[j - s->j0] = 0.0f;
-  }
-  for (int32_t x = s->LO; x < s->LO + ahead; x++) {
-    const char *r[1];
-    if (ahead_rows(s, x, x + 1, r))
-      for (int32_t g = 0; g < s->heads; g++) prefetch_share(s, r[0], g);
-  }
-}
-
 /* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
  * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
  * head's share at a time. */
@@ -530,55 +381,6 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
     }
   }
 }
-
-/* What block b of head g does in the P V tile of keys from jt: keys [lo, hi) (false when none), its P and
- * outputs, the head's values: value j's row at v + j * step and its P at column j - j0, j counted from the
- * start of the cache block that holds the tile. */
-typedef struct pv_step {
-  int32_t lo, hi, j0;
-  const float *S;
-  const char *v;
-  float *o;
-} pv_step;
-
-AVX2_INLINE bool pv_step_of(const uattn_panel_job *job, const decode_shape *s, const float *S, int32_t jt, int32_t g,
-                            int32_t b, const int32_t D, pv_step *p) {
-  const int32_t lo = jt > s->lo[b] ? jt : s->lo[b], hi = jt + PV_TILE < s->hi[b] ? jt + PV_TILE : s->hi[b];
-  if (lo >= hi) return false;                    /* (a block that sees no key has lo INT32_MAX, hi INT32_MIN) */
-  const int32_t at = jt >> s->shift << s->shift; /* the tile's block's first key */
-  p->lo = lo - at, p->hi = hi - at, p->j0 = s->j0 - at;
-  p->S = S + ((size_t)g * s->n + s->x0[b]) * s->W;
-  p->v = (const char *)s->vb[jt >> s->shift] + (size_t)g * s->head_step;
-  p->o = job->o + (size_t)g * s->hq + (size_t)s->x0[b] * D;
-  return true;
-}
-
-/* The rows of the P V tile decode_rows_ahead rows after the one from jt, into r (the scores asked for the
- * values' first rows that far); returns how many. */
-AVX2_INLINE int32_t next_tile_rows(const decode_shape *s, int32_t jt, const char **r) {
-  const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
-  int32_t n = 0;
-  for (int32_t x = jt + ahead; x < jt + ahead + PV_TILE && x < s->HI; x++) r[n++] = decode_row(s, s->vb, x);
-  return n;
-}
-
-/* The P V walk of every decode kernel: PV_TILE rows at a time from j0 (a multiple of PV_TILE), every head in
- * turn (the next tile asked for a head's share at a time), every block with keys in the tile: STEP(NB, ...,
- * &p), p the block's pv_step and NB its vectors, a constant. */
-#define DECODE_PV_TILES(job, s, S, D, STEP, ...)                                                                       \
-  do {                                                                                                                 \
-    for (int32_t jt_ = (s)->j0; jt_ < (s)->HI; jt_ += PV_TILE) {                                                       \
-      const char *next_[PV_TILE];                                                                                      \
-      const int32_t nn_ = next_tile_rows(s, jt_, next_);                                                               \
-      for (int32_t g_ = 0; g_ < (s)->heads; g_++) {                                                                    \
-        prefetch_rows(s, next_, nn_, g_);                                                                              \
-        for (int32_t b_ = 0; b_ < (s)->blocks; b_++) {                                                                 \
-          pv_step p_;                                                                                                  \
-          if (pv_step_of(job, s, S, jt_, g_, b_, D, &p_)) DECODE_BY_NB((s)->nb[b_], STEP, __VA_ARGS__, &p_);           \
-        }                                                                                                              \
-      }                                                                                                                \
-    }                                                                                                                  \
-  } while (0)
 
 /* One block's P V step p: keys [p->lo, p->hi) of NB vectors of one head into its outputs (P at p->S). */
 AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, const int32_t D, const pv_step *p) {

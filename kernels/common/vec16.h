@@ -1,5 +1,4 @@
-/* 16-float vectors for the avx512 set's decode kernel (avx512/decode.h) and the avx512bf16 set's kernels, in
- * one of two forms:
+/* 16-float vectors for the avx512 set's kernels and the avx512bf16 (and so amx) set's, in one of two forms:
  *   AVX512_VEC_ZMM defined: a zmm register (__m512), every operation an AVX-512F instruction;
  *   otherwise, the twin: a pair of ymm registers (lanes 0-7, 8-15), every operation the same IEEE operation
  *   on each half with AVX2 + FMA + F16C.
@@ -9,11 +8,11 @@
  * computes bit for bit what an AVX-512 CPU computes: the tests run the kernel's arithmetic through it on
  * machines without AVX-512 (this project's), and where AVX-512 is present compare the two
  * (tests/kernels/test_kernels.c). What the twin cannot check is this file's zmm half: one intrinsic per line.
- * Include after avx2/body.h (the twin's widenings are its widen8). */
-#ifndef UATTN_AVX512_VEC_H
-#define UATTN_AVX512_VEC_H
+ * Define AVX512_VEC_ZMM or not before the first include: it decides which form every 16-lane header takes. */
+#ifndef UATTN_COMMON_VEC16_H
+#define UATTN_COMMON_VEC16_H
 
-#include "avx2/body.h"
+#include "common/widen.h"
 
 #if defined(AVX512_VEC_ZMM)
 
@@ -43,7 +42,7 @@ V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   *e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   *o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
 }
-/* 16 elements of dtype t as f32, in order (fp8 as avx2/body.h's widen8_fp8, by F16C: exact) */
+/* 16 elements of dtype t as f32, in order (fp8 as common/widen.h's widen8_fp8, by F16C: exact) */
 V16_INLINE v16 v16_widen(uattn_dtype t, const void *src) {
   if (t == UATTN_F32) return _mm512_loadu_ps(src);
   if (uattn_dtype_is_fp8(t)) {
@@ -67,7 +66,7 @@ V16_INLINE __m256 v16_fold(v16 a) {
   return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
 }
 
-/* Moves for the decode kernels' reduction tree (avx512/decode.h's v16_sum16) and avx512bf16/decode.h's order
+/* Moves for the decode kernels' reduction tree (common/decode_walk.h's v16_sum16) and avx512bf16/decode.h's order
  * of dims, each a pure move of lanes (the add an IEEE add), so the twin's copies below are exact. */
 V16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 /* 128-bit quarters: a's (IMM & 3), a's (IMM >> 2 & 3), b's (IMM >> 4 & 3), b's (IMM >> 6 & 3) (vshuff32x4) */
@@ -83,10 +82,11 @@ V16_INLINE v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 V16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
   return _mm512_permutex2var_ps(lo, _mm512_loadu_si512(idx), hi);
 }
-/* For the softmax on 16 lanes (avx512/decode.h's, avx512bf16/body.h's tiles'): lane-wise IEEE operations. */
+/* For the softmax on 16 lanes (common/softmax16.h's, avx512/body.h's, avx512bf16/body.h's tiles'): lane-wise IEEE
+ * operations. */
 V16_INLINE v16 v16_sub(v16 a, v16 b) { return _mm512_sub_ps(a, b); }
 V16_INLINE v16 v16_max(v16 a, v16 b) { return _mm512_max_ps(a, b); }
-/* e^x: avx2/body.h's exp8 on 16 lanes, to the bit. Its 2^n as two multiplies (y 2^n1, exact, then 2^n2)
+/* e^x: common/vec8.h's exp8 on 16 lanes, to the bit. Its 2^n as two multiplies (y 2^n1, exact, then 2^n2)
  * rounds once, which is what vscalefps does in one: the same result down to the subnormals. */
 V16_INLINE v16 v16_exp(v16 x) {
   x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x)); /* NaN stays NaN, as exp8 */
