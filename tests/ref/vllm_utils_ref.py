@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden outputs for tests/vllm/test_batch_utils.c: vLLM's batch helpers re-stated in numpy.
+"""Golden outputs for tests/vllm/test_batch_utils/golden.c: vLLM's batch helpers re-stated in numpy.
 
 Each function below follows its seed (vllm/v1/attention/backends/utils.py, vllm/attention/backends/utils.py)
 operation by operation, in the seed's vectorized numpy form, so that its quirks (numpy's modulo of a negative
