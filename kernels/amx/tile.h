@@ -8,7 +8,7 @@
  * included) are read as zeros of their sign and every denormal result is flushed to a zero of its sign.
  * That is not the order of Intel's pseudocode (each pair's two products added to C in turn); it is what a
  * Sapphire Rapids-class core (family 6 model 207) computes, checked bit for bit on 15 million elements of
- * random tiles with normal, tiny and denormal operands (tests/kernels/test_kernels.c holds the instruction to
+ * random tiles with normal, tiny and denormal operands (tests/kernels/test_kernels/amx.c holds the instruction to
  * this emulation where AMX runs). The sums are per instruction, so the twin reproduces the kernel's bits
  * only with the same tile shapes, which is why both share this layer. The emulation's one assumption:
  * MXCSR with neither DAZ nor FTZ set (the default), as avx512bf16/vec.h's. */

@@ -15,7 +15,7 @@
  *   O = alpha * O + P V in register tiles of NB vectors x 16 dims (alpha folded into loading O).
  * The group's heads of a row are adjacent vectors, so they share every key and value load. Numerics are
  * fp32 throughout, like the portable set; only the summation order and FMA contraction differ (the
- * max |error| against an fp64 evaluation is the portable set's, tests/kernels/test_kernels.c).
+ * max |error| against an fp64 evaluation is the portable set's, tests/kernels/test_kernels/).
  *
  * Everything here carries the AVX2 target attribute: nothing may run before uattn_avx2_runs_here() says
  * yes (the library itself is built for baseline x86-64). */

@@ -16,7 +16,7 @@
  * continue the same chain). P V is one chain over the chunk's keys on top of alpha o, as in the fused
  * kernel. So wherever every fused block has 4 vectors or more (its blocks run one chain per accumulator;
  * any job of 8 vectors or more), this body computes the fused kernel's bits exactly, and the choice between
- * the two (uattn_xsmm_wins) is one of speed only (tests/kernels/test_kernels.c checks both). One chain over D is
+ * the two (uattn_xsmm_wins) is one of speed only (tests/kernels/test_kernels/avx2.c checks both). One chain over D is
  * about 5% faster and within the tests' bounds on the outputs, but loses those bits on the scores.
  *
  * Speed (uattn-kernel-bench --xsmm --cpu-time, one thread of this 2-core Zen 3 while idle, medians of 8

@@ -7,9 +7,9 @@
  * fp32 FMA rounded to nearest even, with denormal inputs (accumulator included) taken as zero and denormal
  * results flushed to zero, whatever MXCSR says. A product of two bf16 (8-bit significands) is exact in
  * fp32, so each step is one IEEE FMA: the twin does exactly those two FMAs per lane, with the flushes, and
- * computes the zmm kernel's bits (tests/kernels/test_kernels.c holds one to the other where AVX512-BF16 runs). Its
- * one assumption: MXCSR with neither DAZ nor FTZ set (the default), so its own FMAs round denormals as IEEE
- * does before it flushes them. (A result that is denormal before rounding and FLT_MIN after it is left at
+ * computes the zmm kernel's bits (tests/kernels/test_kernels/avx512.c holds one to the other where AVX512-BF16
+ * runs). Its one assumption: MXCSR with neither DAZ nor FTZ set (the default), so its own FMAs round denormals
+ * as IEEE does before it flushes them. (A result that is denormal before rounding and FLT_MIN after it is left at
  * FLT_MIN; attention's scores and weights are nowhere near that range.)
  * Rounding fp32 to bf16 (the query and P, vdpbf16ps's operands) is vcvtneps2bf16's: to nearest even, NaN
  * quieted, denormal inputs taken as a zero of their sign (vdpbf16ps would read a denormal bf16 as zero anyway;

@@ -1,5 +1,5 @@
 /* Dispatch from a layer's kernel bucket to its kernels, through the public API: generated buckets are found and
- * serve every part (each bucket of the registry: test_kernels.c's buckets suite), shapes outside the generated
+ * serve every part (each bucket of the registry: test_kernels/buckets.c's buckets suite), shapes outside the generated
  * list fall back to the generic kernels and say why, UATTN_ISA forces a generic set, uattn_last_forward_report
  * says what served a call, and a step served by a bucket matches the dense oracle and the generic kernels'
  * result, whatever the thread count, on each of the three cache layouts; fp8 caches get their buckets, and steps
