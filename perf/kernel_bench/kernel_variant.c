@@ -2,7 +2,7 @@
  * one it takes from uattn_variant_bucket), under the names uattn_variant_*, compiled from the
  * kernel sources of UATTN_KERNEL_VARIANT (a copy of kernels/ with its code edited; by default kernels/
  * itself): what `uattn-kernel-bench --variant` times against the library's own bucket in one process. The
- * variant's bucket is its always-inline bodies (avx2/body.h, common/*.h, avx2/bucket.h) and its libxsmm
+ * variant's bucket is its always-inline bodies (avx2/body.h, the headers of common/, avx2/bucket.h) and its libxsmm
  * body (xsmm.c, included here under renamed symbols), so a change to any of them is measured; the rest
  * (avx2/set.c's generic set, the conversions) is the library's. */
 #define uattn_xsmm_runs_here uattn_variant_xsmm_runs_here
