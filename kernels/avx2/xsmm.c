@@ -19,13 +19,9 @@
  * the two (uattn_xsmm_wins) is one of speed only (tests/kernels/test_kernels/avx2.c checks both). One chain over D is
  * about 5% faster and within the tests' bounds on the outputs, but loses those bits on the scores.
  *
- * Speed (uattn-kernel-bench --xsmm --cpu-time, one thread of this 2-core Zen 3 while idle, medians of 8
- * interleaved runs; GQA 4, head dim 128): 1.02-1.08x the fused kernel on prefill tiles and causal slices,
- * 1.06-1.13x on shared blocks of 2 to 64 decode rows (8-256 vectors, 32 to 512 keys); 0.97-0.99x on 4
- * vectors and 16-key blocks. Under load (other sessions on both cores) the same runs give 0.96-1.02x on
- * prefill tiles: the split costs about what libxsmm's microkernel gains. Head dims 64 and 96: 1.0-1.09x;
- * 192 and 256, from 64 vectors up: 0.93-1.09x. xsmm.h has the threshold; as the results are the same bits,
- * it only trades speed.
+ * Speed: a few percent ahead of the fused kernel on the jobs xsmm.h's threshold gives it, behind on the
+ * smallest (uattn-kernel-bench --xsmm times the two); as the results are the same bits, the threshold only
+ * trades speed.
  *
  * Kernels are dispatched once per shape and kept in a small lock-free-read table (libxsmm's own registry is
  * behind it, but its dispatch costs a hash and a lock each call). Each JIT call goes through a named
@@ -117,10 +113,9 @@ static void perf_map_add(const xsmm_shape *s, uintptr_t fn) {
 /* The body's bits are the fused AVX2 body's only if libxsmm emits AVX2 code: on a CPU with AVX-512 it
  * would JIT AVX-512 kernels by itself (target "cpx" on Zen 4), whose products sum in another order. So
  * before its first kernel libxsmm is pinned to AVX2 code; the avx2 set then gives the same bits on every
- * CPU that runs it, and its libxsmm body stays a choice of speed only. It costs nothing there: on Zen 4,
- * which runs a zmm FMA as two ymm halves, the AVX2 kernels measured at par with the AVX-512 ones
- * (uattn-kernel-bench --xsmm, both targets: 0.97-1.02x on prefill tiles and shared blocks of 8 vectors or
- * more). This instance of libxsmm is uattn's own (linked statically, its symbols hidden), so the pin
+ * CPU that runs it, and its libxsmm body stays a choice of speed only (a CPU with AVX-512 has the avx512
+ * level for speed; on Zen 4, which splits a zmm FMA in two, the AVX2 and AVX-512 kernels timed at par with
+ * uattn-kernel-bench --xsmm). This instance of libxsmm is uattn's own (linked statically, its symbols hidden), so the pin
  * changes nothing for a host that uses libxsmm itself; it does override LIBXSMM_TARGET for uattn. */
 static void pin_avx2_code(void) {
   libxsmm_init(); /* reads LIBXSMM_TARGET and probes the CPU: done first so it cannot undo the pin */

@@ -28,11 +28,10 @@
  *
  * attend: common/attend_plan.h's plan (blocks of up to QB query vectors, chunks of KC keys, block_rules shared),
  * with register tiles of NB vectors x 64 keys (scores) and NB vectors x 64 dims
- * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (with 32
- * keys or dims a tile, 2: 5% slower on 128 rows x 512 keys, hot). Hand-written, not libxsmm's bf16 GEMM:
- * the fused tile keeps S and P in L1 and measured 1.7x the avx2 set's libxsmm body on this Zen 4 (one
- * thread, hot: 160 against 95 GFLOP/s), about 70% of the vdpbf16ps peak uattn-bench measures (235). The
- * rest is mostly the fp32 softmax, which bf16 products do not speed up.
+ * (P V): 4 NB accumulators of 16 lanes, 24 for NB = 6, each broadcast pair serving 4 vdpbf16ps (32 keys or
+ * dims a tile, 2 a pair, timed slower). Hand-written, not libxsmm's bf16 GEMM: the fused tile keeps S and P in
+ * L1, and what it leaves of the vdpbf16ps peak is mostly the fp32 softmax, which bf16 products do not speed
+ * up (uattn-kernel-bench; docs/performance.md).
  *
  * decode: avx512bf16/decode.h; on a TILED cache, avx512bf16/decode_tiled.h. */
 #ifndef UATTN_AVX512BF16_BODY_H
@@ -126,13 +125,9 @@ BF16_INLINE v16i bf16_dims32(const uint8_t *tab, const char *p) {
  * without staging: 16 keys at a time, each 32 dims of the 16 rows (16 pairs; fp8 codes widened by
  * v16i_fp8_widen_in_order's lookups) one 16 x 16 transpose of pairs into 16 key-pair lines, and each two value
  * rows' 32 dims interleaved into pairs by two vpermt2w: the same panels as the staged path, an fp8 NaN
- * another NaN of its sign (tests/kernels: avx512bf16_load_is_its_twins). One Zen 5 core (uattn-kernel-bench 5
- * --bucket DTYPE:128:D:0, a 128-key block, GB/s of the cache's bytes), hot: bf16, the set's load at D 64
- * 12.9 -> 53.5, at D 128 12.1 -> 37.5, the buckets' (whose staging copies were inlined) 34.7 -> 46.0 and
- * 35.5 -> 40.5, cold NHD and HND 1.0-1.3x; fp8 at D 128, the buckets' E4M3 4.6 -> 25.5 and E5M2 7.4 -> 20.5,
- * cold NHD 2.6-3.3 -> 7.9, HND 2.8-4.0 -> 5.5-7.5 (the staged path widens 8 dims of a row at a time through
- * F16C). Through the forward on fp8 E4M3 caches (uattn-bench --cache-dtype fp8_e4m3, two rounds alternated,
- * 1 / 2 threads): spec decode 16x8 1.2-1.5x / 1.3-1.4x, Falcon-7B decode-long 1 x 32k 1.1-1.3x / 1.1-1.4x. */
+ * another NaN of its sign (tests/kernels: avx512bf16_load_is_its_twins). Faster than the staged path, which
+ * widens 8 dims of a row at a time through F16C, on bf16 and most of all on fp8 rows (uattn-kernel-bench
+ * --bucket DTYPE:128:D:0 times the load). */
 BF16_INLINE void bf16_load_rows_zmm(const uint8_t *tab, const char *k_src, const char *v_src, size_t step,
                                     int32_t count, const int32_t D, int32_t P, int32_t Dv, uint32_t *kp, uint32_t *vp) {
   static const uint16_t pair_lo[32]

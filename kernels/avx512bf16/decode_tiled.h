@@ -18,27 +18,10 @@
  * bf16 caches: the walk fused (tiled_fused). Each head's share of a tile (4 KB of keys and 4 KB of values
  * at head dim 128) is scored, its columns go through the online softmax (bf16_softmax_cols), and its values are
  * added, before the next share: the keys and the values are two streams read side by side, each line asking
- * for its place in the stream's next share, into L1; past the call's last keys the keys' stream goes on into
- * the next call's block where the forward names it (uattn_panel_job.next_k). Until then the kernel went in
- * phases (all of a call's keys, 256 KB at GQA 4 and 8 KV heads; a softmax that reads nothing; all of its
- * values), and a probe (the phases cut after the scores, one row) had shown the keys' memory and the products
- * not overlapped at all: 10.4-11.2 ns a key and KV head cold against 4.0 hot, where the keys' half of a plain
- * read took 6.3-6.5. A separate program (not kept) reading 512 KB blocks with four vdpbf16ps a 64-byte line
- * (the products' work) took 1.42-1.57x the plain read's time in phases, asking ahead or not, and 1.13-1.29x
- * as two streams asking 2-4 KB ahead into L1 (into L2: 1.25-1.6x).
- * Measured on the Zen 4 VM, the phases against the fused walk:
- *   uattn-kernel-bench --decode-layouts (GQA 4, TILED cold over the plain read, medians of 5, four
- *   alternations; 1 / 2 rows): 0.57-0.63 -> 0.73-0.86 / 0.44-0.49 -> 0.61-0.65; hot 10.4-14.0 -> 11.2-15.2 /
- *   19.2-25.7 -> 21.2-29.6 ns a key and KV head (a softmax a tile, where there was one a block).
- *   uattn-bench --scenario decode --layout tiled --preset all (three rounds alternated, medians, ms 1 / 2
- *   threads): Llama-3-8B 1 x 32k 6.31 / 4.03 -> 5.67 / 3.46, 32 x 4k 32.4 / 16.8 -> 24.2 / 13.3; Qwen2-7B (7
- *   vectors) 5.06 / 2.75 -> 3.57 / 2.02 and 20.0 / 10.8 -> 14.2 / 7.5; Llama-3-70B-tp8 (8) 1.15 / 0.71 -> 0.89
- *   / 0.65; Gemma-2 (soft cap, head dim 256) 15.6 / 8.1 -> 13.7 / 7.1; verifications of 2-4 rows level or
- *   1.1-1.3x faster.
- * Asking a share and a half ahead rather than the next share measured 1.05-1.1x better on one row in the
- * kernel bench and level or worse in uattn-bench (six rounds), so it is the next share. The online rescale a
- * tile at a time changes the bits against the phases (P against a maximum that grows tile by tile; the rules
- * and the rounding are the same); the tests' tolerances are unchanged.
+ * for its place in the stream's next share, into L1, so the memory and the products overlap (in phases they
+ * did not); past the call's last keys the keys' stream goes on into the next call's block where the forward
+ * names it (uattn_panel_job.next_k). The online rescale a tile at a time is the softmax rules' own order
+ * (P against a maximum that grows tile by tile), held to the tests' tolerances like every kernel's.
  *
  * fp8 caches take the same walk, a share being two tiles (4 KB of each stream at head dim 128, as bf16's one;
  * decode.h's bf16_fused gives fp8 rows 32 keys a share for the same reason): one code an element, a 64-byte
@@ -46,17 +29,9 @@
  * above by vpermi2b lookups: keys by v16i_fp8_widen_in_order (words in the codes' order, each vector one
  * pair), values by v16i_fp8_widen (in-lane unpacks, cheaper than vpermt2b) a share at a time in 64-dim pieces
  * (tiled_pv_fp8_run), whose order of the dims (decode.h's unpack32_to) the outputs are in from the start of
- * the call to its end. Taking the keys by unpacks too (each vector then half one pair, half the next, the
- * query's two pairs blended into one vector) measured no faster: the blends cost what the permutes did.
- * Until the walk took them, fp8 caches went in phases (the scores of every tile, each head's share asked for
- * two tiles ahead into L2; the softmax; P V two tiles of every head a step). The phases against the fused
- * walk on the 2-vCPU Zen 5 VM, ns a key and KV head (uattn-kernel-bench 5 --decode-layouts, E4M3, two
- * alternations): one row cold 18.9-20.0 -> 15.8 (hot 9.6-9.8 -> 10.2: a softmax a share, where there was one
- * a call), two rows cold 26.8-28.0 -> 24.6-25.2; one tile a share (2 KB a stream) had run hot 14.6-15.4 ->
- * 17.6-18.4 and cold level. uattn-bench --scenario decode-long --layout tiled (E4M3 and E5M2, three rounds
- * alternated, a slow phase of the host: 24-30 GB/s on one thread): of the read on one / two threads 1 x 32k
- * 44-47% / 41-43% -> 46-52% / 42-49%, 32 x 4k 42-44% / 44-47% -> 42-50% / 47-53%; 32 x 4k on two threads
- * 11.2-12.2 -> 10.7-11.1 ms.
+ * the call to its end.
+ * The choices (fused walk against phases, the share's size, how far ahead to ask) were timed with
+ * uattn-kernel-bench --decode-layouts and uattn-bench --layout tiled; the figures are in docs/performance.md.
  *
  * Needs a head dim that is a multiple of 32 and P in bf16 (not probs_fp32): kernels.h's
  * uattn_decode_tiled_fits; the forward gathers the blocks into rows for decode.h otherwise. */
@@ -117,9 +92,8 @@ BF16_INLINE void tiled_score_tile(const int NB, const int C, const int32_t Dh, c
 }
 
 /* TILED_SCORE(nb, ...): tiled_score_tile with the partial sums for nb vectors (4 for 1-2 vectors, 2 for 3-4:
- * 4-8 accumulators). vdpbf16ps zmm takes 6 cycles and issues two a cycle on the Zen 4 (a standalone loop), so
- * 12 chains would be needed to fill it from registers; 4 partial sums at 4 vectors (16 accumulators) measured
- * no faster hot (4.0 ns a key and KV head either way): the scores wait on their lines, not the chains. */
+ * 4-8 accumulators): filling vdpbf16ps from registers would take about 12 chains, but more partial sums timed
+ * no faster, since the scores wait on their cache lines, not on the chains. */
 #define TILED_SCORE(nb, ...)                                                                                           \
   do {                                                                                                                 \
     switch (nb) {                                                                                                      \
@@ -282,10 +256,8 @@ BF16_INLINE void tiled_share_scores(const uattn_panel_job *job, const decode_sha
  * P tiles (1 of bf16, 2 of fp8) scored (every block of vectors), through the online softmax and into P V, each
  * stream's lines asking for their place in its next share; fp8's outputs in P V's order (unpack32_to) for the
  * call. In a call of more than one head and one block of vectors (at most 4: a GQA-4 decode row) the next
- * share's scores are taken before a share's softmax and P V (decode.h's bf16_fused says why): uattn-bench
- * TILED Llama-3-8B decode-long 1.01-1.13x. With two blocks (Qwen2-7B's 7 vectors) that order measured
- * 0.93-0.97x on 32 x 4k on one thread (16.5-17.6 -> 17.8-18.1 ms, three rounds alternated), so they keep each
- * share's order. */
+ * share's scores are taken before a share's softmax and P V (decode.h's bf16_fused says why); with two blocks
+ * (Qwen2-7B's 7 vectors) that order timed slower (uattn-bench --layout tiled), so they keep each share's order. */
 BF16_INLINE void tiled_fused(const uattn_panel_job *job, const decode_shape *s, const tiled_src *t, const uint8_t *tab,
                              const uint32_t *q, float *S, const int32_t D) {
   const int32_t Dh = D / 2, P = tab ? 2 : 1;                   /* tiles a share: 4 KB of each stream at head dim 128 */

@@ -227,8 +227,7 @@ BF16_INLINE void pairs_bf16(const float *a, int32_t n, uint32_t *out) {
 /* The tables of v16i_fp8_widen: the low bytes of the bf16 of each fp8 magnitude code c (0-127), then the high
  * bytes. Every fp8 value is exact in bf16 (3 or 2 mantissa bits; exponents and subnormals within bf16's normal
  * range), so each entry is a constant expression of c, as convert.c's fp32 tables are: data from the start,
- * where building them in each decode call (128 conversions, 40 ns on a Zen 3 core) cost 4% of an HND call
- * (one head's 32 KB of a 128-key fp8 block: about 1 us at 35 GB/s).
+ * since building them in each decode call (128 conversions) costs a visible share of a short HND call.
  *   E4M3 (bias 7): e = 1..15: exponent e + 120, mantissa m << 4; e = 0: m * 2^-9; S.1111.111 NaN (0x7fc0).
  *   E5M2 (bias 15): e = 1..30: exponent e + 112, mantissa m << 5; e = 0: m * 2^-16; e = 31: inf (m = 0),
  *   else NaN. A subnormal m * 2^-s is 2^lg(m) * (m / 2^lg(m)): exponent 127 - s + lg(m), mantissa m's bits

@@ -6,7 +6,7 @@
  * multiply, max, the bf16 and f16 widenings, exp8's steps), pure moves of lanes (shuffles, blends, permutes),
  * and horizontal steps that add or compare in one stated order (v16_fold adds lane i + 8 to lane i). So the twin
  * computes bit for bit what an AVX-512 CPU computes: the tests run the kernel's arithmetic through it on
- * machines without AVX-512 (this project's), and where AVX-512 is present compare the two
+ * machines without AVX-512, and where AVX-512 is present compare the two
  * (tests/kernels/test_kernels/avx512.c). What the twin cannot check is this file's zmm half: one intrinsic per
  * line.
  * Define AVX512_VEC_ZMM or not before the first include: it decides which form every 16-lane header takes. */

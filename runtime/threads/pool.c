@@ -228,8 +228,8 @@ static void run_inline(uattn_runtime *rt, uattn_job_fn fn, void *ctx) {
 }
 
 /* A caller that runs on a pinned worker's PU would share that PU with the worker for the whole job, and
- * Linux does not move it off in time: on the 2-vCPU VM, a 2-thread decode took 5.5 ms instead of 3.0 in
- * every call of a process whose thread had started on the worker's CPU, as slow as on one thread. So the
+ * Linux does not move it off in time: every call of a process whose thread had started on the worker's CPU
+ * then ran as slowly as on one thread. So the
  * caller moves to caller_pu, the core no worker takes, where its binding allows: bound to that PU alone,
  * which migrates a running thread before the call returns, then given back its binding at once. The engine's
  * thread ends on caller_pu and bound as it was; one whose binding excludes caller_pu stays where it is.
