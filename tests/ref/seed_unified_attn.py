@@ -4,7 +4,7 @@
 Re-states `unified_attn` and its helpers from vllm_gaudi/extension/unified.py (partial_attn_causal,
 partial_attn_shared, partial_attn_unique, merge, CacheUtils, block2batch, reduce_max) and PR 784's chunked
 shared attention with dense biases and an online-softmax merge (vllm-gaudi). Run with Debian's /usr/bin/python3
-(numpy 1.24); imports numpy, the standard library and its sibling seed_unified_batch.py only.
+(numpy 1.24); imports numpy, the standard library and the package seed/ beside it (seed/planner.py) only.
 
     seed_unified_attn.py make-step --out DIR --seed S [--kind KIND] [--dtype f32|bf16|f16] [--layout NHD|HND|TILED] ...
     seed_unified_attn.py check --step DIR/step.json --out OUTDIR      OUTDIR: uattn-run ... --dump-biases
@@ -71,7 +71,7 @@ import types
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import seed_unified_batch as sub  # noqa: E402  (the seed's planner, re-stated)
+from seed import planner as sub  # noqa: E402  (the seed's planner, re-stated)
 
 KINDS = ["decode", "prefill", "prefix-prefill", "chunked", "mixed", "spec-decode", "shared-prefix"]
 DTYPES = ["f32", "bf16", "f16"]
