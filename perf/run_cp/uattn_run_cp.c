@@ -1,4 +1,4 @@
-/* uattn-run-cp: the step runner over MPI with context parallelism (issue 24). Every rank reads the same
+/* uattn-run-cp: the step runner over MPI with context parallelism. Every rank reads the same
  * STEP.json (support/step.c), keeps its share of every request's KV cache (position p on rank (p / I) % N at
  * local position (p / (I * N)) * I + p % I) in a cache of its own with its own block tables, plans and runs
  * its share (uattn_plan_config's cp_size / cp_rank / cp_interleave), and sends its partial output, in fp32

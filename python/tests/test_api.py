@@ -589,7 +589,7 @@ def test_reorder_with_prompt_lens_matches_todays_vllm():
         regions = ref.regions_vllm(nsched, ncomp, nprompt, th)
         assert list(regions[order]) == list(regions[case["expected_order"]]), name
         assert bool(swaps) == case["expected_modified"], name
-    # issue 55's case that differs only inside the prefill region: vLLM r3, r2, r0, r1
+    # a case that differs from vLLM only inside the prefill region: vLLM r3, r2, r0, r1
     swaps, order = uattn.reorder_batch_with_prompt_lens([100, 1, 50, 1], [0, 0, 100, 10], [100, 1, 100, 10])
     assert list(order[:2]) == [3, 2] and sorted(order[2:]) == [0, 1]
     for bad in ([1, 1], [1, 1, 1, 1, 1]):  # wrong length
