@@ -3,13 +3,14 @@
 #include "support/npy.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+
+#include "support/fail.h"
 
 /* Data is copied byte for byte, which is only right where the host's order is the files' ("<"). */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -29,16 +30,6 @@ static const struct {
 const char *npy_dtype_descr(npy_dtype dtype) { return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].descr : "?"; }
 
 size_t npy_dtype_size(npy_dtype dtype) { return (unsigned)dtype < NPY_NUM_TYPES ? npy_types[dtype].size : 0; }
-
-static int set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 /* ---- the header: a Python dict literal ---------------------------------------------------------------- */
 
@@ -64,8 +55,8 @@ static int expect(cursor *c, char ch, const char *after) {
     c->i++;
     return 0;
   }
-  if (c->i >= c->n) return set_err(c->err, c->errlen, "header: ends where '%c' was expected %s", ch, after);
-  return set_err(c->err, c->errlen, "header: expected '%c' %s at byte %zu, found '%c'", ch, after, c->i, c->s[c->i]);
+  if (c->i >= c->n) return fail_with(c->err, c->errlen, "header: ends where '%c' was expected %s", ch, after);
+  return fail_with(c->err, c->errlen, "header: expected '%c' %s at byte %zu, found '%c'", ch, after, c->i, c->s[c->i]);
 }
 
 /* A quoted string (either quote). The header holds only identifiers and type codes, so an escape means
@@ -73,16 +64,16 @@ static int expect(cursor *c, char ch, const char *after) {
 static int parse_string(cursor *c, char *out, size_t cap, const char *what) {
   skip_ws(c);
   if (c->i >= c->n || (c->s[c->i] != '\'' && c->s[c->i] != '"'))
-    return set_err(c->err, c->errlen, "header: expected a quoted string for %s at byte %zu", what, c->i);
+    return fail_with(c->err, c->errlen, "header: expected a quoted string for %s at byte %zu", what, c->i);
   const char quote = c->s[c->i++];
   size_t len = 0;
   for (;; c->i++) {
     if (c->i >= c->n || c->s[c->i] == '\n')
-      return set_err(c->err, c->errlen, "header: unterminated string for %s", what);
+      return fail_with(c->err, c->errlen, "header: unterminated string for %s", what);
     const char ch = c->s[c->i];
     if (ch == quote) break;
-    if (ch == '\\') return set_err(c->err, c->errlen, "header: escape sequence in %s is not supported", what);
-    if (len + 1 >= cap) return set_err(c->err, c->errlen, "header: string for %s is too long", what);
+    if (ch == '\\') return fail_with(c->err, c->errlen, "header: escape sequence in %s is not supported", what);
+    if (len + 1 >= cap) return fail_with(c->err, c->errlen, "header: string for %s is too long", what);
     out[len++] = ch;
   }
   c->i++;
@@ -110,7 +101,7 @@ static int parse_bool(cursor *c, bool *out) {
   else if (take_word(c, "False"))
     *out = false;
   else
-    return set_err(c->err, c->errlen, "header: 'fortran_order' must be True or False (byte %zu)", c->i);
+    return fail_with(c->err, c->errlen, "header: 'fortran_order' must be True or False (byte %zu)", c->i);
   return 0;
 }
 
@@ -118,21 +109,21 @@ static int parse_bool(cursor *c, bool *out) {
 static int parse_shape(cursor *c, int *ndim, int64_t *shape) {
   skip_ws(c);
   if (c->i >= c->n || c->s[c->i] != '(')
-    return set_err(c->err, c->errlen, "header: 'shape' must be a tuple such as (3, 4) (byte %zu)", c->i);
+    return fail_with(c->err, c->errlen, "header: 'shape' must be a tuple such as (3, 4) (byte %zu)", c->i);
   c->i++;
   int nd = 0;
   bool trailing_comma = false;
   while (!peek_is(c, ')')) {
     if (nd == NPY_MAX_DIMS)
-      return set_err(c->err, c->errlen, "header: 'shape' has more than %d dimensions", NPY_MAX_DIMS);
+      return fail_with(c->err, c->errlen, "header: 'shape' has more than %d dimensions", NPY_MAX_DIMS);
     skip_ws(c);
     if (c->i < c->n && c->s[c->i] == '-')
-      return set_err(c->err, c->errlen, "header: 'shape' has a negative dimension (byte %zu)", c->i);
+      return fail_with(c->err, c->errlen, "header: 'shape' has a negative dimension (byte %zu)", c->i);
     if (c->i >= c->n || c->s[c->i] < '0' || c->s[c->i] > '9')
-      return set_err(c->err, c->errlen, "header: 'shape' holds something other than an integer (byte %zu)", c->i);
+      return fail_with(c->err, c->errlen, "header: 'shape' holds something other than an integer (byte %zu)", c->i);
     int64_t v = 0;
     while (c->i < c->n && c->s[c->i] >= '0' && c->s[c->i] <= '9') {
-      if (v > (INT64_MAX - 9) / 10) return set_err(c->err, c->errlen, "header: a dimension of 'shape' overflows");
+      if (v > (INT64_MAX - 9) / 10) return fail_with(c->err, c->errlen, "header: a dimension of 'shape' overflows");
       v = v * 10 + (c->s[c->i++] - '0');
     }
     shape[nd++] = v;
@@ -141,14 +132,14 @@ static int parse_shape(cursor *c, int *ndim, int64_t *shape) {
       c->i++;
       trailing_comma = true;
     } else if (!peek_is(c, ')')) {
-      return set_err(c->err, c->errlen, "header: expected ',' or ')' in 'shape' at byte %zu", c->i);
+      return fail_with(c->err, c->errlen, "header: expected ',' or ')' in 'shape' at byte %zu", c->i);
     }
   }
   c->i++;
   /* Python reads (3) as the integer 3, and NumPy then refuses it */
   if (nd == 1 && !trailing_comma)
-    return set_err(c->err, c->errlen, "header: 'shape' (%lld) is not a tuple: a 1-d shape is written (%lld,)",
-                   (long long)shape[0], (long long)shape[0]);
+    return fail_with(c->err, c->errlen, "header: 'shape' (%lld) is not a tuple: a 1-d shape is written (%lld,)",
+                     (long long)shape[0], (long long)shape[0]);
   *ndim = nd;
   return 0;
 }
@@ -172,7 +163,7 @@ static int parse_header(const char *text, size_t len, header *h, char *err, size
     if (strcmp(key, "descr") == 0) {
       seen = &seen_descr;
       if (peek_is(&c, '['))
-        return set_err(err, errlen, "header: 'descr' is a structured dtype, which is not supported");
+        return fail_with(err, errlen, "header: 'descr' is a structured dtype, which is not supported");
       if (parse_string(&c, h->descr, sizeof h->descr, "'descr'")) return -1;
     } else if (strcmp(key, "fortran_order") == 0) {
       seen = &seen_fortran;
@@ -182,12 +173,12 @@ static int parse_header(const char *text, size_t len, header *h, char *err, size
       if (parse_shape(&c, &h->ndim, h->shape)) return -1;
     } else {
       /* NumPy refuses extra keys too: such a file was not written by np.save */
-      return set_err(err, errlen,
-                     "header: unexpected key '%s' (a .npy header has 'descr', 'fortran_order' "
-                     "and 'shape')",
-                     key);
+      return fail_with(err, errlen,
+                       "header: unexpected key '%s' (a .npy header has 'descr', 'fortran_order' "
+                       "and 'shape')",
+                       key);
     }
-    if (*seen) return set_err(err, errlen, "header: key '%s' appears twice", key);
+    if (*seen) return fail_with(err, errlen, "header: key '%s' appears twice", key);
     *seen = true;
     if (peek_is(&c, ','))
       c.i++;
@@ -196,10 +187,10 @@ static int parse_header(const char *text, size_t len, header *h, char *err, size
   }
   c.i++;
   skip_ws(&c);
-  if (c.i != c.n) return set_err(err, errlen, "header: unexpected text after the dict at byte %zu", c.i);
-  if (!seen_descr) return set_err(err, errlen, "header: missing key 'descr'");
-  if (!seen_fortran) return set_err(err, errlen, "header: missing key 'fortran_order'");
-  if (!seen_shape) return set_err(err, errlen, "header: missing key 'shape'");
+  if (c.i != c.n) return fail_with(err, errlen, "header: unexpected text after the dict at byte %zu", c.i);
+  if (!seen_descr) return fail_with(err, errlen, "header: missing key 'descr'");
+  if (!seen_fortran) return fail_with(err, errlen, "header: missing key 'fortran_order'");
+  if (!seen_shape) return fail_with(err, errlen, "header: missing key 'shape'");
   return 0;
 }
 
@@ -210,11 +201,11 @@ static int dtype_from_descr(const char *descr, npy_dtype *out, char *err, size_t
       return 0;
     }
   if (descr[0] == '>')
-    return set_err(err, errlen,
-                   "big-endian data ('%s') is not supported: save it little-endian, e.g. "
-                   "a.astype(a.dtype.newbyteorder('<'))",
-                   descr);
-  return set_err(err, errlen, "dtype '%s' is not supported (supported: <f4, <u2, <f2, <i4, <i8, |u1)", descr);
+    return fail_with(err, errlen,
+                     "big-endian data ('%s') is not supported: save it little-endian, e.g. "
+                     "a.astype(a.dtype.newbyteorder('<'))",
+                     descr);
+  return fail_with(err, errlen, "dtype '%s' is not supported (supported: <f4, <u2, <f2, <i4, <i8, |u1)", descr);
 }
 
 /* Element count and byte size of a shape, refusing what does not fit in size_t. */
@@ -223,17 +214,17 @@ static int shape_size(int ndim, const int64_t *shape, size_t itemsize, size_t *c
   size_t n = 1;
   bool zero = false;
   for (int d = 0; d < ndim; d++) {
-    if (shape[d] < 0) return set_err(err, errlen, "dimension %d is negative (%lld)", d, (long long)shape[d]);
+    if (shape[d] < 0) return fail_with(err, errlen, "dimension %d is negative (%lld)", d, (long long)shape[d]);
     if (shape[d] == 0) zero = true;
   }
   if (zero)
     n = 0;
   else
     for (int d = 0; d < ndim; d++) {
-      if ((uint64_t)shape[d] > SIZE_MAX / n) return set_err(err, errlen, "the shape's element count overflows");
+      if ((uint64_t)shape[d] > SIZE_MAX / n) return fail_with(err, errlen, "the shape's element count overflows");
       n *= (size_t)shape[d];
     }
-  if (n > SIZE_MAX / itemsize) return set_err(err, errlen, "the array's byte size overflows");
+  if (n > SIZE_MAX / itemsize) return fail_with(err, errlen, "the array's byte size overflows");
   *count = n;
   *bytes = n * itemsize;
   return 0;
@@ -246,49 +237,49 @@ static uint32_t le_u32(const unsigned char *b) {
 /* ---- read --------------------------------------------------------------------------------------------- */
 
 int npy_read(const char *path, npy_array *out, char *err, size_t errlen) {
-  if (!out) return set_err(err, errlen, "no output array");
+  if (!out) return fail_with(err, errlen, "no output array");
   memset(out, 0, sizeof *out);
-  if (!path) return set_err(err, errlen, "no path");
+  if (!path) return fail_with(err, errlen, "no path");
   FILE *f = fopen(path, "rb");
-  if (!f) return set_err(err, errlen, "cannot open: %s", strerror(errno));
+  if (!f) return fail_with(err, errlen, "cannot open: %s", strerror(errno));
   char *text = NULL;
   void *data = NULL;
   int rc = -1;
 
   unsigned char pre[12];
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, npy_magic, sizeof npy_magic) != 0) {
-    set_err(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
+    fail_with(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
     goto done;
   }
   const int major = pre[6], minor = pre[7];
   uint32_t hlen;
   if (major == 1) {
     if (fread(pre + 8, 1, 2, f) != 2) {
-      set_err(err, errlen, "truncated header");
+      fail_with(err, errlen, "truncated header");
       goto done;
     }
     hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8;
   } else if (major == 2 || major == 3) { /* 3 differs from 2 only in allowing UTF-8, which we never need */
     if (fread(pre + 8, 1, 4, f) != 4) {
-      set_err(err, errlen, "truncated header");
+      fail_with(err, errlen, "truncated header");
       goto done;
     }
     hlen = le_u32(pre + 8);
   } else {
-    set_err(err, errlen, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)", major, minor);
+    fail_with(err, errlen, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)", major, minor);
     goto done;
   }
   if (hlen > NPY_HEADER_LIMIT) {
-    set_err(err, errlen, "header length %u is implausible (over %u bytes)", hlen, NPY_HEADER_LIMIT);
+    fail_with(err, errlen, "header length %u is implausible (over %u bytes)", hlen, NPY_HEADER_LIMIT);
     goto done;
   }
   text = malloc((size_t)hlen + 1);
   if (!text) {
-    set_err(err, errlen, "out of memory");
+    fail_with(err, errlen, "out of memory");
     goto done;
   }
   if (fread(text, 1, hlen, f) != hlen) {
-    set_err(err, errlen, "truncated header (%u bytes announced)", hlen);
+    fail_with(err, errlen, "truncated header (%u bytes announced)", hlen);
     goto done;
   }
   text[hlen] = '\0';
@@ -299,7 +290,7 @@ int npy_read(const char *path, npy_array *out, char *err, size_t errlen) {
   npy_dtype dtype = NPY_F4;
   if (dtype_from_descr(h.descr, &dtype, err, errlen)) goto done;
   if (h.fortran_order) {
-    set_err(err, errlen, "fortran_order is True: only C-order arrays are supported (save np.ascontiguousarray(a))");
+    fail_with(err, errlen, "fortran_order is True: only C-order arrays are supported (save np.ascontiguousarray(a))");
     goto done;
   }
   size_t count, bytes;
@@ -308,32 +299,32 @@ int npy_read(const char *path, npy_array *out, char *err, size_t errlen) {
   /* Compare with the file's size before allocating, so a corrupt shape cannot ask for terabytes. */
   const off_t start = ftello(f);
   if (start < 0 || fseeko(f, 0, SEEK_END) != 0) {
-    set_err(err, errlen, "cannot seek: %s", strerror(errno));
+    fail_with(err, errlen, "cannot seek: %s", strerror(errno));
     goto done;
   }
   const off_t end = ftello(f);
   if (end < start || fseeko(f, start, SEEK_SET) != 0) {
-    set_err(err, errlen, "cannot seek: %s", strerror(errno));
+    fail_with(err, errlen, "cannot seek: %s", strerror(errno));
     goto done;
   }
   const uint64_t avail = (uint64_t)(end - start);
   if (avail < bytes) {
-    set_err(err, errlen, "truncated data: shape and dtype need %zu bytes, the file has %llu", bytes,
-            (unsigned long long)avail);
+    fail_with(err, errlen, "truncated data: shape and dtype need %zu bytes, the file has %llu", bytes,
+              (unsigned long long)avail);
     goto done;
   }
   if (avail > bytes) {
-    set_err(err, errlen, "%llu bytes after the data that shape and dtype describe (%zu bytes)",
-            (unsigned long long)(avail - bytes), bytes);
+    fail_with(err, errlen, "%llu bytes after the data that shape and dtype describe (%zu bytes)",
+              (unsigned long long)(avail - bytes), bytes);
     goto done;
   }
   data = malloc(bytes ? bytes : 1);
   if (!data) {
-    set_err(err, errlen, "out of memory for %zu bytes", bytes);
+    fail_with(err, errlen, "out of memory for %zu bytes", bytes);
     goto done;
   }
   if (bytes && fread(data, 1, bytes, f) != bytes) {
-    set_err(err, errlen, "read error: %s", ferror(f) ? strerror(errno) : "short read");
+    fail_with(err, errlen, "read error: %s", ferror(f) ? strerror(errno) : "short read");
     goto done;
   }
 
@@ -361,14 +352,14 @@ void npy_free(npy_array *array) {
 
 int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, const void *data, char *err,
               size_t errlen) {
-  if (!path) return set_err(err, errlen, "no path");
+  if (!path) return fail_with(err, errlen, "no path");
   const size_t itemsize = npy_dtype_size(dtype);
-  if (!itemsize) return set_err(err, errlen, "unknown dtype %d", (int)dtype);
-  if (ndim < 0 || ndim > NPY_MAX_DIMS) return set_err(err, errlen, "ndim %d is outside [0, %d]", ndim, NPY_MAX_DIMS);
-  if (ndim > 0 && !shape) return set_err(err, errlen, "no shape");
+  if (!itemsize) return fail_with(err, errlen, "unknown dtype %d", (int)dtype);
+  if (ndim < 0 || ndim > NPY_MAX_DIMS) return fail_with(err, errlen, "ndim %d is outside [0, %d]", ndim, NPY_MAX_DIMS);
+  if (ndim > 0 && !shape) return fail_with(err, errlen, "no shape");
   size_t count, bytes;
   if (shape_size(ndim, shape, itemsize, &count, &bytes, err, errlen)) return -1;
-  if (count && !data) return set_err(err, errlen, "no data for %zu elements", count);
+  if (count && !data) return fail_with(err, errlen, "no data for %zu elements", count);
 
   /* NumPy's own layout: the dict, space padding, a newline, the whole preamble a multiple of 64 bytes so
    * the data is aligned for memory mapping. */
@@ -392,7 +383,7 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
   for (size_t b = 0; b < prefix - 8; b++) pre[8 + b] = (unsigned char)(hlen >> (8 * b));
 
   char *text = malloc(hlen);
-  if (!text) return set_err(err, errlen, "out of memory");
+  if (!text) return fail_with(err, errlen, "out of memory");
   memcpy(text, dict, (size_t)len);
   memset(text + len, ' ', hlen - (size_t)len - 1);
   text[hlen - 1] = '\n';
@@ -400,7 +391,7 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
   FILE *f = fopen(path, "wb");
   if (!f) {
     free(text);
-    return set_err(err, errlen, "cannot create: %s", strerror(errno));
+    return fail_with(err, errlen, "cannot create: %s", strerror(errno));
   }
   bool ok = fwrite(pre, 1, prefix, f) == prefix && fwrite(text, 1, hlen, f) == hlen &&
             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
@@ -408,9 +399,9 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const int64_t *shape,
   free(text);
   if (fclose(f) != 0 && ok) {
     ok = false;
-    set_err(err, errlen, "cannot write: %s", strerror(errno));
+    fail_with(err, errlen, "cannot write: %s", strerror(errno));
   } else if (!ok) {
-    set_err(err, errlen, "cannot write: %s", strerror(saved));
+    fail_with(err, errlen, "cannot write: %s", strerror(saved));
   }
   /* a half-written file would claim to be an array; only a regular file is ours to delete (a device such as
    * /dev/stdout may be the destination) */

@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "convert.h"
+#include "support/fail.h"
 
 /* A refusal that is not about one JSON value (a shape, a request's blocks); -1 to unwind. */
 static int fail(uattn_json_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -389,25 +390,15 @@ uattn_layer step_layer(const step *s) {
   return l;
 }
 
-/* Writes the one line into why; -1 to unwind. */
-static int say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *why, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, cap, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 int step_make_dir(const char *dir, char *why, size_t cap) {
   char *p = strdup(dir);
-  if (!p) return say(why, cap, "--out %s: out of memory", dir);
+  if (!p) return fail_with(why, cap, "--out %s: out of memory", dir);
   for (char *c = p + 1;; c++) {
     const bool last = *c == '\0';
     if (*c == '/' || last) {
       *c = '\0';
       if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-        say(why, cap, "--out %s: cannot create %s: %s", dir, p, strerror(errno));
+        fail_with(why, cap, "--out %s: cannot create %s: %s", dir, p, strerror(errno));
         free(p);
         return -1;
       }
@@ -417,7 +408,7 @@ int step_make_dir(const char *dir, char *why, size_t cap) {
   }
   free(p);
   struct stat st;
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return say(why, cap, "--out %s: not a directory", dir);
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return fail_with(why, cap, "--out %s: not a directory", dir);
   return 0;
 }
 
@@ -425,7 +416,7 @@ int step_write_npy(const char *dir, const char *name, npy_dtype dtype, int ndim,
                    char *why, size_t cap) {
   char path[4096], err[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  if (npy_write(path, dtype, ndim, shape, data, err, sizeof err)) return say(why, cap, "%s: %s", path, err);
+  if (npy_write(path, dtype, ndim, shape, data, err, sizeof err)) return fail_with(why, cap, "%s: %s", path, err);
   return 0;
 }
 
@@ -435,7 +426,7 @@ int step_write_results(const step *s, const char *dir, const void *out, const fl
   const size_t n = (size_t)T * (size_t)hq * (size_t)d;
   float *widened = NULL;
   if (s->dtype != UATTN_F32) {
-    if (!(widened = malloc(sizeof(float) * (n ? n : 1)))) return say(why, cap, "out.npy: out of memory");
+    if (!(widened = malloc(sizeof(float) * (n ? n : 1)))) return fail_with(why, cap, "out.npy: out of memory");
     uattn_widen(s->dtype, out, widened, n);
     out = widened;
   }
@@ -456,15 +447,15 @@ int step_write_json(const char *dir, const char *name, const cJSON *root, char *
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   char *text = cJSON_Print(root);
-  if (!text) return say(why, cap, "%s: out of memory", path);
+  if (!text) return fail_with(why, cap, "%s: out of memory", path);
   FILE *f = fopen(path, "w");
   if (!f) {
     cJSON_free(text);
-    return say(why, cap, "%s: cannot create: %s", path, strerror(errno));
+    return fail_with(why, cap, "%s: cannot create: %s", path, strerror(errno));
   }
   const bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
   cJSON_free(text);
-  if (fclose(f) != 0 || !ok) return say(why, cap, "%s: cannot write", path);
+  if (fclose(f) != 0 || !ok) return fail_with(why, cap, "%s: cannot write", path);
   return 0;
 }
 
@@ -556,7 +547,8 @@ int step_write_plan(const uattn_plan_info *in, const char *dir, char *why, size_
                   add(root, "shared_spans", rows_array(in, in->num_shared_spans, span_row)) &&
                   add(root, "unique_blocks", rows_array(in, in->num_unique_blocks, unique_row)) &&
                   add(root, "bucket", bucket_object(&in->padded));
-  const int rc = ok ? step_write_json(dir, "plan.json", root, why, cap) : say(why, cap, "plan.json: out of memory");
+  const int rc =
+      ok ? step_write_json(dir, "plan.json", root, why, cap) : fail_with(why, cap, "plan.json: out of memory");
   cJSON_Delete(root);
   return rc;
 }

@@ -3,21 +3,12 @@
 #include "sweep/sweep.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/json.h"
 #include "common/random.h"
-
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, cap, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#include "support/fail.h"
 
 /* ---- the workload --------------------------------------------------------------------------------------- */
 
@@ -34,23 +25,23 @@ static int add_step(sweep_workload *w, int32_t num_reqs, sweep_req **reqs) {
 /* Checks every request, derives the limits the steps need (a limit given below that is an error) and
  * counts the totals. */
 static int check(sweep_workload *w, char *err, size_t cap) {
-  if (w->num_steps == 0) return fail(err, cap, "%s: no steps", w->source);
-  if (w->shared_prefix < 0) return fail(err, cap, "%s: shared_prefix must be >= 0", w->source);
+  if (w->num_steps == 0) return fail_with(err, cap, "%s: no steps", w->source);
+  if (w->shared_prefix < 0) return fail_with(err, cap, "%s: shared_prefix must be >= 0", w->source);
   int32_t seqs = 0, tokens = 0, len = 0;
   for (int32_t i = 0; i < w->num_steps; i++) {
     const sweep_step *s = &w->steps[i];
-    if (s->num_reqs == 0) return fail(err, cap, "%s: steps[%d] has no requests", w->source, i);
+    if (s->num_reqs == 0) return fail_with(err, cap, "%s: steps[%d] has no requests", w->source, i);
     int32_t step_tokens = 0;
     for (int32_t r = 0; r < s->num_reqs; r++) {
       const sweep_req *q = &s->reqs[r];
       if (q->computed < 0 || q->scheduled < 1 || q->prompt < 1 || q->drafts < 0 ||
           q->computed > INT32_MAX - q->scheduled)
-        return fail(err, cap, "%s: steps[%d][%d]: need computed >= 0, scheduled >= 1, prompt >= 1, drafts >= 0",
-                    w->source, i, r);
+        return fail_with(err, cap, "%s: steps[%d][%d]: need computed >= 0, scheduled >= 1, prompt >= 1, drafts >= 0",
+                         w->source, i, r);
       if (q->drafts && (q->scheduled != q->drafts + 1 || q->computed < q->prompt))
-        return fail(err, cap,
-                    "%s: steps[%d][%d]: a verification (drafts %d) schedules drafts + 1 tokens after its prompt",
-                    w->source, i, r, q->drafts);
+        return fail_with(err, cap,
+                         "%s: steps[%d][%d]: a verification (drafts %d) schedules drafts + 1 tokens after its prompt",
+                         w->source, i, r, q->drafts);
       if (q->computed + q->scheduled > len) len = q->computed + q->scheduled;
       step_tokens += q->scheduled;
       w->query_tokens += q->scheduled;
@@ -71,7 +62,7 @@ static int check(sweep_workload *w, char *err, size_t cap) {
   for (int k = 0; k < 3; k++) {
     if (*given[k] == 0) *given[k] = need[k];
     if (*given[k] < need[k])
-      return fail(err, cap, "%s: %s = %d but a step needs %d", w->source, names[k], *given[k], need[k]);
+      return fail_with(err, cap, "%s: %s = %d but a step needs %d", w->source, names[k], *given[k], need[k]);
   }
   return 0;
 }
@@ -88,7 +79,7 @@ int sweep_workload_generate(sweep_workload *w, const trace_config *tc, int32_t s
   memset(w, 0, sizeof *w);
   snprintf(w->source, sizeof w->source, "generated");
   trace *t = trace_create(tc);
-  if (!t) return fail(err, cap, "the trace simulator refused its config (limits too small for the prompts?)");
+  if (!t) return fail_with(err, cap, "the trace simulator refused its config (limits too small for the prompts?)");
   for (int32_t i = 0; w->num_steps < steps; i++) {
     uattn_step s;
     trace_step_mix mix;
@@ -97,7 +88,7 @@ int sweep_workload_generate(sweep_workload *w, const trace_config *tc, int32_t s
     sweep_req *reqs;
     if (add_step(w, s.num_reqs, &reqs)) {
       trace_destroy(t);
-      return finish(w, fail(err, cap, "out of memory"), err, cap);
+      return finish(w, fail_with(err, cap, "out of memory"), err, cap);
     }
     for (int32_t r = 0; r < s.num_reqs; r++) {
       const int32_t entries = s.draft_offsets ? s.draft_offsets[r + 1] - s.draft_offsets[r] : 0;
@@ -165,7 +156,7 @@ int sweep_workload_load(sweep_workload *w, const char *path, char *err, size_t c
   char why[512];
   uattn_json_reader r = {.phrasing = UATTN_JSON_LIBRARY, .why = why, .cap = sizeof why};
   int rc = read_trace(&r, w, path);
-  if (rc) fail(err, cap, "trace file %s: %s", path, why);
+  if (rc) fail_with(err, cap, "trace file %s: %s", path, why);
   return finish(w, rc, err, cap);
 }
 
