@@ -354,15 +354,21 @@ uattn_plan_config step_plan_config(const step *s) {
   return pc;
 }
 
-uattn_step step_batch(const step *s) {
+uattn_step step_requests(int32_t num_reqs, const int32_t *num_computed, const int32_t *num_scheduled,
+                         const int32_t *num_prompt, const int32_t *block_table, int32_t block_table_stride) {
   uattn_step b;
   memset(&b, 0, sizeof b);
-  b.num_reqs = s->num_reqs;
-  b.num_computed = s->num_computed;
-  b.num_scheduled = s->num_scheduled;
-  b.num_prompt = s->num_prompt;
-  b.block_table = s->table;
-  b.block_table_stride = s->stride;
+  b.num_reqs = num_reqs;
+  b.num_computed = num_computed;
+  b.num_scheduled = num_scheduled;
+  b.num_prompt = num_prompt;
+  b.block_table = block_table;
+  b.block_table_stride = block_table_stride;
+  return b;
+}
+
+uattn_step step_batch(const step *s) {
+  uattn_step b = step_requests(s->num_reqs, s->num_computed, s->num_scheduled, s->num_prompt, s->table, s->stride);
   b.draft_tokens = s->drafts;
   b.draft_offsets = s->draft_offsets;
   return b;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/support.h"
+#include "support/step.h"
 
 #define RB_MAX_REQS 16
 #define RB_MAX_TOKENS 512
@@ -124,14 +125,8 @@ static inline void rb_generate(test_rng *rng, const rb_params *p, rb_batch *b) {
 }
 
 static inline uattn_step rb_step(const rb_batch *b) {
-  uattn_step s;
-  memset(&s, 0, sizeof s);
-  s.num_reqs = b->num_reqs;
-  s.num_computed = b->num_computed;
-  s.num_scheduled = b->num_scheduled;
-  s.num_prompt = b->num_prompt;
-  s.block_table = b->block_table;
-  s.block_table_stride = b->stride;
+  uattn_step s =
+      step_requests(b->num_reqs, b->num_computed, b->num_scheduled, b->num_prompt, b->block_table, b->stride);
   if (b->has_drafts) {
     s.draft_tokens = b->draft_tokens;
     s.draft_offsets = b->draft_offsets;
