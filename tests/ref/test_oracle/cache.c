@@ -12,6 +12,22 @@
 /* the cache update                                                                                   */
 /* ================================================================================================ */
 
+/* A cache of `bytes` whose every byte is the sentinel 0xA5 (malloc'd). */
+static unsigned char *sentinel_filled(size_t bytes) {
+  unsigned char *c = malloc(bytes);
+  memset(c, 0xA5, bytes);
+  return c;
+}
+
+/* Both caches as written equal the expected images, byte for byte. */
+static void expect_cache_bytes(const unsigned char *kc, const unsigned char *vc, const unsigned char *want_k,
+                               const unsigned char *want_v, size_t bytes) {
+  for (size_t i = 0; i < bytes; i++) {
+    cr_assert_eq(kc[i], want_k[i], "key cache byte %zu: %#x, expected %#x", i, kc[i], want_k[i]);
+    cr_assert_eq(vc[i], want_v[i], "value cache byte %zu: %#x, expected %#x", i, vc[i], want_v[i]);
+  }
+}
+
 /* Two requests, bs 4, Hkv 2, D 3: request 0 has 3 cached tokens and writes p = 3..6 (block 5 slot 3, then
  * block 1 slots 0..2: slots 23, 4, 5, 6); request 1 writes p = 0, 1 to block 2 (slots 8, 9). Every other
  * element of both caches must keep its sentinel. f32 in, the given cache dtype out. */
@@ -33,9 +49,7 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
   k[1] = 1 + 0x1.8p-7f;
   k[2] = 1 + 0x1p-11f;
   const size_t es = oracle_dtype_size(cache_dtype), elems = (size_t)nb * bs * hkv * D;
-  unsigned char *kc = malloc(elems * es), *vc = malloc(elems * es);
-  memset(kc, 0xA5, elems * es);
-  memset(vc, 0xA5, elems * es);
+  unsigned char *kc = sentinel_filled(elems * es), *vc = sentinel_filled(elems * es);
   oracle_step s = {.num_reqs = 2,
                    .block_size = bs,
                    .num_computed = nc,
@@ -45,9 +59,7 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
   uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = nb};
   cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
 
-  unsigned char *want_k = malloc(elems * es), *want_v = malloc(elems * es);
-  memset(want_k, 0xA5, elems * es);
-  memset(want_v, 0xA5, elems * es);
+  unsigned char *want_k = sentinel_filled(elems * es), *want_v = sentinel_filled(elems * es);
   for (int32_t row = 0; row < T; row++) {
     const int64_t block = want_slot[row] / bs, off = want_slot[row] % bs;
     for (int32_t g = 0; g < hkv; g++) {
@@ -62,10 +74,7 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
       }
     }
   }
-  for (size_t i = 0; i < elems * es; i++) {
-    cr_assert_eq(kc[i], want_k[i], "key cache byte %zu: %#x, expected %#x", i, kc[i], want_k[i]);
-    cr_assert_eq(vc[i], want_v[i], "value cache byte %zu: %#x, expected %#x", i, vc[i], want_v[i]);
-  }
+  expect_cache_bytes(kc, vc, want_k, want_v, elems * es);
   /* the ties, by hand: slot 23, head 0, d 0..2 */
   const size_t at = layout == UATTN_LAYOUT_HND ? (size_t)(((5 * hkv + 0) * bs + 3) * D) : (size_t)(23 * hkv * D);
   if (cache_dtype == UATTN_BF16) {
@@ -186,9 +195,7 @@ static void check_tiled_cache_write(uattn_dtype cache_dtype) {
     v[i] = -(float)(i + 1) * 0.125f;
   }
   const size_t es = oracle_dtype_size(cache_dtype), elems = (size_t)nb * bs * hkv * D;
-  unsigned char *kc = malloc(elems * es), *vc = malloc(elems * es);
-  memset(kc, 0xA5, elems * es);
-  memset(vc, 0xA5, elems * es);
+  unsigned char *kc = sentinel_filled(elems * es), *vc = sentinel_filled(elems * es);
   oracle_step s = {.num_reqs = 2,
                    .block_size = bs,
                    .num_computed = nc,
@@ -203,9 +210,7 @@ static void check_tiled_cache_write(uattn_dtype cache_dtype) {
   memset(&e, 0, sizeof e);
   e.L = L;
   e.bs = bs;
-  unsigned char *want_k = malloc(elems * es), *want_v = malloc(elems * es);
-  memset(want_k, 0xA5, elems * es);
-  memset(want_v, 0xA5, elems * es);
+  unsigned char *want_k = sentinel_filled(elems * es), *want_v = sentinel_filled(elems * es);
   for (int32_t row = 0; row < T; row++)
     for (int32_t g = 0; g < hkv; g++)
       for (int32_t d = 0; d < D; d++) {
@@ -219,10 +224,7 @@ static void check_tiled_cache_write(uattn_dtype cache_dtype) {
           oracle_store(want_v, cache_dtype, av, v[src]);
         }
       }
-  for (size_t i = 0; i < elems * es; i++) {
-    cr_assert_eq(kc[i], want_k[i], "key cache byte %zu: %#x, expected %#x", i, kc[i], want_k[i]);
-    cr_assert_eq(vc[i], want_v[i], "value cache byte %zu: %#x, expected %#x", i, vc[i], want_v[i]);
-  }
+  expect_cache_bytes(kc, vc, want_k, want_v, elems * es);
   /* row 0 (slot 94: block 2, tile 1, key 14), head 0: keys at 640 + 28 + {0, 1, 32, 33}, values at
    * 640 + 56 + {0, 2, 4, 6} (key 14 is the even one of pair 7) */
   const size_t kat[4] = {668, 669, 700, 701}, vat[4] = {696, 698, 700, 702};
