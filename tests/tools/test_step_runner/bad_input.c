@@ -155,14 +155,12 @@ Test(step_runner, bad_values_are_named_by_their_key) {
   expect_json_error(tensor_absent_file, "absent tensor", "tensors.k: ", "nope/k.npy: cannot open");
 }
 
+static void misspell_sliding_window(cJSON *root) { cJSON_AddNumberToObject(root, "sliding_windw", 4); }
+
 Test(step_runner, unknown_keys_warn_but_run) {
   spec s = base_spec();
   spec_fill(&s, 2);
-  spec_write(&s);
-  cJSON *j = spec_json(&s);
-  cJSON_AddNumberToObject(j, "sliding_windw", 4);
-  write_json_file("step.json", j);
-  cJSON_Delete(j);
+  spec_write_edited(&s, misspell_sliding_window);
   const result r = run_step(NULL);
   cr_assert_eq(r.rc, 0, "%s", r.err);
   cr_assert(strstr(r.err, "warning: ignoring unknown key sliding_windw"), "%s", r.err);

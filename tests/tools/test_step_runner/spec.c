@@ -54,15 +54,20 @@ void spec_free(spec *s) {
   free(s->vc);
 }
 
-spec base_spec(void) {
+spec four_request_spec(int32_t bs, int32_t nb, const char *layout) {
   spec s;
   memset(&s, 0, sizeof s);
-  s.bs = 4, s.nb = 12, s.hq = 4, s.hkv = 2, s.d = 8;
+  s.bs = bs, s.nb = nb, s.hq = 4, s.hkv = 2, s.d = 8;
   s.dtype = s.cache_dtype = "f32";
-  s.layout = "NHD";
+  s.layout = layout;
   s.attn = "decoder";
   s.scale = 0.3;
   s.nreq = 4;
+  return s;
+}
+
+spec base_spec(void) {
+  spec s = four_request_spec(4, 12, "NHD");
   /* request 0: a prompt chunk at positions 8..10 over blocks 0, 1 (shared with request 1) */
   s.nc[0] = 8, s.ns[0] = 3, s.np[0] = 20, s.tlen[0] = 4;
   memcpy(s.table[0], (int32_t[]){0, 1, 2, 3}, 4 * sizeof(int32_t));
@@ -305,14 +310,18 @@ void expect_error(const result *r, const char *what, const char *frag1, const ch
   if (frag2) cr_assert(strstr(r->err, frag2), "%s: \"%s\" not in: %s", what, frag2, r->err);
 }
 
-void expect_json_error(mutation m, const char *what, const char *frag1, const char *frag2) {
-  spec s = base_spec();
-  spec_fill(&s, 1);
-  spec_write(&s);
-  cJSON *j = spec_json(&s);
+void spec_write_edited(const spec *s, mutation m) {
+  spec_write(s);
+  cJSON *j = spec_json(s);
   m(j);
   write_json_file("step.json", j);
   cJSON_Delete(j);
+}
+
+void expect_json_error(mutation m, const char *what, const char *frag1, const char *frag2) {
+  spec s = base_spec();
+  spec_fill(&s, 1);
+  spec_write_edited(&s, m);
   const result r = run_step(NULL);
   expect_error(&r, what, frag1, frag2);
   spec_free(&s);

@@ -59,6 +59,9 @@ void spec_free(spec *s);
 /* A shared prefix, a chunked prefill, a decode, a spec-decode verification with a placeholder, and a fresh
  * prompt: every path of the plan (causal, shared, unique) in one small f32 step. */
 spec base_spec(void);
+/* An f32 decoder step of 4 requests, 4 query and 2 KV heads of dim 8, on nb blocks of bs in the layout: what
+ * base_spec and the TILED step share, their requests left to them. */
+spec four_request_spec(int32_t bs, int32_t nb, const char *layout);
 cJSON *ints(const int32_t *x, int n);
 cJSON *spec_json(const spec *s);
 bool is_fp8(const char *dtype);
@@ -90,6 +93,8 @@ result run_step(const char *extra);
 void expect_error(const result *r, const char *what, const char *frag1, const char *frag2);
 /* Writes the base step with one change to its JSON, runs it, expects the error. */
 typedef void (*mutation)(cJSON *root);
+/* The step's files as spec_write writes them, its step.json edited by m first. */
+void spec_write_edited(const spec *s, mutation m);
 void expect_json_error(mutation m, const char *what, const char *frag1, const char *frag2);
 
 #endif

@@ -190,16 +190,16 @@ Test(step_runner, repeat_keeps_first_outputs_and_writes_timing) {
   spec_free(&s);
 }
 
-Test(step_runner, threads_key_is_recorded) {
-  spec s = base_spec();
-  spec_fill(&s, 12);
-  spec_write(&s);
-  cJSON *j = spec_json(&s);
+static void add_thread_and_slice_keys(cJSON *j) {
   cJSON_AddNumberToObject(j, "threads", 2);
   cJSON_AddNumberToObject(j, "causal_width", 2); /* several causal slices in a 5-token prompt */
   cJSON_AddNumberToObject(j, "chunk_size", 1);   /* one shared block per online-softmax chunk */
-  write_json_file("step.json", j);
-  cJSON_Delete(j);
+}
+
+Test(step_runner, threads_key_is_recorded) {
+  spec s = base_spec();
+  spec_fill(&s, 12);
+  spec_write_edited(&s, add_thread_and_slice_keys);
   const char *args[] = {in_scratch("step.json"), "--out", in_scratch("out"), "--repeat", "1", NULL};
   const result r = run_tool(args);
   cr_assert_eq(r.rc, 0, "%s", r.err);
@@ -243,6 +243,16 @@ static void fp8_exact(test_rng *rng, float *x, size_t n, double scale) {
   }
 }
 
+/* The step's new keys and values and both caches redrawn as fp8_exact values of its k_scale / v_scale. */
+static void fp8_exact_tensors(spec *s, uint64_t seed) {
+  test_rng rng = {seed};
+  const size_t kv = (size_t)s->T * s->hkv * s->d, cache = (size_t)s->nb * s->bs * s->hkv * s->d;
+  fp8_exact(&rng, s->k, kv, s->k_scale);
+  fp8_exact(&rng, s->v, kv, s->v_scale);
+  fp8_exact(&rng, s->kc, cache, s->k_scale);
+  fp8_exact(&rng, s->vc, cache, s->v_scale);
+}
+
 /* fp8 caches end to end: |u1 cache files in and out, k_scale / v_scale from the JSON (0.5 and 3, so a
  * swapped or missing scale shows), every path of base_spec (causal, shared, unique; the decode and the
  * verification read their own new keys back from the fp8 cache). The keys and values are exactly
@@ -257,12 +267,7 @@ Test(step_runner, fp8_caches) {
     s.k_scale = 0.5;
     s.v_scale = 3.0;
     spec_fill(&s, 15 + (uint64_t)f);
-    test_rng rng = {99 + (uint64_t)f};
-    const size_t kv = (size_t)s.T * s.hkv * s.d, cache = (size_t)s.nb * s.bs * s.hkv * s.d;
-    fp8_exact(&rng, s.k, kv, s.k_scale);
-    fp8_exact(&rng, s.v, kv, s.v_scale);
-    fp8_exact(&rng, s.kc, cache, s.k_scale);
-    fp8_exact(&rng, s.vc, cache, s.v_scale);
+    fp8_exact_tensors(&s, 99 + (uint64_t)f);
     run_and_check(&s, NULL, 1e-5);
     spec_free(&s);
   }
@@ -273,14 +278,7 @@ Test(step_runner, fp8_caches) {
  * chunk writes across a tile boundary, request 1's decode into the second tile of its block; both read
  * block 0 (shared), request 3's prompt fills one block and starts the next. */
 static spec tiled_spec(void) {
-  spec s;
-  memset(&s, 0, sizeof s);
-  s.bs = 32, s.nb = 8, s.hq = 4, s.hkv = 2, s.d = 8;
-  s.dtype = s.cache_dtype = "f32";
-  s.layout = "TILED";
-  s.attn = "decoder";
-  s.scale = 0.3;
-  s.nreq = 4;
+  spec s = four_request_spec(32, 8, "TILED");
   /* request 0: a prompt chunk at positions 45..50 (block 1, tile 0 keys 13..15 and tile 1 keys 0..2) */
   s.nc[0] = 45, s.ns[0] = 6, s.np[0] = 60, s.tlen[0] = 2;
   memcpy(s.table[0], (int32_t[]){0, 1}, 2 * sizeof(int32_t));
@@ -312,14 +310,7 @@ Test(step_runner, tiled_caches) {
     if (is_fp8(s.cache_dtype)) s.k_scale = 0.5, s.v_scale = 3.0;
     if (!strcmp(s.dtype, "bf16")) s.scale = 0.25; /* exact in every dtype the library might hold it in */
     spec_fill(&s, 40 + (uint64_t)c);
-    if (is_fp8(s.cache_dtype)) {
-      test_rng rng = {140 + (uint64_t)c};
-      const size_t kv = (size_t)s.T * s.hkv * s.d, cache = (size_t)s.nb * s.bs * s.hkv * s.d;
-      fp8_exact(&rng, s.k, kv, s.k_scale);
-      fp8_exact(&rng, s.v, kv, s.v_scale);
-      fp8_exact(&rng, s.kc, cache, s.k_scale);
-      fp8_exact(&rng, s.vc, cache, s.v_scale);
-    }
+    if (is_fp8(s.cache_dtype)) fp8_exact_tensors(&s, 140 + (uint64_t)c);
     run_and_check(&s, NULL, tol[c]);
     spec_free(&s);
   }
