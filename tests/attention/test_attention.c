@@ -111,6 +111,27 @@ static uattn_tensors forward_on_threads(const attention_run *run, int32_t thread
   return attention_run_forward(run, *rt);
 }
 
+/* The run's output on each of `n` thread counts is the one thread's, bit for bit; with everything, its lse
+ * and both caches after the step too. */
+static void check_same_bits_on_threads(const attention_run *run, const int32_t *threads, size_t n, bool everything) {
+  uattn_tensors ref = attention_run_forward(run, NULL);
+  for (size_t k = 0; k < n; k++) {
+    uattn_runtime *rt;
+    uattn_tensors t = forward_on_threads(run, threads[k], &rt);
+    cr_assert_eq(memcmp(t.out, ref.out, run->out_bytes), 0, "%s: %d threads change the output", run->c.name,
+                 threads[k]);
+    if (everything) {
+      cr_assert_eq(memcmp(t.lse, ref.lse, sizeof(float) * (size_t)run->info.num_tokens * run->c.num_q_heads), 0,
+                   "%s: %d threads change the lse", run->c.name, threads[k]);
+      cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run->cache_bytes), 0);
+      cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run->cache_bytes), 0);
+    }
+    attention_tensors_free(&t);
+    uattn_runtime_destroy(rt);
+  }
+  attention_tensors_free(&ref);
+}
+
 /* The work is split into units that each write their own rows, so the answer must not depend on how many
  * threads run them: bitwise, outputs, lse and caches. */
 Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
@@ -139,36 +160,9 @@ Test(attention, bitwise_identical_for_any_thread_count, .timeout = 300) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     attention_run run;
     attention_run_build(&run, &cases[i]);
-    uattn_tensors ref = attention_run_forward(&run, NULL);
-    for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
-      uattn_runtime *rt;
-      uattn_tensors t = forward_on_threads(&run, threads[k], &rt);
-      cr_assert_eq(memcmp(t.out, ref.out, run.out_bytes), 0, "%s: %d threads change the output", cases[i].name,
-                   threads[k]);
-      cr_assert_eq(memcmp(t.lse, ref.lse, sizeof(float) * (size_t)run.info.num_tokens * cases[i].num_q_heads), 0,
-                   "%s: %d threads change the lse", cases[i].name, threads[k]);
-      cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run.cache_bytes), 0);
-      cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run.cache_bytes), 0);
-      attention_tensors_free(&t);
-      uattn_runtime_destroy(rt);
-    }
-    attention_tensors_free(&ref);
+    check_same_bits_on_threads(&run, threads, sizeof threads / sizeof *threads, true);
     attention_run_free(&run);
   }
-}
-
-/* The run's output on each of `n` thread counts is the one thread's, bit for bit. */
-static void check_output_on_threads(const attention_run *run, const int32_t *threads, size_t n) {
-  uattn_tensors ref = attention_run_forward(run, NULL);
-  for (size_t k = 0; k < n; k++) {
-    uattn_runtime *rt;
-    uattn_tensors t = forward_on_threads(run, threads[k], &rt);
-    cr_assert_eq(memcmp(t.out, ref.out, run->out_bytes), 0, "%s: %d threads change the output", run->c.name,
-                 threads[k]);
-    attention_tensors_free(&t);
-    uattn_runtime_destroy(rt);
-  }
-  attention_tensors_free(&ref);
 }
 
 /* Split-K: long decodes computed as key ranges and merged in split order. Small thresholds here so that
@@ -198,7 +192,7 @@ Test(attention, split_k_decodes, .timeout = 300) {
     attention_run_build(&run, &cases[i]);
     attention_run_check(&run);
     /* and the split answer is the same on any number of threads */
-    check_output_on_threads(&run, (const int32_t[]){2, 3}, 2);
+    check_same_bits_on_threads(&run, (const int32_t[]){2, 3}, 2, false);
     attention_run_free(&run);
   }
 }
@@ -249,11 +243,19 @@ Test(attention, decodes_over_runs_of_blocks, .timeout = 300) {
       attention_run run;
       attention_run_build(&run, &c);
       attention_run_check(&run);
-      check_output_on_threads(&run, (const int32_t[]){2, 4, 8}, 3);
+      check_same_bits_on_threads(&run, (const int32_t[]){2, 4, 8}, 3, false);
       attention_run_poison_unseen(&run);
       attention_run_check(&run);
       attention_run_free(&run);
     }
+}
+
+/* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
+static void restore_isa(const char *forced) {
+  if (forced)
+    setenv("UATTN_ISA", forced, 1);
+  else
+    unsetenv("UATTN_ISA");
 }
 
 /* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */
@@ -297,10 +299,7 @@ Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
             cases[i].name, level, err[0], err[1], err[2]);
     attention_run_free(&run);
   }
-  if (forced)
-    setenv("UATTN_ISA", forced, 1);
-  else
-    unsetenv("UATTN_ISA");
+  restore_isa(forced);
 }
 
 /* ---- fp8 caches ------------------------------------------------------------------------------------------ */
@@ -626,8 +625,5 @@ Test(attention, unseen_cache_entries_never_matter, .timeout = 600) {
     POISONED(tiled_fp8);
 #undef POISONED
   }
-  if (forced)
-    setenv("UATTN_ISA", forced, 1);
-  else
-    unsetenv("UATTN_ISA");
+  restore_isa(forced);
 }
