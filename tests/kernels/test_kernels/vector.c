@@ -21,6 +21,23 @@
 /* Where the avx2 set puts key i, dim d and value i, dim d (its layout; see kernels/avx2/set.c). */
 static const float *aligned64(const float *p) { return (const float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* The avx2 set's key and value panels of `keys` keys of dim D (keys, values: the caller frees them), and
+ * where its layout puts key i, dim d (kp[d * ks + i]) and value i, dim d (vp[i * vs + d]) in them. */
+typedef struct avx2_panels {
+  float *keys, *values;
+  const float *kp, *vp;
+  int32_t ks, vs;
+} avx2_panels;
+
+static avx2_panels avx2_panels_alloc(int32_t keys, int32_t D) {
+  avx2_panels p;
+  const size_t floats = uattn_kernels_avx2.panel_floats(keys, D);
+  p.keys = malloc(sizeof(float) * floats), p.values = malloc(sizeof(float) * floats);
+  uattn_avx2_layout(keys, D, &p.ks, &p.vs);
+  p.kp = aligned64(p.keys), p.vp = aligned64(p.values);
+  return p;
+}
+
 /* ---- vector math ------------------------------------------------------------------------------------- */
 
 /* Distance in ulps between two non-negative floats (their bit patterns are ordered like their values). */
@@ -122,18 +139,14 @@ Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
   enum { D = 256, KEYS = 256 }; /* 65536 elements */
   uint16_t *src = malloc(sizeof(uint16_t) * D * KEYS);
   for (uint32_t i = 0; i < D * KEYS; i++) src[i] = (uint16_t)i;
-  const size_t floats = uattn_kernels_avx2.panel_floats(KEYS, D);
-  float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
-  int32_t ks, vs;
-  uattn_avx2_layout(KEYS, D, &ks, &vs);
-  const float *kp = aligned64(keys), *vp = aligned64(values);
+  const avx2_panels p = avx2_panels_alloc(KEYS, D);
   for (int t = UATTN_BF16; t <= UATTN_F16; t++) {
-    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, keys, values);
+    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, p.keys, p.values);
     for (int32_t i = 0; i < KEYS; i++)
       for (int32_t d = 0; d < D; d++) {
         float want;
         uattn_widen((uattn_dtype)t, src + (size_t)i * D + d, &want, 1);
-        const float a = kp[(size_t)d * ks + i], b = vp[(size_t)i * vs + d];
+        const float a = p.kp[(size_t)d * p.ks + i], b = p.vp[(size_t)i * p.vs + d];
         if (isnan(want)) {
           cr_assert(isnan(a) && isnan(b) && signbit(a) == signbit(want) && signbit(b) == signbit(want),
                     "a NaN changed");
@@ -143,7 +156,7 @@ Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
         }
       }
   }
-  free(src), free(keys), free(values);
+  free(src), free(p.keys), free(p.values);
 }
 
 /* A set's load_tiled on random keys [first, first + count) of a random TILED block (tiled_copy: written out
@@ -264,24 +277,20 @@ Test(kernels, fp8_widening_is_exact_for_every_code) {
   enum { D = 64, KEYS = 64 }; /* 4096 elements: every code 16 times, at every position mod 8 and 16 */
   uint8_t *src = malloc(D * KEYS);
   for (uint32_t i = 0; i < D * KEYS; i++) src[i] = (uint8_t)(i * 7u + i / 256u);
-  const size_t floats = uattn_kernels_avx2.panel_floats(KEYS, D);
-  float *keys = malloc(sizeof(float) * floats), *values = malloc(sizeof(float) * floats);
-  int32_t ks, vs;
-  uattn_avx2_layout(KEYS, D, &ks, &vs);
-  const float *kp = aligned64(keys), *vp = aligned64(values);
+  const avx2_panels p = avx2_panels_alloc(KEYS, D);
   for (int t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
-    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, keys, values);
+    uattn_kernels_avx2.load((uattn_dtype)t, src, src, D, KEYS, D, KEYS, p.keys, p.values);
     for (int32_t i = 0; i < KEYS; i++)
       for (int32_t d = 0; d < D; d++) {
         const uint8_t code = src[(size_t)i * D + d];
         const float want = uattn_fp8_to_f32((uattn_dtype)t, code);
-        float got[2] = {kp[(size_t)d * ks + i], vp[(size_t)i * vs + d]};
+        float got[2] = {p.kp[(size_t)d * p.ks + i], p.vp[(size_t)i * p.vs + d]};
         for (int x = 0; x < 2; x++)
           cr_assert(isnan(want) ? isnan(got[x]) && signbit(got[x]) == signbit(want) : !memcmp(&got[x], &want, 4),
                     "dtype %d, code 0x%02x: %a, want %a", t, code, got[x], want);
       }
   }
-  free(src), free(keys), free(values);
+  free(src), free(p.keys), free(p.values);
 }
 
 /* The avx512bf16 decode kernel's fp8 widening (avx512bf16/vec.h's v16i_fp8_widen, its twin form: table
