@@ -110,6 +110,15 @@ Test(npy, accepts_every_spelling_numpy_could_write) {
   CHECK_NO_LEAKS();
 }
 
+/* A file of these n bytes at path is refused by npy_read with a message that says needle. */
+static void expect_file_refused(const char *path, const void *bytes, size_t n, const char *needle) {
+  char err[512];
+  npy_array a;
+  write_bytes(path, bytes, n);
+  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
+  cr_assert(strstr(err, needle), "%s", err);
+}
+
 Test(npy, refuses_malformed_files_with_a_reason_and_no_leak) {
   const unsigned char data[64] = {0};
   struct {
@@ -163,21 +172,11 @@ Test(npy, refuses_malformed_files_with_a_reason_and_no_leak) {
   /* damage before the header */
   char err[512];
   npy_array a;
-  write_bytes(path, "", 0);
-  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
-  cr_assert(strstr(err, "not a .npy file"), "%s", err);
-  write_bytes(path, "\x93NUMPX\x01\x00\x10\x00{}", 12);
-  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
-  cr_assert(strstr(err, "not a .npy file"), "%s", err);
-  write_bytes(path, "\x93NUMPY\x04\x00\x10\x00{}", 12);
-  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
-  cr_assert(strstr(err, "version 4.0"), "%s", err);
-  write_bytes(path, "\x93NUMPY\x01\x00\x40\x00{'descr'", 17);
-  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
-  cr_assert(strstr(err, "truncated header"), "%s", err);
-  write_bytes(path, "\x93NUMPY\x02\x00\xff\xff\xff\x7f{", 13);
-  cr_assert_eq(npy_read(path, &a, err, sizeof err), -1);
-  cr_assert(strstr(err, "implausible"), "%s", err);
+  expect_file_refused(path, "", 0, "not a .npy file");
+  expect_file_refused(path, "\x93NUMPX\x01\x00\x10\x00{}", 12, "not a .npy file");
+  expect_file_refused(path, "\x93NUMPY\x04\x00\x10\x00{}", 12, "version 4.0");
+  expect_file_refused(path, "\x93NUMPY\x01\x00\x40\x00{'descr'", 17, "truncated header");
+  expect_file_refused(path, "\x93NUMPY\x02\x00\xff\xff\xff\x7f{", 13, "implausible");
   cr_assert_eq(npy_read(in_scratch("absent.npy"), &a, err, sizeof err), -1);
   cr_assert(strstr(err, "cannot open: No such file"), "%s", err);
   CHECK_NO_LEAKS();
