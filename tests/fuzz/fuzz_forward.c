@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "fuzz_input.h"
+#include "support/step.h"
 #include "uattn.h"
 
 #define BLOCKS 64 /* the plan's cache; each request's rows are a disjoint range of 16 blocks */
@@ -46,14 +47,7 @@ static uattn_status plan_step(fuzz_input *in, uattn_plan *plan, int32_t block_si
     for (int32_t i = 0; i < STRIDE; i++) table[r * STRIDE + i] = r > 0 && i < shared ? i : r * STRIDE + i;
   }
   (void)block_size;
-  uattn_step s;
-  memset(&s, 0, sizeof s);
-  s.num_reqs = n;
-  s.num_computed = nc;
-  s.num_scheduled = ns;
-  s.num_prompt = np;
-  s.block_table = table;
-  s.block_table_stride = STRIDE;
+  uattn_step s = step_requests(n, nc, ns, np, table, STRIDE);
   *num_reqs = n;
   return uattn_plan_step(plan, &s);
 }
