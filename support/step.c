@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "convert.h"
 #include "support/fail.h"
+#include "support/requests.h"
 
 /* A refusal that is not about one JSON value (a shape, a request's blocks); -1 to unwind. */
 static int fail(uattn_json_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -352,19 +353,6 @@ uattn_plan_config step_plan_config(const step *s) {
       uattn_plan_config_default(s->block_size, s->num_blocks, s->num_reqs, s->num_tokens, s->max_model_len);
   pc.chunk_size = s->chunk_size;
   return pc;
-}
-
-uattn_step step_requests(int32_t num_reqs, const int32_t *num_computed, const int32_t *num_scheduled,
-                         const int32_t *num_prompt, const int32_t *block_table, int32_t block_table_stride) {
-  uattn_step b;
-  memset(&b, 0, sizeof b);
-  b.num_reqs = num_reqs;
-  b.num_computed = num_computed;
-  b.num_scheduled = num_scheduled;
-  b.num_prompt = num_prompt;
-  b.block_table = block_table;
-  b.block_table_stride = block_table_stride;
-  return b;
 }
 
 uattn_step step_batch(const step *s) {

@@ -45,10 +45,6 @@ void step_free(step *s);
 
 /* The plan's config as uattn-run plans a step: limits from the step itself, no bucketing. */
 uattn_plan_config step_plan_config(const step *s);
-/* A step of num_reqs requests over these arrays, nothing optional (drafts, token ids, cross attention) set:
- * what step_batch and the tests' random batches (tests/common/random_batch.h) both start from. */
-uattn_step step_requests(int32_t num_reqs, const int32_t *num_computed, const int32_t *num_scheduled,
-                         const int32_t *num_prompt, const int32_t *block_table, int32_t block_table_stride);
 /* The scheduler state and the layer the step describes (pointers into *s). */
 uattn_step step_batch(const step *s);
 uattn_layer step_layer(const step *s);

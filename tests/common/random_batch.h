@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/support.h"
-#include "support/step.h"
+#include "support/requests.h"
 
 #define RB_MAX_REQS 16
 #define RB_MAX_TOKENS 512

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "fuzz_input.h"
-#include "support/step.h"
+#include "support/requests.h"
 #include "uattn.h"
 
 #define BLOCKS 64 /* the plan's cache; each request's rows are a disjoint range of 16 blocks */
