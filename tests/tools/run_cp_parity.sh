@@ -38,10 +38,9 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPIRUN=("${MPIEXEC:-mpirun}" --oversubscribe --bind-to none)
 TIMEOUT=120 # seconds for one mpirun: a hung rank fails the case instead of the whole suite's time limit
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/uattn-cp-parity.XXXXXX")"
-failures=0
-cases=0
-start=$(date +%s)
+# shellcheck source=tests/tools/parity_common.sh
+. "$HERE/tools/parity_common.sh"
+parity_begin cp-parity
 
 # seed kind dtype layout ranks interleave again|once [cache:fp8_e4m3|fp8_e5m2] [extra make-step options...]
 # (layout TILED: made as NHD, then rearranged; a block size that is a multiple of 16, an even head dim)
@@ -219,10 +218,4 @@ else
   failures=$((failures + 1))
 fi
 
-elapsed=$(($(date +%s) - start))
-if [ "$failures" -ne 0 ]; then
-  echo "cp parity: $failures failure(s) in $cases cases (${elapsed} s); logs in $WORK"
-  exit 1
-fi
-rm -rf "$WORK"
-echo "cp parity: all $cases cases passed (${elapsed} s)"
+parity_end "cp parity" "$cases cases" "$cases cases"

@@ -23,10 +23,9 @@ if [ ! -x "$RUNNER" ]; then
   exit 2
 fi
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/uattn-parity.XXXXXX")"
-failures=0
-cases=0
-start=$(date +%s)
+# shellcheck source=tests/tools/parity_common.sh
+. "$HERE/tools/parity_common.sh"
+parity_begin parity
 
 # seed kind dtype layout [extra make-step options...]
 CASES=(
@@ -105,10 +104,4 @@ for c in "${CASES[@]}"; do
   run_case $c
 done
 
-elapsed=$(($(date +%s) - start))
-if [ "$failures" -ne 0 ]; then
-  echo "step parity: $failures failure(s) in $cases cases + selftest + defects (${elapsed} s); logs in $WORK"
-  exit 1
-fi
-rm -rf "$WORK"
-echo "step parity: all $cases cases, selftest and defects passed (${elapsed} s)"
+parity_end "step parity" "$cases cases + selftest + defects" "$cases cases, selftest and defects"
