@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# uattn-run-cp's scaling figures (issue 24): one decode step over 1 x 128k and 8 x 32k keys with Llama-3-8B's
+# uattn-run-cp's scaling figures: one decode step over 1 x 128k and 8 x 32k keys with Llama-3-8B's
 # attention (32 q heads, 8 KV heads, head dim 128, bf16 everywhere, block 128, NHD cache) on N = 1 and 2 MPI
 # ranks of one thread each (not bound: on a machine others share, the OS moves a rank off a busy core).
 #

@@ -189,7 +189,7 @@ Test(planner_errors, drafts) {
   expect_refused(&b.step, UATTN_ERR_INVALID_ARGUMENT, "draft_offsets[0] = -1");
 }
 
-/* issue 19 (found by tests/fuzz/fuzz_plan): offsets that rise and fall back to their start list drafts,
+/* Found by tests/fuzz/fuzz_plan: offsets that rise and fall back to their start list drafts,
  * although first == last; the planner read them through a NULL draft_tokens (SIGSEGV). */
 Test(planner_errors, draft_offsets_falling_back_without_draft_tokens) {
   base b = good;

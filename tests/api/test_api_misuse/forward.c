@@ -88,7 +88,7 @@ static void forward_teardown(void) { attention_run_free(&forward_run); }
 
 static const api_fn forward_fn = API_FN(forward, forward_args, .more = forward_more, .fini = forward_fini);
 
-/* Defect 4 of issue 19: a bf16 key cache one byte off its 2-byte alignment reached a misaligned store in
+/* A defect once found: a bf16 key cache one byte off its 2-byte alignment reached a misaligned store in
  * the cache update (kernels/convert.c) instead of a status. */
 Test(api_misuse, forward_refuses_a_misaligned_bf16_key_cache, .init = forward_setup, .fini = forward_teardown) {
   static const misuse cases[] = {MISALIGNED(forward_args, tensors.key_cache, "tensors.key_cache")};

@@ -136,7 +136,7 @@ Test(local_attention, property_against_position_walk) {
   }
 }
 
-/* issue 19 (found by tests/fuzz/fuzz_batch_utils): with no array to fill, the call still walked every
+/* Found by tests/fuzz/fuzz_batch_utils: with no array to fill, the call still walked every
  * virtual batch, 2^31 - 1 of them for one request of INT32_MAX tokens at chunk 1 (3.6 s optimized, in a
  * call that writes three numbers; now microseconds). An alarm, not Criterion's .timeout (see the top of
  * the file), ends a walk: SIGALRM fails the test. */
