@@ -1,5 +1,5 @@
 /* The runtime's insides, shared by runtime/threads/runtime.c (public calls), runtime/threads/pool.c (threads, dispatch,
- * scratch) and runtime/threads/topology.c (hwloc). The rest of the library sees only runtime/pool.h. */
+ * scratch) and runtime/threads/topology.c (hwloc). The rest of the library sees only runtime/threads/pool.h. */
 #ifndef UATTN_RUNTIME_IMPL_H
 #define UATTN_RUNTIME_IMPL_H
 
