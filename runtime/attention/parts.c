@@ -312,10 +312,6 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
  * keys of a block are at consecutive positions (not in pieces). */
 static bool decodes_from_cache(const step_ctx *c) { return !c->pieces && c->w->use.decode; }
 
-/* The most cache blocks one decode call takes (joins_decode_call): kernels.h's bound, the most a list of any set
- * holds; runs of smaller NHD blocks stop there. */
-enum { MAX_DECODE_BLOCKS = UATTN_DECODE_MAX_BLOCKS };
-
 /* The decode kernel on rows [row_lo, row_hi) of the tile (their visible counts already in w->visible) and
  * the first n keys of a run of `count` cache blocks at consecutive positions from block_start (unique_run,
  * shared_run: several on NHD and HND, one on TILED), into `acc`, for `heads` KV heads from the tile's (an
@@ -336,7 +332,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
   if (c->cache.layout == UATTN_LAYOUT_HND) {
-    const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
+    const void *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
     const uattn_decode_src src = uattn_decode_blocks(c->w->kern, k, v, count, c->in->block_size, D, 0);
     for (int32_t g = 0; g < heads; g++) {
       uattn_panel_job h = uattn_decode_head_job(&job, g, head_vectors);
@@ -353,7 +349,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
     }
   } else if (c->cache.layout == UATTN_LAYOUT_NHD) {
     size_t stride = 0;
-    const void *k[MAX_DECODE_BLOCKS], *v[MAX_DECODE_BLOCKS];
+    const void *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
     for (int32_t b = 0; b < count; b++) {
       const size_t at = block_source(c, blocks[b], &stride);
       k[b] = c->cache.k + at, v[b] = c->cache.v + at;
@@ -391,16 +387,17 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
 }
 
 /* Whether a decode call that takes m blocks, from position first_start in cache block first, takes cache block
- * `block` at block_start too (unique_run, shared_run): the next position, within the unit's keys, the
- * set's decode_max_keys (uattn_kernel_caps) and MAX_DECODE_BLOCKS, on a cache whose rows the decode kernel reads from a
- * list of blocks (NHD, HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache
- * (a run of adjacent blocks is one stretch of rows: uattn_decode_blocks). */
+ * `block` at block_start too (unique_run, shared_run): the next position, within the unit's keys, the set's
+ * decode_max_keys (uattn_kernel_caps) and UATTN_DECODE_MAX_BLOCKS (kernels.h: no set's list holds more; runs of
+ * smaller NHD blocks stop there), on a cache whose rows the decode kernel reads from a list of blocks (NHD,
+ * HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache (a run of adjacent
+ * blocks is one stretch of rows: uattn_decode_blocks). */
 static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t first, int32_t m, int32_t block_start,
                               int32_t block) {
   const int32_t bs = c->in->block_size;
   const bool list = c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(c->w->kern, bs);
   const bool run = c->cache.layout == UATTN_LAYOUT_NHD && block == first + m;
-  return (list || run) && m < MAX_DECODE_BLOCKS && (m + 1) * bs <= c->w->kern->caps.decode_max_keys &&
+  return (list || run) && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->kern->caps.decode_max_keys &&
          block_start == first_start + m * bs && block_start < c->key_hi;
 }
 
@@ -409,7 +406,7 @@ static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t fi
  * blocks), up to the set's decode_max_keys keys, so that the decode kernel's fixed cost a call (the vectors put
  * into its order and back, each vector's softmax steps) is paid once for them. Which blocks go together
  * depends on the block table alone, so the answer does not depend on the threads. Their cache blocks into ids
- * (MAX_DECODE_BLOCKS). */
+ * (UATTN_DECODE_MAX_BLOCKS). */
 static int32_t unique_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {
   const uattn_unique_block *u = c->in->unique_blocks;
   const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
@@ -468,7 +465,7 @@ PART_FN void uattn_unique_part(const step_ctx *c) {
         attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
         continue;
       }
-      int32_t ids[MAX_DECODE_BLOCKS];
+      int32_t ids[UATTN_DECODE_MAX_BLOCKS];
       const int32_t blocks = unique_run(c, row, k, ids);
       run_visible(c, row, row + 1, u->block_start, blocks);
       decode_call(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start, blocks * in->block_size, 1,
@@ -488,7 +485,7 @@ PART_FN void uattn_shared_part_all_heads(const step_ctx *c) {
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
     const int32_t row_lo = sp->token_begin > c->row0 ? sp->token_begin : c->row0,
                   row_hi = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
-    int32_t ids[MAX_DECODE_BLOCKS];
+    int32_t ids[UATTN_DECODE_MAX_BLOCKS];
     const int32_t blocks = shared_run(c, k, end, row_lo, row_hi, ids);
     const uattn_shared_span *next = k + blocks < end ? &in->shared_spans[order[k + blocks]] : NULL;
     const bool ahead = next && next->block_start >= c->key_lo && next->block_start < c->key_hi;
@@ -506,7 +503,7 @@ PART_FN void uattn_unique_part_all_heads(const step_ctx *c) {
     for (int32_t k = c->sched->unique_row_begin[row]; k < c->sched->unique_row_begin[row + 1]; k++) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
-      int32_t ids[MAX_DECODE_BLOCKS];
+      int32_t ids[UATTN_DECODE_MAX_BLOCKS];
       const int32_t blocks = unique_run(c, row, k, ids);
       const int32_t keys = run_visible(c, row, row + 1, u->block_start, blocks);
       if (keys > 0)
