@@ -19,6 +19,7 @@
 #include "bench/scenarios.h"
 #include "common/args.h"
 #include "common/random.h"
+#include "common/tensors.h"
 #include "common/timing.h"
 #include "convert.h"
 #include "uattn.h"
@@ -271,14 +272,7 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
   L.kv_layout = o->layout;
   L.probs_fp32 = o->probs_fp32;
   L.cache_dtype = o->cache_dtype; /* fp8: k_scale = v_scale = 1 (the default); the values are in range */
-  const uattn_tensors t = {.q = q,
-                           .k = k,
-                           .v = v,
-                           .key_cache = kc,
-                           .value_cache = vc,
-                           .num_blocks = s.num_blocks,
-                           .block_size = o->block_size,
-                           .out = out};
+  const uattn_tensors t = perf_tensors(q, k, v, kc, vc, s.num_blocks, o->block_size, out);
   if (time_forward(plan, &L, &t, env->one, 1, o->runs, &env->reader, &res->one) ||
       time_forward(plan, &L, &t, env->all, env->threads, o->runs, &env->reader, &res->all) ||
       uattn_last_forward_report(&res->kernels))

@@ -11,6 +11,7 @@
 
 #include "support/dense_oracle.h"
 #include "common/random.h"
+#include "common/tensors.h"
 #include "common/timing.h"
 #include "common/trace.h"
 #include "uattn.h"
@@ -159,14 +160,7 @@ int main(int argc, char **argv) {
     fill_bf16(q, (size_t)in.num_tokens * HQ * HEAD_DIM);
     fill_bf16(k, (size_t)in.num_tokens * HKV * HEAD_DIM);
     fill_bf16(v, (size_t)in.num_tokens * HKV * HEAD_DIM);
-    uattn_tensors t = {.q = q,
-                       .k = k,
-                       .v = v,
-                       .key_cache = key_cache,
-                       .value_cache = value_cache,
-                       .num_blocks = num_blocks,
-                       .block_size = BLOCK,
-                       .out = out};
+    const uattn_tensors t = perf_tensors(q, k, v, key_cache, value_cache, num_blocks, BLOCK, out);
     t0 = perf_seconds();
     if (uattn_forward(plan, &L, &t, rt) != UATTN_OK) return fail("forward");
     const double seconds = perf_seconds() - t0;

@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "common/tensors.h"
 #include "common/timing.h"
 #include "threads/pool.h" /* uattn_runtime_run: internal, so this links the static library */
 #include "uattn.h"
@@ -102,14 +103,7 @@ static double forward_us(int32_t decodes, int iters) {
     return -1;
   }
   const uattn_layer L = uattn_layer_default(HQ, HKV, D, UATTN_BF16);
-  const uattn_tensors t = {.q = q,
-                           .k = k,
-                           .v = v,
-                           .key_cache = key_cache,
-                           .value_cache = value_cache,
-                           .num_blocks = MAX,
-                           .block_size = BS,
-                           .out = out};
+  const uattn_tensors t = perf_tensors(q, k, v, key_cache, value_cache, MAX, BS, out);
   double *times = malloc((size_t)iters * sizeof *times);
   double median = -1;
   if (times) {

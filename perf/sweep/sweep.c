@@ -17,6 +17,7 @@
 #include "sweep/options.h"
 #include "sweep/sweep.h"
 #include "common/random.h"
+#include "common/tensors.h"
 #include "common/timing.h"
 #include "convert.h"
 #include "uattn.h"
@@ -153,14 +154,8 @@ static double time_pass(bench *be, const config *c) {
   L.cache_dtype = be->b.dtype;
   L.causal_width = o->cand[T_TILE][c->v[T_TILE]];
   L.chunk_size = o->cand[T_CHUNK][c->v[T_CHUNK]];
-  const uattn_tensors t = {.q = be->q,
-                           .k = be->k,
-                           .v = be->v,
-                           .key_cache = be->key_cache,
-                           .value_cache = be->value_cache,
-                           .num_blocks = be->layout.num_blocks,
-                           .block_size = be->b.block_size,
-                           .out = be->out};
+  const uattn_tensors t = perf_tensors(be->q, be->k, be->v, be->key_cache, be->value_cache, be->layout.num_blocks,
+                                       be->b.block_size, be->out);
   double total = 0;
   for (int32_t s = 0; s < be->layout.num_steps; s++) {
     if (uattn_plan_step(plan, &be->layout.steps[s]) != UATTN_OK) {
