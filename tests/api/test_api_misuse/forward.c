@@ -114,18 +114,12 @@ Test(api_misuse, uattn_forward, .init = forward_setup, .fini = forward_teardown)
       NULL_ARG(T, plan, "plan"),
       NULL_ARG(T, layer_ptr, "layer"),
       NULL_ARG(T, tensors_ptr, "tensors"),
-      NULL_ARG(T, tensors.q, "tensors.q"),
-      NULL_ARG(T, tensors.k, "tensors.k"),
-      NULL_ARG(T, tensors.v, "tensors.v"),
-      NULL_ARG(T, tensors.key_cache, "tensors.key_cache"),
-      NULL_ARG(T, tensors.value_cache, "tensors.value_cache"),
-      NULL_ARG(T, tensors.out, "tensors.out"),
-      MISALIGNED(T, tensors.q, "tensors.q"),
-      MISALIGNED(T, tensors.k, "tensors.k"),
-      MISALIGNED(T, tensors.v, "tensors.v"),
-      MISALIGNED(T, tensors.key_cache, "tensors.key_cache"),
-      MISALIGNED(T, tensors.value_cache, "tensors.value_cache"),
-      MISALIGNED(T, tensors.out, "tensors.out"),
+      POINTER_ARG(T, tensors.q, "tensors.q"),
+      POINTER_ARG(T, tensors.k, "tensors.k"),
+      POINTER_ARG(T, tensors.v, "tensors.v"),
+      POINTER_ARG(T, tensors.key_cache, "tensors.key_cache"),
+      POINTER_ARG(T, tensors.value_cache, "tensors.value_cache"),
+      POINTER_ARG(T, tensors.out, "tensors.out"),
       MISALIGNED(T, tensors.lse, "tensors.lse"),
       MISALIGNED(T, layer.sinks, "layer.sinks"),
       MISALIGNED(T, layer.alibi_slopes, "layer.alibi_slopes"),
@@ -163,9 +157,10 @@ Test(api_misuse, uattn_forward_cross, .init = forward_setup, .fini = forward_tea
   typedef forward_args T;
   static const api_fn fn = API_FN(cross_forward, T, .more = forward_more, .fini = forward_fini);
   static const misuse cases[] = {
-      NULL_ARG(T, tensors.cross, "tensors.cross"),     NULL_ARG(T, cross.encoder_lens, "encoder_lens"),
-      NULL_ARG(T, cross.block_table, "block_table"),   MISALIGNED(T, cross.encoder_lens, "encoder_lens"),
-      MISALIGNED(T, cross.block_table, "block_table"), LENGTH(T, cross.block_table_stride, REFUSED, "stride"),
+      NULL_ARG(T, tensors.cross, "tensors.cross"),
+      POINTER_ARG(T, cross.encoder_lens, "encoder_lens"),
+      POINTER_ARG(T, cross.block_table, "block_table"),
+      LENGTH(T, cross.block_table_stride, REFUSED, "stride"),
   };
   RUN(fn, cases);
 }
@@ -285,12 +280,10 @@ Test(api_misuse, uattn_merge_states_and_partials) {
   typedef merge_args T;
   static const api_fn states = API_FN(merge_states, T), partials = API_FN(merge_partials, T);
   static const misuse common[] = {
-      NULL_ARG(T, outs, "outs"),
-      NULL_ARG(T, out, "out"),
+      POINTER_ARG(T, outs, "outs"),
+      POINTER_ARG(T, out, "out"),
       NULL_ARG(T, outs_arr[1], "1"),
       NULL_ARG(T, lses_arr[1], "1"),
-      MISALIGNED(T, out, "out"),
-      MISALIGNED(T, outs, "outs"),
       MISALIGNED(T, outs_arr[1], "outs[1]"),
       MISALIGNED(T, lses_arr[0], "[0]"),
       LENGTH(T, num_parts, REFUSED, "num_parts"),
@@ -299,8 +292,7 @@ Test(api_misuse, uattn_merge_states_and_partials) {
       COUNT(T, head_dim, REFUSED, REFUSED, "head_dim"),
       MERGE_OVERFLOW,
   };
-  static const misuse states_only[] = {NULL_ARG(T, lses, "lses"), MISALIGNED(T, lse, "lse"),
-                                       MISALIGNED(T, lses, "lses")};
+  static const misuse states_only[] = {POINTER_ARG(T, lses, "lses"), MISALIGNED(T, lse, "lse")};
   static const misuse partials_only[] = {NULL_ARG(T, lses, "maxes"), NULL_ARG(T, sums, "sums"),
                                          NULL_ARG(T, sums_arr[1], "1"), MISALIGNED(T, sums_arr[1], "sums[1]"),
                                          SET(T, num_parts, INT32_MAX, REFUSED, "num_parts")};

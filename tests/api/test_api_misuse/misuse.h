@@ -61,6 +61,8 @@ typedef struct api_fn {
   { #f " " #kind " " #v, {{offsetof(T, f), kind, (v) } }, want, needle }
 #define NULL_ARG(T, f, needle) CASE(T, f, EDIT_NULL, 0, UATTN_ERR_INVALID_ARGUMENT, needle)
 #define MISALIGNED(T, f, needle) CASE(T, f, EDIT_MISALIGN, 1, UATTN_ERR_INVALID_ARGUMENT, needle)
+/* a pointer to typed memory: NULL, and misaligned */
+#define POINTER_ARG(T, f, needle) NULL_ARG(T, f, needle), MISALIGNED(T, f, needle)
 #define SET(T, f, v, want, needle) CASE(T, f, EDIT_I32, v, want, needle)
 /* -1 and 0 (zero: what 0 must give) of a count that is an array's length; COUNT adds INT32_MAX (max: what
  * it must give, UATTN_OK for a capacity) */

@@ -29,10 +29,8 @@ Test(api_misuse, uattn_bucket_range) {
   typedef bucket_range_args T;
   static const api_fn fn = API_FN(bucket_range, T);
   static const misuse cases[] = {
-      NULL_ARG(T, count, "count"),
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, out, "out"),
-      MISALIGNED(T, count, "count"),
+      POINTER_ARG(T, count, "count"),
+      POINTER_ARG(T, out, "out"),
       COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
       COUNT(T, min, UATTN_OK, REFUSED, "min"),
       COUNT(T, round_up, REFUSED, UATTN_OK, "round_up"),
@@ -68,8 +66,7 @@ Test(api_misuse, uattn_plan_create) {
   static const api_fn fn = API_FN(plan_create, T, .fini = plan_create_fini);
   static const misuse cases[] = {
       NULL_ARG(T, config_ptr, "config"),
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, out, "out"),
+      POINTER_ARG(T, out, "out"),
       COUNT(T, config.block_size, REFUSED, REFUSED, "block_size"),
       COUNT(T, config.num_blocks, REFUSED, REFUSED, "num_blocks"), /* INT32_MAX x block_size overflows */
       COUNT(T, config.max_num_seqs, REFUSED, REFUSED, "max_num_seqs"),
@@ -131,17 +128,12 @@ Test(api_misuse, uattn_plan_step) {
   static const misuse cases[] = {
       NULL_ARG(T, plan, "plan"),
       NULL_ARG(T, step_ptr, "step"),
-      NULL_ARG(T, step.num_computed, "step.num_computed"),
-      NULL_ARG(T, step.num_scheduled, "step.num_scheduled"),
-      NULL_ARG(T, step.num_prompt, "step.num_prompt"),
-      NULL_ARG(T, step.block_table, "step.block_table"),
-      NULL_ARG(T, step.draft_tokens, "step.draft_tokens"),
-      MISALIGNED(T, step.num_computed, "step.num_computed"),
-      MISALIGNED(T, step.num_scheduled, "step.num_scheduled"),
-      MISALIGNED(T, step.num_prompt, "step.num_prompt"),
-      MISALIGNED(T, step.block_table, "step.block_table"),
+      POINTER_ARG(T, step.num_computed, "step.num_computed"),
+      POINTER_ARG(T, step.num_scheduled, "step.num_scheduled"),
+      POINTER_ARG(T, step.num_prompt, "step.num_prompt"),
+      POINTER_ARG(T, step.block_table, "step.block_table"),
+      POINTER_ARG(T, step.draft_tokens, "step.draft_tokens"),
       MISALIGNED(T, step.token_ids, "step.token_ids"),
-      MISALIGNED(T, step.draft_tokens, "step.draft_tokens"),
       MISALIGNED(T, step.draft_offsets, "step.draft_offsets"),
       COUNT(T, step.num_reqs, UATTN_OK, REFUSED, "num_reqs"),
       LENGTH(T, step.block_table_stride, REFUSED, "block_table_stride"),
@@ -206,8 +198,10 @@ Test(api_misuse, uattn_plan_buckets) {
   typedef plan_buckets_args T;
   static const api_fn fn = API_FN(plan_buckets, T);
   static const misuse cases[] = {
-      NULL_ARG(T, plan, "plan"),         NULL_ARG(T, count, "count"),   NULL_ARG(T, buckets, "buckets"),
-      MISALIGNED(T, buckets, "buckets"), MISALIGNED(T, count, "count"), COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
+      NULL_ARG(T, plan, "plan"),
+      POINTER_ARG(T, count, "count"),
+      POINTER_ARG(T, buckets, "buckets"),
+      COUNT(T, cap, REFUSED, UATTN_OK, "holds"),
   };
   RUN(fn, cases);
 }
@@ -272,8 +266,7 @@ Test(api_misuse, uattn_runtime_create) {
   typedef runtime_create_args T;
   static const api_fn fn = API_FN(runtime_create, T, .fini = runtime_create_fini);
   static const misuse cases[] = {
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, out, "out"),
+      POINTER_ARG(T, out, "out"),
       COUNT(T, config.num_threads, UATTN_OK, REFUSED, "num_threads"),
       SET(T, config.spin_us, -1, REFUSED, "spin_us"),
       SET(T, config.spin_us, INT32_MAX, REFUSED, "spin_us"),
@@ -340,8 +333,7 @@ Test(api_misuse, uattn_cache_alloc_and_runtime_cache_alloc) {
   static const api_fn plain = API_FN(cache_alloc, T, .fini = cache_alloc_fini),
                       placed = API_FN(runtime_cache_alloc, T, .fini = cache_alloc_fini);
   static const misuse cases[] = {
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, out, "out"),
+      POINTER_ARG(T, out, "out"),
       CASE(T, bytes, EDIT_SIZE, 0, UATTN_ERR_INVALID_ARGUMENT, "bytes"),
       CASE(T, bytes, EDIT_SIZE, -1, UATTN_ERR_OVERFLOW, "overflow"),
       CASE(T, bytes, EDIT_SIZE, SIZE_MAX - (1 << 20), UATTN_ERR_OVERFLOW, "overflow"),

@@ -65,8 +65,7 @@ Test(api_misuse, uattn_tuning_write) {
   static const api_fn fn = API_FN(tuning_write, T, .state = tuning_write_state, .fini = tuning_write_fini);
   static const misuse cases[] = {
       NULL_ARG(T, path, "path"),
-      NULL_ARG(T, entries_ptr, "entries"),
-      MISALIGNED(T, entries_ptr, "entries"),
+      POINTER_ARG(T, entries_ptr, "entries"),
       LENGTH(T, num_entries, UATTN_OK, "num_entries"),
       COUNT(T, entries[0].block_size, REFUSED, REFUSED, "block_size"),
       COUNT(T, entries[0].head_dim, REFUSED, REFUSED, "head_dim"),
@@ -175,33 +174,29 @@ Test(api_misuse, uattn_runtime_tuning_calls) {
   static const misuse info_cases[] = {NULL_ARG(T, rt, "rt"), NULL_ARG(T, info, "out")};
   static const misuse report_cases[] = {
       NULL_ARG(T, rt, "rt"),
-      NULL_ARG(T, length, "length"),
+      POINTER_ARG(T, length, "length"),
       NULL_ARG(T, buf, "buf"),
-      MISALIGNED(T, length, "length"),
       CASE(T, cap, EDIT_SIZE, 1, UATTN_ERR_CAPACITY, "cap"),
       CASE(T, cap, EDIT_SIZE, 0, UATTN_ERR_CAPACITY, "cap"),
   };
   static const misuse lookup_cases[] = {
       NULL_ARG(T, rt, "rt"),
-      NULL_ARG(T, entry, "out"),
+      POINTER_ARG(T, entry, "out"),
       CASE(T, found, EDIT_NULL, 0, UATTN_OK, "found"), /* optional */
-      MISALIGNED(T, entry, "out"),
       COUNT(T, block_size, REFUSED, UATTN_OK, "block_size"),
       COUNT(T, head_dim, REFUSED, UATTN_OK, "head_dim"),
       ENUM(T, cache_dtype, "cache_dtype"),
   };
   static const misuse plan_config_cases[] = {
       NULL_ARG(T, rt, "rt"),
-      NULL_ARG(T, config_ptr, "config"),
-      MISALIGNED(T, config_ptr, "config"),
+      POINTER_ARG(T, config_ptr, "config"),
       COUNT(T, head_dim, REFUSED, UATTN_OK, "head_dim"),
       COUNT(T, config.block_size, REFUSED, UATTN_OK, "block_size"),
       ENUM(T, cache_dtype, "cache_dtype"),
   };
   static const misuse layer_cases[] = {
       NULL_ARG(T, rt, "rt"),
-      NULL_ARG(T, layer_ptr, "layer"),
-      MISALIGNED(T, layer_ptr, "layer"),
+      POINTER_ARG(T, layer_ptr, "layer"),
       COUNT(T, block_size, REFUSED, UATTN_OK, "block_size"),
       COUNT(T, layer.head_dim, REFUSED, UATTN_OK, "head_dim"),
       ENUM(T, layer.cache_dtype, "cache_dtype"),

@@ -42,14 +42,13 @@ Test(api_misuse, uattn_split_decodes_and_prefills_and_extends) {
   static const api_fn two = API_FN(split_decodes_and_prefills, T),
                       three = API_FN(split_decodes_prefills_and_extends, T);
   static const misuse cases[] = {
-      NULL_ARG(T, query_start_loc, "query_start_loc"),
+      POINTER_ARG(T, query_start_loc, "query_start_loc"),
       NULL_ARG(T, out, "out"),
-      MISALIGNED(T, query_start_loc, "query_start_loc"),
       LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
       COUNT(T, num_tokens, REFUSED, UATTN_OK, "num_tokens"),
       COUNT(T, decode_threshold, UATTN_OK, UATTN_OK, "decode_threshold"),
   };
-  static const misuse extends_only[] = {NULL_ARG(T, seq_lens, "seq_lens"), MISALIGNED(T, seq_lens, "seq_lens")};
+  static const misuse extends_only[] = {POINTER_ARG(T, seq_lens, "seq_lens")};
   RUN(two, cases);
   RUN(three, cases);
   RUN(three, extends_only);
@@ -97,11 +96,9 @@ static uattn_status reorder4_call(void *p) {
 
 /* The rows both reorders share. */
 #define REORDER_MISUSE(T)                                                                                              \
-  NULL_ARG(T, num_scheduled, "num_scheduled"), NULL_ARG(T, num_computed, "num_computed"), NULL_ARG(T, swaps, "swaps"), \
-      NULL_ARG(T, num_swaps, "num_swaps"), MISALIGNED(T, num_scheduled, "num_scheduled"),                              \
-      MISALIGNED(T, num_computed, "num_computed"), MISALIGNED(T, swaps, "swaps"),                                      \
-      MISALIGNED(T, num_swaps, "num_swaps"), MISALIGNED(T, order, "order"), LENGTH(T, num_reqs, UATTN_OK, "num_reqs"), \
-      COUNT(T, decode_threshold, UATTN_OK, UATTN_OK, "decode_threshold"),                                              \
+  POINTER_ARG(T, num_scheduled, "num_scheduled"), POINTER_ARG(T, num_computed, "num_computed"),                        \
+      POINTER_ARG(T, swaps, "swaps"), POINTER_ARG(T, num_swaps, "num_swaps"), MISALIGNED(T, order, "order"),           \
+      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"), COUNT(T, decode_threshold, UATTN_OK, UATTN_OK, "decode_threshold"),   \
       COUNT(T, swaps_capacity, REFUSED, UATTN_OK, "swaps")
 
 Test(api_misuse, uattn_reorder_batch_to_split_decodes_and_prefills) {
@@ -114,8 +111,7 @@ Test(api_misuse, uattn_reorder_batch_to_split_decodes_and_prefills) {
 Test(api_misuse, uattn_reorder_batch_with_prompt_lens) {
   typedef reorder_args T;
   static const api_fn fn = API_FN(reorder4, T);
-  static const misuse cases[] = {REORDER_MISUSE(T), NULL_ARG(T, num_prompt, "num_prompt"),
-                                 MISALIGNED(T, num_prompt, "num_prompt")};
+  static const misuse cases[] = {REORDER_MISUSE(T), POINTER_ARG(T, num_prompt, "num_prompt")};
   RUN(fn, cases);
 }
 
@@ -159,20 +155,16 @@ Test(api_misuse, uattn_count_and_make_local_attention_virtual_batches) {
   typedef local_args T;
   static const api_fn count = API_FN(count_local, T), make = API_FN(make_local, T, .more = make_local_more);
   static const misuse cases[] = {
-      NULL_ARG(T, query_start_loc, "query_start_loc"),
-      NULL_ARG(T, seq_lens, "seq_lens"),
-      MISALIGNED(T, query_start_loc, "query_start_loc"),
-      MISALIGNED(T, seq_lens, "seq_lens"),
+      POINTER_ARG(T, query_start_loc, "query_start_loc"),
+      POINTER_ARG(T, seq_lens, "seq_lens"),
       COUNT(T, attn_chunk_size, REFUSED, REFUSED, "attn_chunk_size"),
       COUNT(T, block_size, REFUSED, REFUSED, "block_size"),
       LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
   };
-  static const misuse count_only[] = {
-      NULL_ARG(T, num_batches, "num_batches"), NULL_ARG(T, pages_per_batch, "pages_per_batch"),
-      MISALIGNED(T, num_batches, "num_batches"), MISALIGNED(T, pages_per_batch, "pages_per_batch")};
+  static const misuse count_only[] = {POINTER_ARG(T, num_batches, "num_batches"),
+                                      POINTER_ARG(T, pages_per_batch, "pages_per_batch")};
   static const misuse make_only[] = {
-      NULL_ARG(T, block_table, "block_table"),
-      MISALIGNED(T, block_table, "block_table"),
+      POINTER_ARG(T, block_table, "block_table"),
       MISALIGNED(T, out.query_start_loc, "query_start_loc"),
       MISALIGNED(T, out.seq_lens, "seq_lens"),
       MISALIGNED(T, out.num_computed, "num_computed"),
@@ -218,19 +210,15 @@ Test(api_misuse, uattn_compute_slot_mapping_and_start_idx) {
   typedef slot_args T;
   static const api_fn start = API_FN(slot_mapping_start_idx, T), slots = API_FN(slot_mapping, T);
   static const misuse start_cases[] = {
-      NULL_ARG(T, start_out, "start_idx"),
-      MISALIGNED(T, start_out, "start_idx"),
+      POINTER_ARG(T, start_out, "start_idx"),
       COUNT(T, query_len, UATTN_OK, UATTN_OK, "query_len"),
       COUNT(T, context_len, UATTN_OK, UATTN_OK, "context_len"),
       COUNT(T, sliding_window, UATTN_OK, UATTN_OK, "sliding_window"),
   };
   static const misuse slot_cases[] = {
-      NULL_ARG(T, num_slots, "num_slots"),
-      NULL_ARG(T, slot_mapping, "slot_mapping"),
-      NULL_ARG(T, block_table, "block_table"),
-      MISALIGNED(T, num_slots, "num_slots"),
-      MISALIGNED(T, slot_mapping, "slot_mapping"),
-      MISALIGNED(T, block_table, "block_table"),
+      POINTER_ARG(T, num_slots, "num_slots"),
+      POINTER_ARG(T, slot_mapping, "slot_mapping"),
+      POINTER_ARG(T, block_table, "block_table"),
       LENGTH(T, seq_len, REFUSED, "seq_len"),
       SET(T, seq_len, INT32_MAX, UATTN_ERR_CAPACITY, "capacity"),
       COUNT(T, context_len, UATTN_OK, REFUSED, "context_len"),
@@ -268,12 +256,9 @@ Test(api_misuse, uattn_split_prefill_chunks) {
   typedef chunks_args T;
   static const api_fn fn = API_FN(chunks, T);
   static const misuse cases[] = {
-      NULL_ARG(T, seq_lens, "seq_lens"),
-      NULL_ARG(T, chunks, "chunks"),
-      NULL_ARG(T, num_chunks, "num_chunks"),
-      MISALIGNED(T, seq_lens, "seq_lens"),
-      MISALIGNED(T, chunks, "chunks"),
-      MISALIGNED(T, num_chunks, "num_chunks"),
+      POINTER_ARG(T, seq_lens, "seq_lens"),
+      POINTER_ARG(T, chunks, "chunks"),
+      POINTER_ARG(T, num_chunks, "num_chunks"),
       LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
       COUNT(T, workspace_size, REFUSED, UATTN_OK, "workspace_size"),
       COUNT(T, request_offset, UATTN_OK, REFUSED, "request_offset"),
@@ -304,10 +289,8 @@ Test(api_misuse, uattn_compute_dcp_local_seq_lens) {
   typedef dcp_args T;
   static const api_fn fn = API_FN(dcp, T);
   static const misuse cases[] = {
-      NULL_ARG(T, seq_lens, "seq_lens"),
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, seq_lens, "seq_lens"),
-      MISALIGNED(T, out, "out"),
+      POINTER_ARG(T, seq_lens, "seq_lens"),
+      POINTER_ARG(T, out, "out"),
       LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
       SET(T, num_reqs, INT32_MAX, UATTN_ERR_OVERFLOW, "do not fit"), /* num_reqs x dcp_size values */
       LENGTH(T, dcp_size, REFUSED, "dcp_size"),
@@ -345,14 +328,10 @@ Test(api_misuse, uattn_make_kv_sharing_fast_prefill_metadata) {
   typedef fast_prefill_args T;
   static const api_fn fn = API_FN(fast_prefill, T);
   static const misuse cases[] = {
-      NULL_ARG(T, query_start_loc, "query_start_loc"),
-      NULL_ARG(T, logits_indices, "logits_indices"),
-      NULL_ARG(T, query_start_loc_out, "query_start_loc_out"),
-      NULL_ARG(T, info, "info"),
-      MISALIGNED(T, query_start_loc, "query_start_loc"),
-      MISALIGNED(T, logits_indices, "logits_indices"),
-      MISALIGNED(T, query_start_loc_out, "query_start_loc_out"),
-      MISALIGNED(T, info, "info"),
+      POINTER_ARG(T, query_start_loc, "query_start_loc"),
+      POINTER_ARG(T, logits_indices, "logits_indices"),
+      POINTER_ARG(T, query_start_loc_out, "query_start_loc_out"),
+      POINTER_ARG(T, info, "info"),
       SET(T, num_reqs, -1, REFUSED, "num_reqs"),
       SET(T, num_reqs, 0, UATTN_ERR_OUT_OF_RANGE, "query row"), /* no rows for the logits to index */
       LENGTH(T, num_logits, UATTN_OK, "num_logits"),
@@ -391,16 +370,14 @@ Test(api_misuse, uattn_causal_conv1d_programs_and_metadata) {
   typedef conv1d_args T;
   static const api_fn count = API_FN(count_conv1d, T), metadata = API_FN(conv1d_metadata, T);
   static const misuse cases[] = {
-      NULL_ARG(T, query_start_loc, "query_start_loc"),   NULL_ARG(T, num_programs, "num_programs"),
-      MISALIGNED(T, query_start_loc, "query_start_loc"), MISALIGNED(T, num_programs, "num_programs"),
-      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),         COUNT(T, block_m, REFUSED, UATTN_OK, "block_m"),
+      POINTER_ARG(T, query_start_loc, "query_start_loc"),
+      POINTER_ARG(T, num_programs, "num_programs"),
+      LENGTH(T, num_reqs, UATTN_OK, "num_reqs"),
+      COUNT(T, block_m, REFUSED, UATTN_OK, "block_m"),
   };
   static const misuse count_only[] = {MISALIGNED(T, padded_buffer_len, "padded_buffer_len")};
   static const misuse metadata_only[] = {
-      NULL_ARG(T, batch_ptr, "batch_ptr"),
-      NULL_ARG(T, token_chunk_offset_ptr, "token_chunk_offset_ptr"),
-      MISALIGNED(T, batch_ptr, "batch_ptr"),
-      MISALIGNED(T, token_chunk_offset_ptr, "token_chunk_offset_ptr"),
+      POINTER_ARG(T, batch_ptr, "batch_ptr"), POINTER_ARG(T, token_chunk_offset_ptr, "token_chunk_offset_ptr"),
       MISALIGNED(T, programs_per_req, "programs_per_req"),
       LENGTH(T, capacity, REFUSED, "capacity"), /* all of the capacity is written: an array length */
   };
@@ -432,8 +409,7 @@ Test(api_misuse, uattn_count_query_kv_tokens) {
   typedef query_kv_args T;
   static const api_fn fn = API_FN(query_kv, T);
   static const misuse cases[] = {
-      NULL_ARG(T, out, "out"),
-      MISALIGNED(T, out, "out"),
+      POINTER_ARG(T, out, "out"),
       ENUM(T, type, "attention type"),
       COUNT(T, num_prefill_tokens, UATTN_OK, UATTN_OK, "num_prefill_tokens"),
       COUNT(T, num_decode_tokens, UATTN_OK, UATTN_OK, "num_decode_tokens"),
@@ -471,12 +447,9 @@ Test(api_misuse, uattn_select_seq_len_block_table) {
   static const api_fn fn = API_FN(select, T);
   static const misuse cases[] = {
       NULL_ARG(T, metadata_ptr, "metadata"),
-      NULL_ARG(T, out, "out"),
-      NULL_ARG(T, metadata.seq_lens, "seq_lens"),
-      NULL_ARG(T, metadata.block_tables, "block_tables"),
-      MISALIGNED(T, out, "out"),
-      MISALIGNED(T, metadata.seq_lens, "seq_lens"),
-      MISALIGNED(T, metadata.block_tables, "block_tables"),
+      POINTER_ARG(T, out, "out"),
+      POINTER_ARG(T, metadata.seq_lens, "seq_lens"),
+      POINTER_ARG(T, metadata.block_tables, "block_tables"),
       ENUM(T, type, "attention type"),
       SET(T, metadata.max_prefill_seq_len, -1, REFUSED, "max_prefill_seq_len"),
       SET(T, metadata.block_tables_stride, -1, REFUSED, "stride"),
