@@ -19,13 +19,38 @@ static unsigned char *sentinel_filled(size_t bytes) {
   return c;
 }
 
+/* The caches of a cache-update test, each `bytes` long: as the oracle wrote them and as the test expects. */
+typedef struct cache_images {
+  unsigned char *kc, *vc, *want_k, *want_v;
+  size_t bytes;
+} cache_images;
+
+/* The oracle's update of step s (k and v in f32) into caches of nb blocks that held only the sentinel; the
+ * expected images start as the sentinel too, for the test to fill in. */
+static cache_images write_over_sentinel(const oracle_step *s, const uattn_layer *L, const float *k, const float *v,
+                                        int32_t nb) {
+  cache_images c;
+  c.bytes = (size_t)nb * s->block_size * L->num_kv_heads * L->head_dim * oracle_dtype_size(L->cache_dtype);
+  c.kc = sentinel_filled(c.bytes), c.vc = sentinel_filled(c.bytes);
+  const uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = c.kc, .value_cache = c.vc, .num_blocks = nb};
+  cr_assert_eq(oracle_write_cache(s, L, &t), 0, "%s", oracle_last_error());
+  c.want_k = sentinel_filled(c.bytes), c.want_v = sentinel_filled(c.bytes);
+  return c;
+}
+
 /* Both caches as written equal the expected images, byte for byte. */
-static void expect_cache_bytes(const unsigned char *kc, const unsigned char *vc, const unsigned char *want_k,
-                               const unsigned char *want_v, size_t bytes) {
-  for (size_t i = 0; i < bytes; i++) {
-    cr_assert_eq(kc[i], want_k[i], "key cache byte %zu: %#x, expected %#x", i, kc[i], want_k[i]);
-    cr_assert_eq(vc[i], want_v[i], "value cache byte %zu: %#x, expected %#x", i, vc[i], want_v[i]);
+static void expect_cache_images(const cache_images *c) {
+  for (size_t i = 0; i < c->bytes; i++) {
+    cr_assert_eq(c->kc[i], c->want_k[i], "key cache byte %zu: %#x, expected %#x", i, c->kc[i], c->want_k[i]);
+    cr_assert_eq(c->vc[i], c->want_v[i], "value cache byte %zu: %#x, expected %#x", i, c->vc[i], c->want_v[i]);
   }
+}
+
+static void cache_images_free(cache_images *c) {
+  free(c->kc);
+  free(c->vc);
+  free(c->want_k);
+  free(c->want_v);
 }
 
 /* Two requests, bs 4, Hkv 2, D 3: request 0 has 3 cached tokens and writes p = 3..6 (block 5 slot 3, then
@@ -48,18 +73,14 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
   k[0] = 1 + 0x1p-8f;
   k[1] = 1 + 0x1.8p-7f;
   k[2] = 1 + 0x1p-11f;
-  const size_t es = oracle_dtype_size(cache_dtype), elems = (size_t)nb * bs * hkv * D;
-  unsigned char *kc = sentinel_filled(elems * es), *vc = sentinel_filled(elems * es);
   oracle_step s = {.num_reqs = 2,
                    .block_size = bs,
                    .num_computed = nc,
                    .num_scheduled = ns,
                    .block_table = bt,
                    .block_table_stride = 3};
-  uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = nb};
-  cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
+  cache_images img = write_over_sentinel(&s, &L, k, v, nb);
 
-  unsigned char *want_k = sentinel_filled(elems * es), *want_v = sentinel_filled(elems * es);
   for (int32_t row = 0; row < T; row++) {
     const int64_t block = want_slot[row] / bs, off = want_slot[row] % bs;
     for (int32_t g = 0; g < hkv; g++) {
@@ -67,30 +88,27 @@ static void check_cache_write(uattn_kv_layout layout, uattn_dtype cache_dtype) {
         const size_t at = layout == UATTN_LAYOUT_HND ? (size_t)(((block * hkv + g) * bs + off) * D + d)
                                                      : (size_t)((want_slot[row] * hkv + g) * D + d);
         const size_t src = (size_t)(row * hkv + g) * D + (size_t)d;
-        oracle_store(want_k, cache_dtype, at, k[src]);
-        oracle_store(want_v, cache_dtype, at, v[src]);
+        oracle_store(img.want_k, cache_dtype, at, k[src]);
+        oracle_store(img.want_v, cache_dtype, at, v[src]);
         cr_assert_eq(oracle_cache_index(&L, bs, want_slot[row], g, d, false), at);
         cr_assert_eq(oracle_cache_index(&L, bs, want_slot[row], g, d, true), at);
       }
     }
   }
-  expect_cache_bytes(kc, vc, want_k, want_v, elems * es);
+  expect_cache_images(&img);
   /* the ties, by hand: slot 23, head 0, d 0..2 */
   const size_t at = layout == UATTN_LAYOUT_HND ? (size_t)(((5 * hkv + 0) * bs + 3) * D) : (size_t)(23 * hkv * D);
   if (cache_dtype == UATTN_BF16) {
-    const uint16_t *c = (const uint16_t *)kc;
+    const uint16_t *c = (const uint16_t *)img.kc;
     cr_assert(c[at] == 0x3F80 && c[at + 1] == 0x3F82, "bf16 ties: %#x %#x", c[at], c[at + 1]);
   } else if (cache_dtype == UATTN_F16) {
-    const uint16_t *c = (const uint16_t *)kc;
+    const uint16_t *c = (const uint16_t *)img.kc;
     cr_assert(c[at] == 0x3C04 && c[at + 1] == 0x3C0C && c[at + 2] == 0x3C00, "f16: %#x %#x %#x", c[at], c[at + 1],
               c[at + 2]);
   } else {
-    cr_assert(((const float *)kc)[at] == k[0]);
+    cr_assert(((const float *)img.kc)[at] == k[0]);
   }
-  free(kc);
-  free(vc);
-  free(want_k);
-  free(want_v);
+  cache_images_free(&img);
 }
 
 Test(cache, write_at_the_right_slots_nhd) {
@@ -194,8 +212,6 @@ static void check_tiled_cache_write(uattn_dtype cache_dtype) {
     k[i] = (float)(i + 1) * 0.25f;
     v[i] = -(float)(i + 1) * 0.125f;
   }
-  const size_t es = oracle_dtype_size(cache_dtype), elems = (size_t)nb * bs * hkv * D;
-  unsigned char *kc = sentinel_filled(elems * es), *vc = sentinel_filled(elems * es);
   oracle_step s = {.num_reqs = 2,
                    .block_size = bs,
                    .num_computed = nc,
@@ -203,39 +219,34 @@ static void check_tiled_cache_write(uattn_dtype cache_dtype) {
                    .num_prompt = np,
                    .block_table = bt,
                    .block_table_stride = 2};
-  uattn_tensors t = {.q = NULL, .k = k, .v = v, .key_cache = kc, .value_cache = vc, .num_blocks = nb};
-  cr_assert_eq(oracle_write_cache(&s, &L, &t), 0, "%s", oracle_last_error());
+  cache_images img = write_over_sentinel(&s, &L, k, v, nb);
 
   env e; /* only for slot_index: its layer, block size and nothing else */
   memset(&e, 0, sizeof e);
   e.L = L;
   e.bs = bs;
-  unsigned char *want_k = sentinel_filled(elems * es), *want_v = sentinel_filled(elems * es);
   for (int32_t row = 0; row < T; row++)
     for (int32_t g = 0; g < hkv; g++)
       for (int32_t d = 0; d < D; d++) {
         const size_t src = (size_t)(row * hkv + g) * D + (size_t)d;
         const size_t ak = slot_index(&e, want_slot[row], g, d, false), av = slot_index(&e, want_slot[row], g, d, true);
         if (oracle_is_fp8(cache_dtype)) {
-          want_k[ak] = oracle_quantize_fp8(cache_dtype, k[src], L.k_scale);
-          want_v[av] = oracle_quantize_fp8(cache_dtype, v[src], L.v_scale);
+          img.want_k[ak] = oracle_quantize_fp8(cache_dtype, k[src], L.k_scale);
+          img.want_v[av] = oracle_quantize_fp8(cache_dtype, v[src], L.v_scale);
         } else {
-          oracle_store(want_k, cache_dtype, ak, k[src]);
-          oracle_store(want_v, cache_dtype, av, v[src]);
+          oracle_store(img.want_k, cache_dtype, ak, k[src]);
+          oracle_store(img.want_v, cache_dtype, av, v[src]);
         }
       }
-  expect_cache_bytes(kc, vc, want_k, want_v, elems * es);
+  expect_cache_images(&img);
   /* row 0 (slot 94: block 2, tile 1, key 14), head 0: keys at 640 + 28 + {0, 1, 32, 33}, values at
    * 640 + 56 + {0, 2, 4, 6} (key 14 is the even one of pair 7) */
   const size_t kat[4] = {668, 669, 700, 701}, vat[4] = {696, 698, 700, 702};
   for (int32_t d = 0; d < D && !oracle_is_fp8(cache_dtype); d++) {
-    cr_assert_eq(oracle_load(kc, cache_dtype, kat[d]), oracle_round(cache_dtype, k[d]), "slot 94 key dim %d", d);
-    cr_assert_eq(oracle_load(vc, cache_dtype, vat[d]), oracle_round(cache_dtype, v[d]), "slot 94 value dim %d", d);
+    cr_assert_eq(oracle_load(img.kc, cache_dtype, kat[d]), oracle_round(cache_dtype, k[d]), "slot 94 key dim %d", d);
+    cr_assert_eq(oracle_load(img.vc, cache_dtype, vat[d]), oracle_round(cache_dtype, v[d]), "slot 94 value dim %d", d);
   }
-  free(kc);
-  free(vc);
-  free(want_k);
-  free(want_v);
+  cache_images_free(&img);
 }
 
 Test(cache, write_at_the_right_slots_tiled) {
