@@ -1,6 +1,5 @@
-/* The uattn_step of a list of requests, as the step runners (support/step.c), the tests' random batches
- * (tests/common/random_batch.h) and fuzz_forward build it. A header of its own so that its users need not see
- * support/step.h's `step`. */
+/* The uattn_step of a list of requests, as the step runners (support/step.c), the tests, fuzz_forward and
+ * uattn-runtime-bench build it. A header of its own so that its users need not see support/step.h's `step`. */
 #ifndef UATTN_SUPPORT_REQUESTS_H
 #define UATTN_SUPPORT_REQUESTS_H
 

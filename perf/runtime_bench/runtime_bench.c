@@ -25,6 +25,7 @@
 
 #include "common/tensors.h"
 #include "common/timing.h"
+#include "support/requests.h"
 #include "threads/pool.h" /* uattn_runtime_run: internal, so this links the static library */
 #include "uattn.h"
 
@@ -92,12 +93,7 @@ static double forward_us(int32_t decodes, int iters) {
   for (int32_t r = 0; r < MAX; r++) computed[r] = BS - 1, scheduled[r] = 1, prompt[r] = 4, table[r] = r;
   uattn_plan_config pc = uattn_plan_config_default(BS, MAX, MAX, MAX, BS);
   uattn_plan *plan;
-  const uattn_step step = {.num_reqs = decodes,
-                           .num_computed = computed,
-                           .num_scheduled = scheduled,
-                           .num_prompt = prompt,
-                           .block_table = table,
-                           .block_table_stride = 1};
+  const uattn_step step = step_requests(decodes, computed, scheduled, prompt, table, 1);
   if (uattn_plan_create(&pc, &plan) != UATTN_OK || uattn_plan_step(plan, &step) != UATTN_OK) {
     fprintf(stderr, "plan: %s\n", uattn_last_error());
     return -1;

@@ -26,6 +26,7 @@
 #include "common/attention_case.h"
 #include "common/case_names.h"
 #include "uattn_vllm.h"
+#include "support/requests.h"
 
 #define CP_MAX_RANKS 4
 
@@ -494,12 +495,7 @@ static int32_t planned_local_len(int32_t n, int32_t rank, int32_t il, int32_t s)
   cr_assert_eq(uattn_plan_create(&pc, &plan), UATTN_OK, "%s", uattn_last_error());
   int32_t nc = s - 1, ns = 1, np = 1, table[64];
   for (int32_t i = 0; i < 64; i++) table[i] = i;
-  const uattn_step step = {.num_reqs = 1,
-                           .num_computed = &nc,
-                           .num_scheduled = &ns,
-                           .num_prompt = &np,
-                           .block_table = table,
-                           .block_table_stride = 64};
+  const uattn_step step = step_requests(1, &nc, &ns, &np, table, 64);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info info;
   uattn_plan_get_info(plan, &info);

@@ -14,6 +14,7 @@
 
 #include "common/attention_case.h"
 #include "common/case_names.h"
+#include "support/requests.h"
 
 static const uattn_dtype formats[2] = {UATTN_FP8_E4M3, UATTN_FP8_E5M2};
 
@@ -141,12 +142,7 @@ static size_t check_write(uattn_dtype t, uattn_dtype in, uattn_kv_layout layout,
   uattn_plan_config pc = uattn_plan_config_default(BS, nb, 4, 1024, 64 * BS);
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&pc, &plan), UATTN_OK, "%s", uattn_last_error());
-  const uattn_step step = {.num_reqs = 1,
-                           .num_computed = &nc,
-                           .num_scheduled = &ns,
-                           .num_prompt = &np,
-                           .block_table = table,
-                           .block_table_stride = 64};
+  const uattn_step step = step_requests(1, &nc, &ns, &np, table, 64);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_layer L = uattn_layer_default(HKV, HKV, D, in);
   L.cache_dtype = t;

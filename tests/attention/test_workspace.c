@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "uattn.h"
+#include "support/requests.h"
 
 typedef struct counting {
   atomic_size_t live, peak, calls;
@@ -71,12 +72,7 @@ Test(workspace, pr784_thousands_of_shared_blocks_in_bounded_memory, .timeout = 3
   uattn_plan_config cfg = uattn_plan_config_default(BS, num_blocks, reqs, tokens, PREFIX + CHUNK + BS);
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
-  const uattn_step step = {.num_reqs = reqs,
-                           .num_computed = nc,
-                           .num_scheduled = ns,
-                           .num_prompt = np,
-                           .block_table = table,
-                           .block_table_stride = stride};
+  const uattn_step step = step_requests(reqs, nc, ns, np, table, stride);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);

@@ -8,6 +8,7 @@
 #include "plan/planner.h"
 #include "common/random_batch.h"
 #include "common/support.h"
+#include "support/requests.h"
 
 /* ---- worked examples ------------------------------------------------------------------------------- */
 
@@ -19,12 +20,7 @@ Test(planner_examples, docs_batch) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK, "%s", uattn_last_error());
   const int32_t nc[] = {0, 4, 6, 4}, ns[] = {8, 4, 1, 1}, np[] = {8, 8, 6, 4};
   const int32_t table[] = {0, 1, 2, 3, 4, 5, 6, 7}; /* stride 2 */
-  uattn_step step = {.num_reqs = 4,
-                     .num_computed = nc,
-                     .num_scheduled = ns,
-                     .num_prompt = np,
-                     .block_table = table,
-                     .block_table_stride = 2};
+  uattn_step step = step_requests(4, nc, ns, np, table, 2);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -92,12 +88,7 @@ Test(planner_examples, indices_and_offsets) {
   uattn_plan *plan;
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   const int32_t nc[] = {0, 0, 0}, ns[] = {1, 2, 3}, np[] = {1, 2, 3}, table[] = {0, 1, 2};
-  uattn_step step = {.num_reqs = 3,
-                     .num_computed = nc,
-                     .num_scheduled = ns,
-                     .num_prompt = np,
-                     .block_table = table,
-                     .block_table_stride = 1};
+  uattn_step step = step_requests(3, nc, ns, np, table, 1);
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -117,14 +108,9 @@ Test(planner_examples, spec_decode_is_causal) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   const int32_t nc[] = {5}, ns[] = {1}, np[] = {3}, table[] = {3, 6};
   const int32_t drafts[] = {5, -1, 7}, offsets[] = {0, 3};
-  uattn_step step = {.num_reqs = 1,
-                     .num_computed = nc,
-                     .num_scheduled = ns,
-                     .num_prompt = np,
-                     .block_table = table,
-                     .block_table_stride = 2,
-                     .draft_tokens = drafts,
-                     .draft_offsets = offsets};
+  uattn_step step = step_requests(1, nc, ns, np, table, 2);
+  step.draft_tokens = drafts;
+  step.draft_offsets = offsets;
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);
@@ -149,13 +135,8 @@ Test(planner_examples, async_partial_prompt_samples_its_last_row) {
   cr_assert_eq(uattn_plan_create(&cfg, &plan), UATTN_OK);
   /* request 0 is a partial prompt (3 of 10 tokens), request 1 a decode */
   const int32_t nc[] = {0, 4}, ns[] = {3, 1}, np[] = {10, 4}, table[] = {0, 1, 2, 3};
-  uattn_step step = {.num_reqs = 2,
-                     .num_computed = nc,
-                     .num_scheduled = ns,
-                     .num_prompt = np,
-                     .block_table = table,
-                     .block_table_stride = 2,
-                     .async_scheduling = true};
+  uattn_step step = step_requests(2, nc, ns, np, table, 2);
+  step.async_scheduling = true;
   cr_assert_eq(uattn_plan_step(plan, &step), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info in;
   uattn_plan_get_info(plan, &in);

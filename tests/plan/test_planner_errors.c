@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/support.h"
+#include "support/requests.h"
 
 /* A valid base step: a prompt sharing a 2-block prefix with a decode, block size 4. */
 typedef struct base {
@@ -265,12 +266,7 @@ Test(planner_errors, context_parallel_local_table_too_short) {
   cr_assert_eq(uattn_plan_create(&c, &p), UATTN_OK, "%s", uattn_last_error());
   /* a decode at position 20: rank 0 holds 0-2, 6-8, 12-14, 18-20, 12 keys, 3 local blocks */
   int32_t nc = 20, ns = 1, np = 4, table[3] = {5, 1, 7};
-  uattn_step s = {.num_reqs = 1,
-                  .num_computed = &nc,
-                  .num_scheduled = &ns,
-                  .num_prompt = &np,
-                  .block_table = table,
-                  .block_table_stride = 3};
+  uattn_step s = step_requests(1, &nc, &ns, &np, table, 3);
   cr_assert_eq(uattn_plan_step(p, &s), UATTN_OK, "%s", uattn_last_error());
   uattn_plan_info info;
   uattn_plan_get_info(p, &info);
