@@ -11,11 +11,15 @@
  * such block walks the keys it sees KC at a time:
  *   S = Q K^T   the block's queries rounded to bf16 unscaled (avx512bf16's rule), tdpbf16ps over 32 dims a
  *               step into 2 x 2 fp32 tiles of 16 vectors by 16 keys, stored to S;
- *   softmax     avx512bf16's bf16_softmax_row on each vector's row, with the same rules (mask, window, soft
- *               cap, ALiBi) and the scale applied to the fp32 scores; P into bf16 pairs;
+ *   softmax     avx512bf16's rules (mask, window, soft cap, ALiBi; bf16_row_max) and online rescale on each
+ *               vector's row, the weights as 2^(s c - m log2 e) from one FMA (v16_exp2_fms: c is the scale
+ *               times log2 e), fewer vector operations than e^(s scale - m), which bound this walk; P into
+ *               bf16 pairs;
  *   P V         the block's outputs, in fp32 in the job's o (a last partial block's in a padded copy),
  *               rescaled there by each row's factor, take tdpbf16ps over 32 keys a step, 32 dims at a time,
  *               over the keys the block sees.
+ * The steps (block, chunk) are software-pipelined: the next step's S = Q K^T runs between a step's softmax
+ * and its P V.
  * The outputs, m and l are the job's, so a vector's result depends on its own row alone, as elsewhere.
  * What tiles do not fill goes to avx512bf16's attend on the same panels: jobs of fewer than 16 vectors
  * (decodes, short verifications), head dims that are not multiples of 32 or past AMX_MAX_DIM, and P kept in
@@ -46,26 +50,29 @@ typedef struct amx_ctx {
   const uattn_panel_job *job;
   const uint32_t *kp, *vp;
   int32_t P, Dv;
-  float (*S)[KC];         /* [AMX_QB][KC] scores, then P */
+  float scale_log2e;      /* the layer's scale times log2 e, for rows of unscaled scores */
+  float (*S)[KC];         /* [AMX_QB][KC] scores */
   uint32_t (*pp)[AMX_PP]; /* [AMX_QB][AMX_PP] P in bf16 pairs, finite everywhere (zeros at first) */
-  uint32_t *qp;           /* [AMX_QB][D / 2] the block's queries in bf16 pairs */
 } amx_ctx;
 
-/* Vectors [x0, x0 + nb) of the job (their queries in c->qp, outputs at ob, D floats apart) against keys
- * [c0, c1). Each accumulator tile sees the same tdpbf16ps in the same order whether its block has one tile
- * row or two, so the second row only shares the operand loads. */
-AMX_INLINE void amx_chunk(amx_tiles *t, const int32_t D, const amx_ctx *c, int32_t x0, int32_t nb, float *ob,
-                          int32_t c0, int32_t c1) {
-  const uattn_panel_job *job = c->job;
+/* One step of the walk: a block of query vectors [x0, x0 + nb) (their queries in qp, outputs at o, D floats
+ * apart) against the keys [c0, c1) of a chunk, of which the block sees [klo, khi). */
+typedef struct amx_step {
+  int32_t x0, nb, c0, c1, klo, khi;
+  const uint32_t *qp;
+  float *o;
   vec_rule rule[AMX_QB];
-  int32_t klo, khi;
-  block_rules(job, x0, nb, c0, c1, rule, &klo, &khi);
-  if (klo >= khi) return;
-  const int32_t j0 = klo & ~15, j1 = (khi + 15) & ~15, P = c->P, Dv = c->Dv;
-  const bool m2 = nb > AMX_M; /* the second tile row holds vectors */
+} amx_step;
+
+/* S = Q K^T of the step's block and chunk, over the columns [j0, j1) of whole 16s that hold its keys. Each
+ * accumulator tile sees the same tdpbf16ps in the same order whether its block has one tile row or two, so
+ * the second row only shares the operand loads. */
+AMX_INLINE void amx_scores(amx_tiles *t, const int32_t D, const amx_ctx *c, const amx_step *s) {
+  const int32_t j0 = s->klo & ~15, j1 = (s->khi + 15) & ~15, P = c->P;
+  const bool m2 = s->nb > AMX_M; /* the second tile row holds vectors */
   float(*S)[KC] = c->S;
-  const size_t qs = 2 * (size_t)D, ss = sizeof(float) * KC, ps = sizeof(uint32_t) * AMX_PP, os = sizeof(float) * D;
-  const uint32_t *q1 = c->qp + (size_t)AMX_M * (D / 2);
+  const size_t qs = 2 * (size_t)D, ss = sizeof(float) * KC;
+  const uint32_t *q1 = s->qp + (size_t)AMX_M * (D / 2);
   for (int32_t j = j0; j < j1; j += 32) {
     const bool two = j + 16 < j1;
     amx_zero(t, 0);
@@ -74,7 +81,7 @@ AMX_INLINE void amx_chunk(amx_tiles *t, const int32_t D, const amx_ctx *c, int32
     if (m2 && two) amx_zero(t, 3);
     for (int32_t d = 0; d < D; d += 32) {
       const uint32_t *k = c->kp + (size_t)(d / 2) * P + j;
-      amx_load(t, 4, c->qp + d / 2, qs);
+      amx_load(t, 4, s->qp + d / 2, qs);
       amx_load(t, 6, k, 4 * (size_t)P);
       if (m2) amx_load(t, 5, q1 + d / 2, qs);
       if (two) amx_load(t, 7, k + 16, 4 * (size_t)P);
@@ -88,29 +95,62 @@ AMX_INLINE void amx_chunk(amx_tiles *t, const int32_t D, const amx_ctx *c, int32
     if (m2) amx_store(t, 2, &S[AMX_M][j - j0], ss);
     if (m2 && two) amx_store(t, 3, &S[AMX_M][j + 16 - j0], ss);
   }
-  for (int i = 0; i < nb; i++) {
-    const size_t x = (size_t)x0 + i;
-    float alpha;
-    if (rule[i].lo < rule[i].hi) {
-      alpha = bf16_softmax_row(S[i], j0, j1, &rule[i], job, &job->m[x], &job->l[x], c->pp[i]);
+}
+
+/* A row's weights P = e^(s - m_new) = 2^(x c - m_new log2 e) (x its scores, unscaled with c the scale times
+ * log2 e, or scaled with c = log2 e) into bf16 pairs, and their sum before rounding. */
+AMX_INLINE float amx_row_exp(const float *s, int32_t n, float c, float m_new, uint32_t *pairs) {
+  const v16 cv = v16_set1(c), mc = v16_set1(m_new * LOG2E_F);
+  v16 sum = v16_zero();
+  for (int32_t j = 0; j < n; j += 16) {
+    const v16 p = v16_exp2_fms(v16_load(s + j), cv, mc);
+    sum = v16_add(sum, p);
+    _mm256_storeu_si256((__m256i *)(pairs + j / 2), v16_pairs_bf16(p));
+  }
+  return v16_hsum(sum);
+}
+
+/* The step's scores to P in c->pp, its vectors' m and l updated and their outputs rescaled, the rows in passes
+ * (maxima, then exponentials, then rescales) so that their chains overlap. */
+AMX_INLINE void amx_softmax(const int32_t D, const amx_ctx *c, const amx_step *s) {
+  const uattn_panel_job *job = c->job;
+  const int32_t j0 = s->klo & ~15, j1 = (s->khi + 15) & ~15;
+  float bmax[AMX_QB], alpha[AMX_QB];
+  bool plain[AMX_QB];
+  for (int i = 0; i < s->nb; i++)
+    if (s->rule[i].lo < s->rule[i].hi) bmax[i] = bf16_row_max(c->S[i], j0, j1, &s->rule[i], job, &plain[i]);
+  for (int i = 0; i < s->nb; i++) {
+    const size_t x = (size_t)s->x0 + i;
+    if (s->rule[i].lo < s->rule[i].hi) {
+      const float m_new = row_new_max(bmax[i], job->m[x], &alpha[i]);
+      job->l[x] =
+          job->l[x] * alpha[i] + amx_row_exp(c->S[i], j1 - j0, plain[i] ? c->scale_log2e : LOG2E_F, m_new, c->pp[i]);
+      job->m[x] = m_new;
     } else { /* this vector sees none of the chunk: o stays exactly as it is */
-      alpha = 1.0f;
+      alpha[i] = 1.0f;
       memset(c->pp[i], 0, sizeof(uint32_t) * (size_t)(j1 - j0) / 2);
     }
-    if (alpha != 1.0f) {
-      float *o = ob + (size_t)i * D;
-      const v16 a = v16_set1(alpha);
+  }
+  for (int i = 0; i < s->nb; i++)
+    if (alpha[i] != 1.0f) {
+      float *o = s->o + (size_t)i * D;
+      const v16 a = v16_set1(alpha[i]);
       for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(a, v16_load(o + d)));
     }
-  }
-  /* key pairs [klo / 2, (khi + 1) / 2), as avx512bf16's P V: values outside the keys the block sees may be
-   * anything (an evicted window's), and 0 times NaN is NaN. A last step of fewer than 16 pairs takes its
-   * values from vt, the pairs past its end zero (P past it is finite: pp's rows and their pad). */
-  const int32_t r0 = klo / 2, r1 = (khi + 1) / 2, tail = (r1 - r0) % 16, rt = r1 - tail;
+}
+
+/* o += P V over key pairs [klo / 2, (khi + 1) / 2), as avx512bf16's P V: values outside the keys the block sees
+ * may be anything (an evicted window's), and 0 times NaN is NaN. A last step of fewer than 16 pairs takes its
+ * values from vt, the pairs past its end zero (P past it is finite: pp's rows and their pad). */
+AMX_INLINE void amx_values(amx_tiles *t, const int32_t D, const amx_ctx *c, const amx_step *s) {
+  const int32_t j0 = s->klo & ~15, Dv = c->Dv;
+  const bool m2 = s->nb > AMX_M;
+  const size_t ps = sizeof(uint32_t) * AMX_PP, os = sizeof(float) * D;
+  const int32_t r0 = s->klo / 2, r1 = (s->khi + 1) / 2, tail = (r1 - r0) % 16, rt = r1 - tail;
   _Alignas(64) uint32_t vt[16][32];
   if (tail) memset(vt[tail], 0, sizeof(uint32_t) * 32 * (size_t)(16 - tail));
   for (int32_t d = 0; d < D; d += 32) {
-    float *o = ob + d, *o1 = ob + (size_t)AMX_M * D + d;
+    float *o = s->o + d, *o1 = s->o + (size_t)AMX_M * D + d;
     amx_load(t, 0, o, os);
     amx_load(t, 1, o + 16, os);
     if (m2) amx_load(t, 2, o1, os);
@@ -143,7 +183,48 @@ static inline bool amx_takes(const uattn_panel_job *job, int32_t D) {
   return !job->probs_fp32 && D % 32 == 0 && D <= AMX_MAX_DIM && job->rows * job->group >= AMX_M;
 }
 
-/* The job's vectors against its panel; D constant where the caller is specialized. */
+/* The walk's state: the job's blocks of vectors in order, each over its chunks in order. */
+typedef struct amx_walk {
+  int32_t n, kmax, x0, c0;                  /* the next step's block and chunk */
+  uint32_t (*qp)[AMX_QB * AMX_MAX_DIM / 2]; /* two blocks' queries in bf16 pairs, alternating */
+  float *ob;                                /* a last partial block's outputs, padded to two tile rows */
+  int32_t block;                            /* blocks begun */
+} amx_walk;
+
+/* The walk's next step that sees keys into *s (its block's queries and outputs ready when it is the block's
+ * first), false when there is none. */
+AMX_INLINE bool amx_next(const int32_t D, const uattn_panel_job *job, amx_walk *w, amx_step *s) {
+  for (;;) {
+    if (w->x0 >= w->n) return false;
+    if (w->c0 == 0) { /* a new block: its queries, rounded to bf16 (avx512bf16's rule), zero rows past it */
+      const int32_t nb = w->n - w->x0 < AMX_QB ? w->n - w->x0 : AMX_QB;
+      uint32_t *qp = w->qp[w->block & 1];
+      float *o = nb == AMX_QB ? job->o + (size_t)w->x0 * D : w->ob;
+      for (int i = 0; i < AMX_QB; i++) {
+        if (i < nb) {
+          pairs_bf16(job->q + (size_t)(w->x0 + i) * D, D, qp + (size_t)i * (D / 2));
+          if (o == w->ob) memcpy(w->ob + (size_t)i * D, job->o + (size_t)(w->x0 + i) * D, sizeof(float) * (size_t)D);
+        } else {
+          memset(qp + (size_t)i * (D / 2), 0, 2 * (size_t)D);
+          memset(w->ob + (size_t)i * D, 0, sizeof(float) * (size_t)D);
+        }
+      }
+      w->block++;
+    }
+    s->x0 = w->x0, s->nb = w->n - w->x0 < AMX_QB ? w->n - w->x0 : AMX_QB;
+    s->c0 = w->c0, s->c1 = w->kmax - w->c0 < KC ? w->kmax : w->c0 + KC;
+    s->qp = w->qp[(w->block - 1) & 1];
+    s->o = s->nb == AMX_QB ? job->o + (size_t)w->x0 * D : w->ob;
+    w->c0 = s->c1;
+    if (w->c0 >= w->kmax) w->c0 = 0, w->x0 += AMX_QB;
+    block_rules(job, s->x0, s->nb, s->c0, s->c1, s->rule, &s->klo, &s->khi);
+    if (s->klo < s->khi) return true;
+  }
+}
+
+/* The job's vectors against its panel; D constant where the caller is specialized. Software-pipelined: the
+ * next step's Q K^T on the tiles runs between a step's softmax and its P V, so that the tile loads of P and
+ * of the rescaled outputs do not wait for the softmax's stores, and the tiles work while the vectors do. */
 AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D) {
   if (!amx_takes(job, D)) {
     bf16_attend_body(job, panel_keys, D);
@@ -153,35 +234,34 @@ AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, 
   if (kmax <= 0) return;
   _Alignas(64) float S[AMX_QB][KC];
   _Alignas(64) uint32_t pp[AMX_QB][AMX_PP];
-  _Alignas(64) uint32_t qp[AMX_QB * AMX_MAX_DIM / 2];
-  _Alignas(64) float ob[AMX_QB * AMX_MAX_DIM]; /* a last block's outputs, padded to two tile rows */
+  _Alignas(64) uint32_t qp[2][AMX_QB * AMX_MAX_DIM / 2];
+  _Alignas(64) float ob[AMX_QB * AMX_MAX_DIM];
   memset(pp, 0, sizeof pp);
   const amx_ctx c = {job,
                      (const uint32_t *)align64c(job->keys),
                      (const uint32_t *)align64c(job->values),
                      key_stride(panel_keys),
                      value_stride(D),
+                     job->scale * LOG2E_F,
                      S,
-                     pp,
-                     qp};
+                     pp};
+  amx_walk w = {n, kmax, 0, 0, qp, ob, 0};
+  amx_step step[2];
   amx_tiles t;
   amx_configure(&t, &amx_tile_config);
-  for (int32_t x0 = 0; x0 < n; x0 += AMX_QB) {
-    const int32_t nb = n - x0 < AMX_QB ? n - x0 : AMX_QB;
-    /* a whole block's tiles read and write the job's outputs in place; a partial one's, ob's padded rows */
-    float *o = nb == AMX_QB ? job->o + (size_t)x0 * D : ob;
-    for (int i = 0; i < AMX_QB;
-         i++) { /* the unscaled queries, rounded to bf16 (avx512bf16's rule); zero rows past nb */
-      if (i < nb) {
-        pairs_bf16(job->q + (size_t)(x0 + i) * D, D, qp + (size_t)i * (D / 2));
-        if (o == ob) memcpy(ob + (size_t)i * D, job->o + (size_t)(x0 + i) * D, sizeof(float) * (size_t)D);
-      } else {
-        memset(qp + (size_t)i * (D / 2), 0, 2 * (size_t)D);
-        memset(ob + (size_t)i * D, 0, sizeof(float) * (size_t)D);
-      }
-    }
-    for (int32_t c0 = 0; c0 < kmax; c0 += KC) amx_chunk(&t, D, &c, x0, nb, o, c0, kmax - c0 < KC ? kmax : c0 + KC);
-    if (o == ob) memcpy(job->o + (size_t)x0 * D, ob, sizeof(float) * (size_t)nb * (size_t)D);
+  int cur = 0;
+  bool more = amx_next(D, job, &w, &step[cur]);
+  if (more) amx_scores(&t, D, &c, &step[cur]);
+  while (more) {
+    amx_step *s = &step[cur], *next = &step[cur ^ 1];
+    amx_softmax(D, &c, s);
+    more = amx_next(D, job, &w, next);
+    if (more) amx_scores(&t, D, &c, next);
+    amx_values(&t, D, &c, s);
+    /* a partial block's outputs back to the job once its last step is done (the walk has moved past it) */
+    if (s->o == ob && (!more || next->x0 != s->x0))
+      memcpy(job->o + (size_t)s->x0 * D, ob, sizeof(float) * (size_t)s->nb * (size_t)D);
+    cur ^= 1;
   }
   amx_release(&t);
 }

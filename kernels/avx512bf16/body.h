@@ -369,23 +369,27 @@ BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uin
  * Rows with a rule (or a layer scale <= 0, which the API allows) are scaled first and go through
  * row_rules_max. 16 lanes a step, where softmax_row takes 8: the same exp to the bit (v16_exp), l summed in
  * another order. */
-BF16_INLINE float bf16_softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, const uattn_panel_job *job,
-                                   float *m, float *l, uint32_t *pairs) {
+/* The first half of bf16_softmax_row: the row's scores scaled and ruled (in place, where a rule applies) and
+ * their maximum; *plain says the row's scores are left unscaled (no rule cuts or changes them). */
+BF16_INLINE float bf16_row_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, const uattn_panel_job *job,
+                               bool *plain) {
   const int32_t n = j1 - j0;
-  const v16 scale = v16_set1(job->scale);
-  const bool plain = job->scale > 0.0f && job->soft_cap <= 0.0f && v->slope == 0.0f && v->lo <= j0 && v->hi >= j1;
-  float block_max;
-  if (plain) {
+  *plain = job->scale > 0.0f && job->soft_cap <= 0.0f && v->slope == 0.0f && v->lo <= j0 && v->hi >= j1;
+  if (*plain) {
     v16 vmax = v16_set1(-INFINITY);
     for (int32_t j = 0; j < n; j += 16) vmax = v16_max(vmax, v16_load(s + j));
-    block_max = v16_hmax(vmax) * job->scale;
-  } else {
-    for (int32_t j = 0; j < n; j += 16) v16_store(s + j, v16_mul(v16_load(s + j), scale));
-    block_max = row_rules_max(s, j0, j1, v, job->soft_cap);
+    return v16_hmax(vmax) * job->scale;
   }
-  float alpha;
-  const float m_new = row_new_max(block_max, *m, &alpha);
-  const v16 mv = v16_set1(m_new);
+  const v16 scale = v16_set1(job->scale);
+  for (int32_t j = 0; j < n; j += 16) v16_store(s + j, v16_mul(v16_load(s + j), scale));
+  return row_rules_max(s, j0, j1, v, job->soft_cap);
+}
+
+/* The second half: P = e^(s - m_new) into bf16 pairs (or, for probs_fp32, over s), and the sum of the
+ * unrounded weights. */
+BF16_INLINE float bf16_row_exp(float *s, int32_t n, bool plain, const uattn_panel_job *job, float m_new,
+                               uint32_t *pairs) {
+  const v16 scale = v16_set1(job->scale), mv = v16_set1(m_new);
   v16 sum = v16_zero();
   for (int32_t j = 0; j < n; j += 16) {
     v16 x = v16_load(s + j);
@@ -397,7 +401,15 @@ BF16_INLINE float bf16_softmax_row(float *s, int32_t j0, int32_t j1, const vec_r
     else
       _mm256_storeu_si256((__m256i *)(pairs + j / 2), v16_pairs_bf16(p));
   }
-  *l = *l * alpha + v16_hsum(sum);
+  return v16_hsum(sum);
+}
+
+BF16_INLINE float bf16_softmax_row(float *s, int32_t j0, int32_t j1, const vec_rule *v, const uattn_panel_job *job,
+                                   float *m, float *l, uint32_t *pairs) {
+  bool plain;
+  float alpha;
+  const float m_new = row_new_max(bf16_row_max(s, j0, j1, v, job, &plain), *m, &alpha);
+  *l = *l * alpha + bf16_row_exp(s, j1 - j0, plain, job, m_new, pairs);
   *m = m_new;
   return alpha;
 }

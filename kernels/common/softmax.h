@@ -79,8 +79,9 @@ AVX2_INLINE void block_rules(const uattn_panel_job *job, int32_t x0, const int n
                              vec_rule *rule, int32_t *klo_out, int32_t *khi_out) {
   const int32_t G = job->group;
   int32_t klo = INT32_MAX, khi = INT32_MIN;
+  /* vector x0 + i is head h of row r, counted along: a division per vector cost more than the rest */
+  int32_t r = x0 / G, h = x0 - r * G;
   for (int i = 0; i < nb; i++) {
-    const int32_t x = x0 + i, r = x / G, h = x - r * G;
     int32_t lo = c0, hi = job->visible[r] < job->num_keys ? job->visible[r] : job->num_keys;
     if (hi > c1) hi = c1;
     if (job->window > 0) { /* keys at positions <= query position - window are outside */
@@ -92,6 +93,7 @@ AVX2_INLINE void block_rules(const uattn_panel_job *job, int32_t x0, const int n
       if (lo < klo) klo = lo;
       if (hi > khi) khi = hi;
     }
+    if (++h == G) h = 0, r++;
   }
   *klo_out = klo, *khi_out = khi;
 }

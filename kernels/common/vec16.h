@@ -104,6 +104,20 @@ V16_INLINE v16 v16_exp(v16 x) {
   const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(y, fx);
 }
+/* exp2_fms8's function, 16 lanes: vrndscaleps and vscalefps (one rounding) */
+V16_INLINE v16 v16_exp2_fms(v16 x, v16 c, v16 mc) {
+  const v16 t =
+      _mm512_min_ps(_mm512_set1_ps(128.0f), _mm512_max_ps(_mm512_set1_ps(-151.0f), _mm512_fmsub_ps(x, c, mc)));
+  const v16 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const v16 f = _mm512_sub_ps(t, n);
+  v16 p = _mm512_set1_ps(EXP2_C5);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C4));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C3));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C2));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C1));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C0));
+  return _mm512_scalef_ps(p, n);
+}
 /* the 16 lanes' maximum and sum (lane i + 8 with lane i first, then hmax8 / hsum8's order) */
 V16_INLINE float v16_hmax(v16 a) {
   return hmax8(
@@ -173,6 +187,9 @@ V16_INLINE v16 v16_perm2(v16 lo, v16 hi, const int32_t *idx) {
 V16_INLINE v16 v16_sub(v16 a, v16 b) { return (v16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
 V16_INLINE v16 v16_max(v16 a, v16 b) { return (v16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
 V16_INLINE v16 v16_exp(v16 x) { return (v16){exp8(x.lo), exp8(x.hi)}; }
+V16_INLINE v16 v16_exp2_fms(v16 x, v16 c, v16 mc) {
+  return (v16){exp2_fms8(x.lo, c.lo, mc.lo), exp2_fms8(x.hi, c.hi, mc.hi)};
+}
 V16_INLINE float v16_hmax(v16 a) { return hmax8(_mm256_max_ps(a.lo, a.hi)); }
 V16_INLINE float v16_hsum(v16 a) { return hsum8(v16_fold(a)); }
 

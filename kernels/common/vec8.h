@@ -57,6 +57,36 @@ AVX2_INLINE __m256 exp8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
 
+/* exp2_fms8's polynomial: 2^f on [-1/2, 1/2], fitted for relative error */
+#define EXP2_C0 1.0000001192092896f
+#define EXP2_C1 0.6931469440460205f
+#define EXP2_C2 0.24022120237350464f
+#define EXP2_C3 0.05550713092088699f
+#define EXP2_C4 0.009675540961325169f
+#define EXP2_C5 0.001327647129073739f
+#define LOG2E_F 1.44269504088896341f
+
+/* 2^(x c - mc) for the softmax's weights, from one FMA: the exponent t clamped to [-151, 128] (below, 0: every
+ * result under 2^-150 rounds to it; a NaN stays NaN, min and max giving their second operand), t = n + f with n
+ * the nearest integer, 2^f by a degree-5 polynomial on [-1/2, 1/2] (relative error 1.6e-7), then times 2^n
+ * rounded once, as AVX-512's vscalefps does: 2^n is two factors of at most 2^64 each, the first product exact. */
+AVX2_INLINE __m256 exp2_fms8(__m256 x, __m256 c, __m256 mc) {
+  __m256 t = _mm256_min_ps(_mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-151.0f), _mm256_fmsub_ps(x, c, mc)));
+  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(t, n);
+  __m256 p = _mm256_set1_ps(EXP2_C5);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C4));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C3));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C2));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C1));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C0));
+  const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
 /* e^y in fp64 for y in [0, 40]: y = n ln2 + r, Taylor to degree 11 (error < 1e-14 on |r| <= ln2 / 2),
  * then 2^n built from n's bits (n + 1023 lands in the low mantissa bits of n + 1.5 * 2^52). */
 AVX2_INLINE __m256d exp4d(__m256d y) {
