@@ -124,7 +124,7 @@ uint8_t uattn_f32_to_fp8(uattn_dtype t, float x) {
   return t == UATTN_FP8_E4M3 ? f32_to_fp8(x, 3, 7, 0x7e) : f32_to_fp8(x, 2, 15, 0x7b);
 }
 
-void uattn_widen(uattn_dtype t, const void *src, float *dst, size_t n) {
+UATTN_ROW_CLONES void uattn_widen(uattn_dtype t, const void *src, float *dst, size_t n) {
   if (t == UATTN_F32) {
     memcpy(dst, src, n * sizeof(float));
   } else if (t == UATTN_BF16) {
@@ -140,7 +140,7 @@ void uattn_widen(uattn_dtype t, const void *src, float *dst, size_t n) {
   }
 }
 
-void uattn_narrow(uattn_dtype t, const float *src, void *dst, size_t n) {
+UATTN_ROW_CLONES void uattn_narrow(uattn_dtype t, const float *src, void *dst, size_t n) {
   if (t == UATTN_F32) {
     memcpy(dst, src, n * sizeof(float));
   } else if (t == UATTN_BF16) {

@@ -1,10 +1,12 @@
 /* The forward's merges of partial states (merge.h). */
 #include "attention/merge.h"
+#include "convert.h"
 
 #include <float.h>
 #include <math.h>
 
-float uattn_merge_parts(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim, float *out) {
+UATTN_ROW_CLONES float uattn_merge_parts(const uattn_state *parts, int32_t num_parts, float sink, int32_t head_dim,
+                                         float *out) {
   float M = -FLT_MAX;
   for (int32_t k = 0; k < num_parts; k++) {
     const float m = parts[k].m < -FLT_MAX ? -FLT_MAX : parts[k].m;
