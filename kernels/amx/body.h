@@ -98,33 +98,58 @@ AMX_INLINE void amx_scores(amx_tiles *t, const int32_t D, const amx_ctx *c, cons
 }
 
 /* A row's weights P = e^(s - m_new) = 2^(x c - m_new log2 e) (x its scores, unscaled with c the scale times
- * log2 e, or scaled with c = log2 e) into bf16 pairs, and their sum before rounding. */
-AMX_INLINE float amx_row_exp(const float *s, int32_t n, float c, float m_new, uint32_t *pairs) {
+ * log2 e, or scaled with c = log2 e) into bf16 pairs, zero outside the keys [lo, hi) (columns from j0), and
+ * their sum before rounding. */
+AMX_INLINE float amx_row_exp(const float *s, int32_t j0, int32_t j1, int32_t lo, int32_t hi, float c, float m_new,
+                             uint32_t *pairs) {
   const v16 cv = v16_set1(c), mc = v16_set1(m_new * LOG2E_F);
   v16 sum = v16_zero();
-  for (int32_t j = 0; j < n; j += 16) {
-    const v16 p = v16_exp2_fms(v16_load(s + j), cv, mc);
+  for (int32_t j = j0; j < j1; j += 16) {
+    v16 p = v16_exp2_fms(v16_load(s + (j - j0)), cv, mc);
+    if (j < lo || j + 16 > hi) p = v16_keep_range(p, lo - j, hi - j, 0.0f);
     sum = v16_add(sum, p);
-    _mm256_storeu_si256((__m256i *)(pairs + j / 2), v16_pairs_bf16(p));
+    _mm256_storeu_si256((__m256i *)(pairs + (j - j0) / 2), v16_pairs_bf16(p));
   }
   return v16_hsum(sum);
 }
 
+/* A row's maximum over the keys [lo, hi) it sees of its unscaled scores (columns from j0), times the scale: the
+ * rows that only a mask cuts (no soft cap or ALiBi), without writing the scores back. */
+AMX_INLINE float amx_row_max(const float *s, int32_t j0, int32_t j1, int32_t lo, int32_t hi, float scale) {
+  v16 vmax = v16_set1(-INFINITY);
+  for (int32_t j = j0; j < j1; j += 16) {
+    v16 x = v16_load(s + (j - j0));
+    if (j < lo || j + 16 > hi) x = v16_keep_range(x, lo - j, hi - j, -INFINITY);
+    vmax = v16_max(vmax, x);
+  }
+  return v16_hmax(vmax) * scale;
+}
+
 /* The step's scores to P in c->pp, its vectors' m and l updated and their outputs rescaled, the rows in passes
- * (maxima, then exponentials, then rescales) so that their chains overlap. */
+ * (maxima, then exponentials, then rescales) so that their chains overlap. A row with a soft cap or ALiBi takes
+ * avx512bf16's rules on its scores in place; the others (a mask at most) stay unscaled. */
 AMX_INLINE void amx_softmax(const int32_t D, const amx_ctx *c, const amx_step *s) {
   const uattn_panel_job *job = c->job;
   const int32_t j0 = s->klo & ~15, j1 = (s->khi + 15) & ~15;
+  const bool masks_only = job->scale > 0.0f && job->soft_cap <= 0.0f;
   float bmax[AMX_QB], alpha[AMX_QB];
   bool plain[AMX_QB];
-  for (int i = 0; i < s->nb; i++)
-    if (s->rule[i].lo < s->rule[i].hi) bmax[i] = bf16_row_max(c->S[i], j0, j1, &s->rule[i], job, &plain[i]);
+  for (int i = 0; i < s->nb; i++) {
+    const vec_rule *r = &s->rule[i];
+    if (r->lo >= r->hi) continue;
+    plain[i] = masks_only && r->slope == 0.0f;
+    bmax[i] = plain[i] ? amx_row_max(c->S[i], j0, j1, r->lo, r->hi, job->scale)
+                       : bf16_row_max(c->S[i], j0, j1, r, job, &plain[i]);
+  }
   for (int i = 0; i < s->nb; i++) {
     const size_t x = (size_t)s->x0 + i;
-    if (s->rule[i].lo < s->rule[i].hi) {
+    const vec_rule *r = &s->rule[i];
+    if (r->lo < r->hi) {
       const float m_new = row_new_max(bmax[i], job->m[x], &alpha[i]);
-      job->l[x] =
-          job->l[x] * alpha[i] + amx_row_exp(c->S[i], j1 - j0, plain[i] ? c->scale_log2e : LOG2E_F, m_new, c->pp[i]);
+      /* a row bf16_row_max ruled in place is -inf where masked: its bounds are the columns' */
+      const int32_t lo = plain[i] ? r->lo : j0, hi = plain[i] ? r->hi : j1;
+      job->l[x] = job->l[x] * alpha[i] +
+                  amx_row_exp(c->S[i], j0, j1, lo, hi, plain[i] ? c->scale_log2e : LOG2E_F, m_new, c->pp[i]);
       job->m[x] = m_new;
     } else { /* this vector sees none of the chunk: o stays exactly as it is */
       alpha[i] = 1.0f;

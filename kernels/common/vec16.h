@@ -37,6 +37,10 @@ V16_INLINE __mmask16 v16_mask_n(int32_t n) {
 V16_INLINE v16 v16_load_n(const float *p, int32_t n) { return _mm512_maskz_loadu_ps(v16_mask_n(n), p); }
 V16_INLINE void v16_store_n(float *p, v16 a, int32_t n) { _mm512_mask_storeu_ps(p, v16_mask_n(n), a); }
 V16_INLINE v16 v16_keep_n(v16 a, int32_t n) { return _mm512_maskz_mov_ps(v16_mask_n(n), a); }
+/* lanes [lo, hi) of a, fill in the others */
+V16_INLINE v16 v16_keep_range(v16 a, int32_t lo, int32_t hi, float fill) {
+  return _mm512_mask_blend_ps(v16_mask_n(hi) & (__mmask16)~v16_mask_n(lo), _mm512_set1_ps(fill), a);
+}
 /* 32 bf16 elements: e = elements 0, 2, .., 30 as f32, o = 1, 3, .., 31 */
 V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   const __m512i x = _mm512_loadu_si512(src);
@@ -151,6 +155,13 @@ V16_INLINE void v16_store_n(float *p, v16 a, int32_t n) {
 V16_INLINE v16 v16_keep_n(v16 a, int32_t n) {
   return (v16){_mm256_and_ps(a.lo, _mm256_castsi256_ps(tail_mask(n))),
                _mm256_and_ps(a.hi, _mm256_castsi256_ps(tail_mask(n - 8)))};
+}
+V16_INLINE v16 v16_keep_range(v16 a, int32_t lo, int32_t hi, float fill) {
+  const __m256 f = _mm256_set1_ps(fill);
+  const __m256i in_lo = _mm256_andnot_si256(tail_mask(lo), tail_mask(hi));
+  const __m256i in_hi = _mm256_andnot_si256(tail_mask(lo - 8), tail_mask(hi - 8));
+  return (v16){_mm256_blendv_ps(f, a.lo, _mm256_castsi256_ps(in_lo)),
+               _mm256_blendv_ps(f, a.hi, _mm256_castsi256_ps(in_hi))};
 }
 V16_INLINE void v16_widen_bf16_eo(const void *src, v16 *e, v16 *o) {
   const __m256i mask = _mm256_set1_epi32((int)0xffff0000u);
