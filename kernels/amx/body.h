@@ -11,10 +11,8 @@
  * such block walks the keys it sees KC at a time:
  *   S = Q K^T   the block's queries rounded to bf16 unscaled (avx512bf16's rule), tdpbf16ps over 32 dims a
  *               step into 2 x 2 fp32 tiles of 16 vectors by 16 keys, stored to S;
- *   softmax     avx512bf16's rules (mask, window, soft cap, ALiBi; bf16_row_max) and online rescale on each
- *               vector's row, the weights as 2^(s c - m log2 e) from one FMA (v16_exp2_fms: c is the scale
- *               times log2 e), fewer vector operations than e^(s scale - m), which bound this walk; P into
- *               bf16 pairs;
+ *   softmax     avx512bf16's rows (bf16_row_max, bf16_row_exp: its rules, the weights as 2^(s c - m log2 e)
+ *               from one FMA), with the online rescale; P into bf16 pairs;
  *   P V         the block's outputs, in fp32 in the job's o (a last partial block's in a padded copy),
  *               rescaled there by each row's factor, take tdpbf16ps over 32 keys a step, 32 dims at a time,
  *               over the keys the block sees.
@@ -50,7 +48,6 @@ typedef struct amx_ctx {
   const uattn_panel_job *job;
   const uint32_t *kp, *vp;
   int32_t P, Dv;
-  float scale_log2e;      /* the layer's scale times log2 e, for rows of unscaled scores */
   float (*S)[KC];         /* [AMX_QB][KC] scores */
   uint32_t (*pp)[AMX_PP]; /* [AMX_QB][AMX_PP] P in bf16 pairs, finite everywhere (zeros at first) */
 } amx_ctx;
@@ -97,59 +94,21 @@ AMX_INLINE void amx_scores(amx_tiles *t, const int32_t D, const amx_ctx *c, cons
   }
 }
 
-/* A row's weights P = e^(s - m_new) = 2^(x c - m_new log2 e) (x its scores, unscaled with c the scale times
- * log2 e, or scaled with c = log2 e) into bf16 pairs, zero outside the keys [lo, hi) (columns from j0), and
- * their sum before rounding. */
-AMX_INLINE float amx_row_exp(const float *s, int32_t j0, int32_t j1, int32_t lo, int32_t hi, float c, float m_new,
-                             uint32_t *pairs) {
-  const v16 cv = v16_set1(c), mc = v16_set1(m_new * LOG2E_F);
-  v16 sum = v16_zero();
-  for (int32_t j = j0; j < j1; j += 16) {
-    v16 p = v16_exp2_fms(v16_load(s + (j - j0)), cv, mc);
-    if (j < lo || j + 16 > hi) p = v16_keep_range(p, lo - j, hi - j, 0.0f);
-    sum = v16_add(sum, p);
-    _mm256_storeu_si256((__m256i *)(pairs + (j - j0) / 2), v16_pairs_bf16(p));
-  }
-  return v16_hsum(sum);
-}
-
-/* A row's maximum over the keys [lo, hi) it sees of its unscaled scores (columns from j0), times the scale: the
- * rows that only a mask cuts (no soft cap or ALiBi), without writing the scores back. */
-AMX_INLINE float amx_row_max(const float *s, int32_t j0, int32_t j1, int32_t lo, int32_t hi, float scale) {
-  v16 vmax = v16_set1(-INFINITY);
-  for (int32_t j = j0; j < j1; j += 16) {
-    v16 x = v16_load(s + (j - j0));
-    if (j < lo || j + 16 > hi) x = v16_keep_range(x, lo - j, hi - j, -INFINITY);
-    vmax = v16_max(vmax, x);
-  }
-  return v16_hmax(vmax) * scale;
-}
-
-/* The step's scores to P in c->pp, its vectors' m and l updated and their outputs rescaled, the rows in passes
- * (maxima, then exponentials, then rescales) so that their chains overlap. A row with a soft cap or ALiBi takes
- * avx512bf16's rules on its scores in place; the others (a mask at most) stay unscaled. */
+/* The step's scores to P in c->pp, its vectors' m and l updated and their outputs rescaled: avx512bf16's rows
+ * (bf16_row_max, bf16_row_exp), in passes (maxima, then exponentials, then rescales) so that their chains
+ * overlap. */
 AMX_INLINE void amx_softmax(const int32_t D, const amx_ctx *c, const amx_step *s) {
   const uattn_panel_job *job = c->job;
   const int32_t j0 = s->klo & ~15, j1 = (s->khi + 15) & ~15;
-  const bool masks_only = job->scale > 0.0f && job->soft_cap <= 0.0f;
   float bmax[AMX_QB], alpha[AMX_QB];
   bool plain[AMX_QB];
-  for (int i = 0; i < s->nb; i++) {
-    const vec_rule *r = &s->rule[i];
-    if (r->lo >= r->hi) continue;
-    plain[i] = masks_only && r->slope == 0.0f;
-    bmax[i] = plain[i] ? amx_row_max(c->S[i], j0, j1, r->lo, r->hi, job->scale)
-                       : bf16_row_max(c->S[i], j0, j1, r, job, &plain[i]);
-  }
+  for (int i = 0; i < s->nb; i++)
+    if (s->rule[i].lo < s->rule[i].hi) bmax[i] = bf16_row_max(c->S[i], j0, j1, &s->rule[i], job, &plain[i]);
   for (int i = 0; i < s->nb; i++) {
     const size_t x = (size_t)s->x0 + i;
-    const vec_rule *r = &s->rule[i];
-    if (r->lo < r->hi) {
+    if (s->rule[i].lo < s->rule[i].hi) {
       const float m_new = row_new_max(bmax[i], job->m[x], &alpha[i]);
-      /* a row bf16_row_max ruled in place is -inf where masked: its bounds are the columns' */
-      const int32_t lo = plain[i] ? r->lo : j0, hi = plain[i] ? r->hi : j1;
-      job->l[x] = job->l[x] * alpha[i] +
-                  amx_row_exp(c->S[i], j0, j1, lo, hi, plain[i] ? c->scale_log2e : LOG2E_F, m_new, c->pp[i]);
+      job->l[x] = job->l[x] * alpha[i] + bf16_row_exp(c->S[i], j0, j1, &s->rule[i], plain[i], job, m_new, c->pp[i]);
       job->m[x] = m_new;
     } else { /* this vector sees none of the chunk: o stays exactly as it is */
       alpha[i] = 1.0f;
@@ -267,7 +226,6 @@ AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, 
                      (const uint32_t *)align64c(job->values),
                      key_stride(panel_keys),
                      value_stride(D),
-                     job->scale * LOG2E_F,
                      S,
                      pp};
   amx_walk w = {n, kmax, 0, 0, qp, ob, 0};

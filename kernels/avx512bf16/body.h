@@ -8,8 +8,10 @@
  *               score is then multiplied by job->scale. A bf16 model's query is bf16, so its rounding is
  *               exact and the score is round(scale * <q, k>) of an fp32 dot product: the seed's formula with
  *               no rounding added. Scaling first would round scale * q, an extra relative 2^-9 per element.
- *   softmax     bf16_softmax_row: common/softmax.h's rules (mask, soft cap, ALiBi) and online rescale, 16 lanes
- *               at a time, in fp32, P written straight into bf16 pairs; l sums the unrounded weights.
+ *   softmax     bf16_softmax_row: common/softmax.h's rules (mask, soft cap, ALiBi; a row that only a mask cuts
+ *               masked lane by lane, its scores unscaled) and online rescale, 16 lanes at a time, in fp32, the
+ *               weights as 2^(s c - m log2 e) from one FMA (v16_exp2_fms: fewer vector operations than
+ *               e^(s scale - m)), P written straight into bf16 pairs; l sums the unrounded weights.
  *   P V         default: P rounded to bf16 (relative 2^-9 each), pairs of keys multiplied by vdpbf16ps with
  *               fp32 accumulation. job->probs_fp32 (the layer's option): P stays fp32 and V, exact in
  *               fp32, goes through fp32 FMAs, the other sets' arithmetic for this product.
@@ -369,37 +371,42 @@ BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uin
  * Rows with a rule (or a layer scale <= 0, which the API allows) are scaled first and go through
  * row_rules_max. 16 lanes a step, where softmax_row takes 8: the same exp to the bit (v16_exp), l summed in
  * another order. */
-/* The first half of bf16_softmax_row: the row's scores scaled and ruled (in place, where a rule applies) and
- * their maximum; *plain says the row's scores are left unscaled (no rule cuts or changes them). */
+/* The first half of bf16_softmax_row: the maximum of the row's scores over the keys it sees, scaled. A row that
+ * only a mask cuts (*plain: no soft cap or ALiBi) keeps its scores unscaled and is masked lane by lane; the
+ * others are scaled and ruled in place (common/softmax.h's rules: -inf where masked). */
 BF16_INLINE float bf16_row_max(float *s, int32_t j0, int32_t j1, const vec_rule *v, const uattn_panel_job *job,
                                bool *plain) {
-  const int32_t n = j1 - j0;
-  *plain = job->scale > 0.0f && job->soft_cap <= 0.0f && v->slope == 0.0f && v->lo <= j0 && v->hi >= j1;
+  *plain = job->scale > 0.0f && job->soft_cap <= 0.0f && v->slope == 0.0f;
   if (*plain) {
     v16 vmax = v16_set1(-INFINITY);
-    for (int32_t j = 0; j < n; j += 16) vmax = v16_max(vmax, v16_load(s + j));
+    for (int32_t j = j0; j < j1; j += 16) {
+      v16 x = v16_load(s + (j - j0));
+      if (j < v->lo || j + 16 > v->hi) x = v16_keep_range(x, v->lo - j, v->hi - j, -INFINITY);
+      vmax = v16_max(vmax, x);
+    }
     return v16_hmax(vmax) * job->scale;
   }
   const v16 scale = v16_set1(job->scale);
-  for (int32_t j = 0; j < n; j += 16) v16_store(s + j, v16_mul(v16_load(s + j), scale));
+  for (int32_t j = 0; j < j1 - j0; j += 16) v16_store(s + j, v16_mul(v16_load(s + j), scale));
   return row_rules_max(s, j0, j1, v, job->soft_cap);
 }
 
-/* The second half: P = e^(s - m_new) into bf16 pairs (or, for probs_fp32, over s), and the sum of the
- * unrounded weights. */
-BF16_INLINE float bf16_row_exp(float *s, int32_t n, bool plain, const uattn_panel_job *job, float m_new,
-                               uint32_t *pairs) {
-  const v16 scale = v16_set1(job->scale), mv = v16_set1(m_new);
+/* The second half: P = e^(s - m_new) as 2^(x c - m_new log2 e) from one FMA (v16_exp2_fms), x the row's scores
+ * and c the scale times log2 e for a plain row (zero outside the keys it sees), log2 e for a row ruled in
+ * place; into bf16 pairs, or over s for probs_fp32. Returns the sum of the unrounded weights. */
+BF16_INLINE float bf16_row_exp(float *s, int32_t j0, int32_t j1, const vec_rule *v, bool plain,
+                               const uattn_panel_job *job, float m_new, uint32_t *pairs) {
+  const int32_t lo = plain ? v->lo : j0, hi = plain ? v->hi : j1;
+  const v16 c = v16_set1(plain ? job->scale * LOG2E_F : LOG2E_F), mc = v16_set1(m_new * LOG2E_F);
   v16 sum = v16_zero();
-  for (int32_t j = 0; j < n; j += 16) {
-    v16 x = v16_load(s + j);
-    if (plain) x = v16_mul(x, scale);
-    const v16 p = v16_exp(v16_sub(x, mv));
+  for (int32_t j = j0; j < j1; j += 16) {
+    v16 p = v16_exp2_fms(v16_load(s + (j - j0)), c, mc);
+    if (j < lo || j + 16 > hi) p = v16_keep_range(p, lo - j, hi - j, 0.0f);
     sum = v16_add(sum, p);
     if (job->probs_fp32)
-      v16_store(s + j, p);
+      v16_store(s + (j - j0), p);
     else
-      _mm256_storeu_si256((__m256i *)(pairs + j / 2), v16_pairs_bf16(p));
+      _mm256_storeu_si256((__m256i *)(pairs + (j - j0) / 2), v16_pairs_bf16(p));
   }
   return v16_hsum(sum);
 }
@@ -409,7 +416,7 @@ BF16_INLINE float bf16_softmax_row(float *s, int32_t j0, int32_t j1, const vec_r
   bool plain;
   float alpha;
   const float m_new = row_new_max(bf16_row_max(s, j0, j1, v, job, &plain), *m, &alpha);
-  *l = *l * alpha + bf16_row_exp(s, j1 - j0, plain, job, m_new, pairs);
+  *l = *l * alpha + bf16_row_exp(s, j0, j1, v, plain, job, m_new, pairs);
   *m = m_new;
   return alpha;
 }
