@@ -48,6 +48,14 @@ static int64_t ulps(float a, float b) {
   return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
 }
 
+/* The next batch of at most n floats from *u (the bit pattern of a float <= -0) down to `last`, `step` patterns
+ * apart (negative floats grow in value as their patterns fall): x[i]; returns how many, 0 when done. */
+static size_t negative_floats(uint32_t *u, uint32_t last, uint32_t step, float *x, size_t n) {
+  size_t k = 0;
+  for (; k < n && *u <= last; k++, *u += step) memcpy(&x[k], u, 4);
+  return k;
+}
+
 Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = 300) {
   need_avx2();
   /* every 7th float of [-104, 0] (subnormal results included), and a few special points */
@@ -55,11 +63,8 @@ Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = 300) {
   static float x[N], y[N];
   int64_t worst = 0, worst_exact = 0;
   float worst_x = 0;
-  const uint32_t first = 0x80000000u, last = 0xC2D00000u; /* -0 .. -104 */
-  uint32_t u = first;
-  while (u <= last) {
-    size_t n = 0;
-    for (; n < N && u <= last; n++, u += 7 * SPARSE) memcpy(&x[n], &u, 4);
+  uint32_t u = 0x80000000u; /* -0 .. -104 */
+  for (size_t n; (n = negative_floats(&u, 0xC2D00000u, 7 * SPARSE, x, N)) > 0;) {
     uattn_avx2_exp(x, y, n);
     for (size_t i = 0; i < n; i++) {
       const int64_t e = ulps(y[i], expf(x[i]));
@@ -99,11 +104,8 @@ Test(kernels, exp2_fms_is_within_its_stated_error_of_exp2, .timeout = 300) {
   static float x[N], y[N];
   double worst = 0.0;
   float worst_x = 0.0f;
-  const uint32_t first = 0x80000000u, last = 0xC3170000u; /* -0 .. -151 */
-  uint32_t u = first;
-  while (u <= last) {
-    size_t n = 0;
-    for (; n < N && u <= last; n++, u += 5 * SPARSE) memcpy(&x[n], &u, 4);
+  uint32_t u = 0x80000000u; /* -0 .. -151 */
+  for (size_t n; (n = negative_floats(&u, 0xC3170000u, 5 * SPARSE, x, N)) > 0;) {
     for (size_t i = n; i % 8; i++) x[i] = 0.0f;
     exp2_fms_all(x, 1.0f, 0.0f, y, (n + 7) & ~(size_t)7); /* t = x exactly */
     for (size_t i = 0; i < n; i++) {
