@@ -16,8 +16,6 @@
  *   P V         the block's outputs, in fp32 in the job's o (a last partial block's in a padded copy),
  *               rescaled there by each row's factor, take tdpbf16ps over 32 keys a step, 32 dims at a time,
  *               over the keys the block sees.
- * The steps (block, chunk) are software-pipelined: the next step's S = Q K^T runs between a step's softmax
- * and its P V.
  * The outputs, m and l are the job's, so a vector's result depends on its own row alone, as elsewhere.
  * What tiles do not fill goes to avx512bf16's attend on the same panels: jobs of fewer than 16 vectors
  * (decodes, short verifications), head dims that are not multiples of 32 or past AMX_MAX_DIM, and P kept in
@@ -169,10 +167,9 @@ static inline bool amx_takes(const uattn_panel_job *job, int32_t D) {
 
 /* The walk's state: the job's blocks of vectors in order, each over its chunks in order. */
 typedef struct amx_walk {
-  int32_t n, kmax, x0, c0;                  /* the next step's block and chunk */
-  uint32_t (*qp)[AMX_QB * AMX_MAX_DIM / 2]; /* two blocks' queries in bf16 pairs, alternating */
-  float *ob;                                /* a last partial block's outputs, padded to two tile rows */
-  int32_t block;                            /* blocks begun */
+  int32_t n, kmax, x0, c0; /* the next step's block and chunk */
+  uint32_t *qp;            /* the block's queries in bf16 pairs */
+  float *ob;               /* a last partial block's outputs, padded to two tile rows */
 } amx_walk;
 
 /* The walk's next step that sees keys into *s (its block's queries and outputs ready when it is the block's
@@ -182,7 +179,7 @@ AMX_INLINE bool amx_next(const int32_t D, const uattn_panel_job *job, amx_walk *
     if (w->x0 >= w->n) return false;
     if (w->c0 == 0) { /* a new block: its queries, rounded to bf16 (avx512bf16's rule), zero rows past it */
       const int32_t nb = w->n - w->x0 < AMX_QB ? w->n - w->x0 : AMX_QB;
-      uint32_t *qp = w->qp[w->block & 1];
+      uint32_t *qp = w->qp;
       float *o = nb == AMX_QB ? job->o + (size_t)w->x0 * D : w->ob;
       for (int i = 0; i < AMX_QB; i++) {
         if (i < nb) {
@@ -193,11 +190,10 @@ AMX_INLINE bool amx_next(const int32_t D, const uattn_panel_job *job, amx_walk *
           memset(w->ob + (size_t)i * D, 0, sizeof(float) * (size_t)D);
         }
       }
-      w->block++;
     }
     s->x0 = w->x0, s->nb = w->n - w->x0 < AMX_QB ? w->n - w->x0 : AMX_QB;
     s->c0 = w->c0, s->c1 = w->kmax - w->c0 < KC ? w->kmax : w->c0 + KC;
-    s->qp = w->qp[(w->block - 1) & 1];
+    s->qp = w->qp;
     s->o = s->nb == AMX_QB ? job->o + (size_t)w->x0 * D : w->ob;
     w->c0 = s->c1;
     if (w->c0 >= w->kmax) w->c0 = 0, w->x0 += AMX_QB;
@@ -206,9 +202,7 @@ AMX_INLINE bool amx_next(const int32_t D, const uattn_panel_job *job, amx_walk *
   }
 }
 
-/* The job's vectors against its panel; D constant where the caller is specialized. Software-pipelined: the
- * next step's Q K^T on the tiles runs between a step's softmax and its P V, so that the tile loads of P and
- * of the rescaled outputs do not wait for the softmax's stores, and the tiles work while the vectors do. */
+/* The job's vectors against its panel; D constant where the caller is specialized. */
 AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, const int32_t D) {
   if (!amx_takes(job, D)) {
     bf16_attend_body(job, panel_keys, D);
@@ -218,7 +212,7 @@ AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, 
   if (kmax <= 0) return;
   _Alignas(64) float S[AMX_QB][KC];
   _Alignas(64) uint32_t pp[AMX_QB][AMX_PP];
-  _Alignas(64) uint32_t qp[2][AMX_QB * AMX_MAX_DIM / 2];
+  _Alignas(64) uint32_t qp[AMX_QB * AMX_MAX_DIM / 2];
   _Alignas(64) float ob[AMX_QB * AMX_MAX_DIM];
   memset(pp, 0, sizeof pp);
   const amx_ctx c = {job,
@@ -228,24 +222,17 @@ AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, 
                      value_stride(D),
                      S,
                      pp};
-  amx_walk w = {n, kmax, 0, 0, qp, ob, 0};
-  amx_step step[2];
+  amx_walk w = {n, kmax, 0, 0, qp, ob};
+  amx_step s;
   amx_tiles t;
   amx_configure(&t, &amx_tile_config);
-  int cur = 0;
-  bool more = amx_next(D, job, &w, &step[cur]);
-  if (more) amx_scores(&t, D, &c, &step[cur]);
-  while (more) {
-    amx_step *s = &step[cur], *next = &step[cur ^ 1];
-    amx_softmax(D, &c, s);
-    more = amx_next(D, job, &w, next);
-    if (more) amx_scores(&t, D, &c, next);
-    amx_values(&t, D, &c, s);
-    /* a partial block's outputs back to the job once its last step is done (the walk has moved past it) */
-    if (s->o == ob && (!more || next->x0 != s->x0))
-      memcpy(job->o + (size_t)s->x0 * D, ob, sizeof(float) * (size_t)s->nb * (size_t)D);
-    cur ^= 1;
+  while (amx_next(D, job, &w, &s)) {
+    amx_scores(&t, D, &c, &s);
+    amx_softmax(D, &c, &s);
+    amx_values(&t, D, &c, &s);
   }
+  if (n % AMX_QB) /* the last block's outputs, from its padded copy */
+    memcpy(job->o + (size_t)(n - n % AMX_QB) * D, ob, sizeof(float) * (size_t)(n % AMX_QB) * (size_t)D);
   amx_release(&t);
 }
 

@@ -114,13 +114,7 @@ V16_INLINE v16 v16_exp2_fms(v16 x, v16 c, v16 mc) {
       _mm512_min_ps(_mm512_set1_ps(128.0f), _mm512_max_ps(_mm512_set1_ps(-151.0f), _mm512_fmsub_ps(x, c, mc)));
   const v16 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const v16 f = _mm512_sub_ps(t, n);
-  v16 p = _mm512_set1_ps(EXP2_C5);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C4));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C3));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C2));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C1));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_C0));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_scalef_ps(EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, f), n);
 }
 /* the 16 lanes' maximum and sum (lane i + 8 with lane i first, then hmax8 / hsum8's order) */
 V16_INLINE float v16_hmax(v16 a) {

@@ -65,6 +65,11 @@ AVX2_INLINE __m256 exp8(__m256 x) {
 #define EXP2_C4 0.009675540961325169f
 #define EXP2_C5 0.001327647129073739f
 #define LOG2E_F 1.44269504088896341f
+/* that polynomial at f by Horner's rule, for either vector width (FMADD and SET1 its operations) */
+#define EXP2_POLY(FMADD, SET1, f)                                                                                      \
+  FMADD(FMADD(FMADD(FMADD(FMADD(SET1(EXP2_C5), f, SET1(EXP2_C4)), f, SET1(EXP2_C3)), f, SET1(EXP2_C2)), f,             \
+              SET1(EXP2_C1)),                                                                                          \
+        f, SET1(EXP2_C0))
 
 /* 2^(x c - mc) for the softmax's weights, from one FMA: the exponent t clamped to [-151, 128] (below, 0: every
  * result under 2^-150 rounds to it; a NaN stays NaN, min and max giving their second operand), t = n + f with n
@@ -75,12 +80,7 @@ AVX2_INLINE __m256 exp2_fms8(__m256 x, __m256 c, __m256 mc) {
   __m256 t = _mm256_min_ps(_mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-151.0f), _mm256_fmsub_ps(x, c, mc)));
   const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(t, n);
-  __m256 p = _mm256_set1_ps(EXP2_C5);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C4));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C3));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C2));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C1));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_C0));
+  const __m256 p = EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, f);
   const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
