@@ -495,6 +495,16 @@ typedef struct uattn_layer {
    * reads fp8 * k_scale and fp8 * v_scale for every key and value, this step's own included: a prompt row
    * sees its own step's keys quantized as a later step will (uattn_forward). */
   float k_scale, v_scale;
+  /* Values of another width than the keys (multi-head latent attention's expanded form: DeepSeek-V3's keys 192
+   * dims, values 128): v [T, Hkv, head_dim_v], the value cache's rows and out [T, Hq, head_dim_v]. 0: head_dim. */
+  int32_t head_dim_v;
+  /* Multi-head latent attention's absorbed form: the key cache holds one latent per token and KV head (DeepSeek-V3's
+   * 576 dims) whose first head_dim_v dims are also its value (512 of them). There is no value cache: tensors.v and
+   * value_cache are NULL, the cache write stores the keys alone, and each latent is read for both products. Needs
+   * 0 < head_dim_v <= head_dim, an NHD or HND cache (a latent has no value rows to tile), and on an fp8 cache
+   * v_scale == k_scale (the values are the keys' bytes). The model's score scale is not 1/sqrt(head_dim): set
+   * scale (DeepSeek-V3: 1/sqrt(192)). */
+  bool kv_latent;
 } uattn_layer;
 
 /* A layer with the given heads and dtype, scale 1/sqrt(head_dim), NHD layout, decoder attention. */
@@ -510,8 +520,10 @@ typedef struct uattn_cross {
   int32_t block_table_stride;
 } uattn_cross;
 
-/* The tensors of one forward call. q [T, Hq, D], k and v [T, Hkv, D] and out [T, Hq, D] are dense in the
- * layer's dtype (T = the plan's num_tokens); the caches are in cache_dtype and kv_layout. Every buffer must
+/* The tensors of one forward call. q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] and out [T, Hq, Dv] are dense in
+ * the layer's dtype (T = the plan's num_tokens; D the layer's head_dim, Dv its head_dim_v or D); the caches are in
+ * cache_dtype and kv_layout, the key cache's rows D long and the value cache's Dv (a kv_latent layer has neither v
+ * nor a value cache). Every buffer must
  * be aligned to its element size: q, k, v and out to the dtype's (2 bytes for bf16 and f16, 4 for f32),
  * the caches to cache_dtype's, lse and the layer's sinks and alibi_slopes to 4, the cross arrays to 4. The
  * kernels load and store whole elements, so a misaligned buffer is refused (UATTN_ERR_INVALID_ARGUMENT)
@@ -525,7 +537,7 @@ typedef struct uattn_tensors {
   void *out;
   float *lse;               /* optional [T, Hq]: natural-log sum of exp of each row's scores (sinks included) */
   const uattn_cross *cross; /* encoder-decoder only */
-  /* true: out is fp32 [T, Hq, D] whatever the layer's dtype, the fp32 result before its one rounding to the
+  /* true: out is fp32 [T, Hq, Dv] whatever the layer's dtype, the fp32 result before its one rounding to the
    * dtype. For partial results that uattn_merge_states will merge (several calls over disjoint keys, the
    * ranks of context parallelism), so that the merge adds no rounding of its own. */
   bool out_f32;
