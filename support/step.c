@@ -47,11 +47,32 @@ static npy_dtype npy_of(uattn_dtype d) {
 
 /* ---- the config ---------------------------------------------------------------------------------------- */
 
+static bool is_fp8(uattn_dtype d) { return d == UATTN_FP8_E4M3 || d == UATTN_FP8_E5M2; }
+
+/* "head_dim_v" and "kv_latent" (uattn.h's multi-head latent attention), after head_dim. */
+static int read_latent(uattn_json_reader *r, const cJSON *o, step *s) {
+  const cJSON *latent = cJSON_GetObjectItemCaseSensitive(o, "kv_latent");
+  if (latent && !cJSON_IsBool(latent))
+    return fail(r, "kv_latent: must be true or false, got %s", uattn_json_kind(latent));
+  s->kv_latent = latent && cJSON_IsTrue(latent);
+  if (uattn_json_int(r, o, "", "head_dim_v", false, 0, 0, INT32_MAX, &s->head_dim_v)) return -1;
+  if (s->kv_latent && !cJSON_GetObjectItemCaseSensitive(o, "head_dim_v"))
+    return fail(r,
+                "head_dim_v: missing; a kv_latent step needs it: the dims of each latent that are its value, "
+                "0 < head_dim_v <= head_dim (%d)",
+                s->head_dim);
+  if (s->kv_latent && (s->head_dim_v < 1 || s->head_dim_v > s->head_dim))
+    return fail(r, "head_dim_v: a kv_latent step needs 0 < head_dim_v <= head_dim (got %d, head_dim %d)", s->head_dim_v,
+                s->head_dim);
+  if (!s->head_dim_v) s->head_dim_v = s->head_dim;
+  return 0;
+}
+
 static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
-  static const char *const known[] = {"block_size",     "num_blocks",  "num_q_heads",  "num_kv_heads", "head_dim",
-                                      "dtype",          "cache_dtype", "kv_layout",    "scale",        "soft_cap",
-                                      "sliding_window", "attn_type",   "causal_width", "chunk_size",   "threads",
-                                      "requests",       "tensors",     "k_scale",      "v_scale"};
+  static const char *const known[] = {
+      "block_size", "num_blocks", "num_q_heads", "num_kv_heads",   "head_dim",  "dtype",        "cache_dtype",
+      "kv_layout",  "scale",      "soft_cap",    "sliding_window", "attn_type", "causal_width", "chunk_size",
+      "threads",    "requests",   "tensors",     "k_scale",        "v_scale",   "head_dim_v",   "kv_latent"};
   if (uattn_json_check_keys(r, o, "", known, sizeof known / sizeof *known) ||
       uattn_json_int(r, o, "", "block_size", true, 0, 1, INT32_MAX, &s->block_size) ||
       uattn_json_int(r, o, "", "num_blocks", true, 0, 1, INT32_MAX, &s->num_blocks) ||
@@ -74,8 +95,11 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
   s->layout = (uattn_kv_layout)layout;
   s->attn_type = (uattn_attention_type)type;
   if (s->hq % s->hkv != 0) return fail(r, "num_q_heads: %d is not a multiple of num_kv_heads (%d)", s->hq, s->hkv);
+  if (read_latent(r, o, s)) return -1;
   /* TILED's cache shapes exist only for these (uattn.h); said here, or the tensors' check would name a shape
    * that cannot be */
+  if (s->kv_latent && s->layout == UATTN_LAYOUT_TILED)
+    return fail(r, "kv_latent: needs kv_layout NHD or HND (a latent has no value rows to tile; got TILED)");
   if (s->layout == UATTN_LAYOUT_TILED && (s->block_size % 16 || s->head_dim % 2))
     return fail(r, "kv_layout: TILED needs a block_size that is a multiple of 16 and an even head_dim (got %d, %d)",
                 s->block_size, s->head_dim);
@@ -97,6 +121,13 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
        uattn_json_number(r, o, "", "k_scale", 0x1p-149, 3.4e38, &ks)) ||
       (cJSON_GetObjectItemCaseSensitive(o, "v_scale") && uattn_json_number(r, o, "", "v_scale", 0x1p-149, 3.4e38, &vs)))
     return -1;
+  /* a latent's values are its keys' bytes, read through one scale (uattn.h); absent, v_scale is k_scale's */
+  if (s->kv_latent && !cJSON_GetObjectItemCaseSensitive(o, "v_scale")) vs = ks;
+  if (s->kv_latent && is_fp8(s->cache_dtype) && vs != ks)
+    return fail(r,
+                "v_scale: a kv_latent step on an fp8 cache reads its values through k_scale: v_scale (%g) must "
+                "equal k_scale (%g) or be left out",
+                vs, ks);
   s->k_scale = (float)ks;
   s->v_scale = (float)vs;
   return 0;
@@ -278,6 +309,16 @@ static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *jso
     step_tensor *t = &s->t[i];
     t->key = keys[i];
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(ts, t->key);
+    const bool value = i == STEP_V || i == STEP_VALUE_CACHE;
+    if (s->kv_latent && value) {
+      /* a stray file would otherwise be silently ignored, and the engine's dump is then not what it ran */
+      if (x)
+        return fail(r,
+                    "tensors.%s: a kv_latent step has no %s (each key's first head_dim_v dims are its value): "
+                    "remove the key, or drop kv_latent",
+                    t->key, i == STEP_V ? "values" : "value cache");
+      continue;
+    }
     if (!x && i >= STEP_SINKS) continue; /* optional */
     if (!x) return fail(r, "tensors.%s: missing required key", t->key);
     if (!cJSON_IsString(x) || !x->valuestring[0])
@@ -287,32 +328,36 @@ static int load_tensors(uattn_json_reader *r, const cJSON *root, const char *jso
     if (npy_read(t->path, &t->a, err, sizeof err)) return fail(r, "tensors.%s: %s: %s", t->key, t->path, err);
   }
 
-  const int64_t T = s->num_tokens, hq = s->hq, hkv = s->hkv, d = s->head_dim, nb = s->num_blocks, bs = s->block_size;
+  const int64_t T = s->num_tokens, hq = s->hq, hkv = s->hkv, d = s->head_dim, dv = s->head_dim_v;
+  const int64_t nb = s->num_blocks, bs = s->block_size;
   const char *dt = uattn_dtype_name(s->dtype), *cdt = uattn_dtype_name(s->cache_dtype);
   const npy_dtype io = npy_of(s->dtype), cache = npy_of(s->cache_dtype);
-  const int64_t q_shape[] = {T, hq, d}, kv_shape[] = {T, hkv, d}, heads[] = {hq};
-  /* the caches by layout (uattn.h): [0] keys, [1] values; NHD and HND shape both alike, TILED does not */
-  const int64_t nhd[] = {nb * bs, hkv, d}, hnd[] = {nb, hkv, bs, d};
-  const int64_t tiled_k[] = {nb, bs / 16, hkv, d / 2, 16, 2}, tiled_v[] = {nb, bs / 16, hkv, 8, d, 2};
-  const int64_t *c_shape[2] = {nhd, nhd};
+  const int64_t q_shape[] = {T, hq, d}, k_shape[] = {T, hkv, d}, v_shape[] = {T, hkv, dv}, heads[] = {hq};
+  /* the caches by layout (uattn.h): [0] keys (rows head_dim long), [1] values (head_dim_v) */
+  const int64_t nhd_k[] = {nb * bs, hkv, d}, hnd_k[] = {nb, hkv, bs, d};
+  const int64_t nhd_v[] = {nb * bs, hkv, dv}, hnd_v[] = {nb, hkv, bs, dv};
+  const int64_t tiled_k[] = {nb, bs / 16, hkv, d / 2, 16, 2}, tiled_v[] = {nb, bs / 16, hkv, 8, dv, 2};
+  const int64_t *c_shape[2] = {nhd_k, nhd_v};
   int c_ndim = 3;
   const char *c_dims[2] = {"num_blocks * block_size, num_kv_heads, head_dim",
-                           "num_blocks * block_size, num_kv_heads, head_dim"};
+                           "num_blocks * block_size, num_kv_heads, head_dim_v"};
   if (s->layout == UATTN_LAYOUT_HND) {
-    c_shape[0] = c_shape[1] = hnd;
+    c_shape[0] = hnd_k, c_shape[1] = hnd_v;
     c_ndim = 4;
-    c_dims[0] = c_dims[1] = "num_blocks, num_kv_heads, block_size, head_dim";
+    c_dims[0] = "num_blocks, num_kv_heads, block_size, head_dim";
+    c_dims[1] = "num_blocks, num_kv_heads, block_size, head_dim_v";
   } else if (s->layout == UATTN_LAYOUT_TILED) {
     c_shape[0] = tiled_k, c_shape[1] = tiled_v;
     c_ndim = 6;
     c_dims[0] = "TILED keys: num_blocks, block_size / 16, num_kv_heads, head_dim / 2, 16, 2";
-    c_dims[1] = "TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2";
+    c_dims[1] = "TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim_v, 2";
   }
   if (check_tensor(r, &s->t[STEP_Q], io, "dtype", dt, 3, q_shape, "T, num_q_heads, head_dim") ||
-      check_tensor(r, &s->t[STEP_K], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
-      check_tensor(r, &s->t[STEP_V], io, "dtype", dt, 3, kv_shape, "T, num_kv_heads, head_dim") ||
+      check_tensor(r, &s->t[STEP_K], io, "dtype", dt, 3, k_shape, "T, num_kv_heads, head_dim") ||
+      (!s->kv_latent && check_tensor(r, &s->t[STEP_V], io, "dtype", dt, 3, v_shape, "T, num_kv_heads, head_dim_v")) ||
       check_tensor(r, &s->t[STEP_KEY_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape[0], c_dims[0]) ||
-      check_tensor(r, &s->t[STEP_VALUE_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape[1], c_dims[1]))
+      (!s->kv_latent &&
+       check_tensor(r, &s->t[STEP_VALUE_CACHE], cache, "cache_dtype", cdt, c_ndim, c_shape[1], c_dims[1])))
     return -1;
   for (int i = STEP_SINKS; i <= STEP_ALIBI; i++)
     if (s->t[i].path && check_tensor(r, &s->t[i], NPY_F4, NULL, NULL, 1, heads, "num_q_heads")) return -1;
@@ -381,6 +426,9 @@ uattn_layer step_layer(const step *s) {
   l.chunk_size = s->chunk_size;
   l.k_scale = s->k_scale;
   l.v_scale = s->v_scale;
+  /* 0 where the values are as wide as the keys: the layer an engine without latent attention passes */
+  l.head_dim_v = s->kv_latent || s->head_dim_v != s->head_dim ? s->head_dim_v : 0;
+  l.kv_latent = s->kv_latent;
   return l;
 }
 
@@ -416,7 +464,7 @@ int step_write_npy(const char *dir, const char *name, npy_dtype dtype, int ndim,
 
 int step_write_results(const step *s, const char *dir, const void *out, const float *lse, const void *key_cache,
                        const void *value_cache, char *why, size_t cap) {
-  const int64_t T = s->num_tokens, hq = s->hq, d = s->head_dim;
+  const int64_t T = s->num_tokens, hq = s->hq, d = s->head_dim_v;
   const size_t n = (size_t)T * (size_t)hq * (size_t)d;
   float *widened = NULL;
   if (s->dtype != UATTN_F32) {
@@ -430,7 +478,8 @@ int step_write_results(const step *s, const char *dir, const void *out, const fl
   const int rc = step_write_npy(dir, "out.npy", NPY_F4, 3, out_shape, out, why, cap) ||
                          step_write_npy(dir, "lse.npy", NPY_F4, 2, lse_shape, lse, why, cap) ||
                          step_write_npy(dir, "key_cache.npy", kc->dtype, kc->ndim, kc->shape, key_cache, why, cap) ||
-                         step_write_npy(dir, "value_cache.npy", vc->dtype, vc->ndim, vc->shape, value_cache, why, cap)
+                         (!s->kv_latent &&
+                          step_write_npy(dir, "value_cache.npy", vc->dtype, vc->ndim, vc->shape, value_cache, why, cap))
                      ? -1
                      : 0;
   free(widened);

@@ -21,6 +21,8 @@ enum { STEP_Q, STEP_K, STEP_V, STEP_KEY_CACHE, STEP_VALUE_CACHE, STEP_SINKS, STE
 
 typedef struct step {
   int32_t block_size, num_blocks, hq, hkv, head_dim;
+  int32_t head_dim_v; /* Dv of v, the value cache and out: "head_dim_v", head_dim when absent or 0 */
+  bool kv_latent;     /* "kv_latent": no v and no value cache, each key's first head_dim_v dims its value */
   uattn_dtype dtype, cache_dtype;
   uattn_kv_layout layout;
   uattn_attention_type attn_type;
@@ -56,8 +58,9 @@ int step_make_dir(const char *dir, char *why, size_t cap);
 /* dir/name as a .npy file. */
 int step_write_npy(const char *dir, const char *name, npy_dtype dtype, int ndim, const int64_t *shape, const void *data,
                    char *why, size_t cap);
-/* out.npy (widened to f32 from the step's dtype), lse.npy and the caches after the update (key_cache.npy,
- * value_cache.npy, in the step's cache dtype and layout) in dir. */
+/* out.npy [T, Hq, Dv] (widened to f32 from the step's dtype), lse.npy and the caches after the update
+ * (key_cache.npy, value_cache.npy, in the step's cache dtype and layout; a kv_latent step has no value cache
+ * and value_cache is ignored) in dir. */
 int step_write_results(const step *s, const char *dir, const void *out, const float *lse, const void *key_cache,
                        const void *value_cache, char *why, size_t cap);
 /* plan.json: the planner's metadata of the planned step. */

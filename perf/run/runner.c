@@ -82,7 +82,7 @@ uattn_tensors runner_tensors(const step *s, void *key_cache, void *value_cache, 
   memset(&t, 0, sizeof t);
   t.q = s->t[STEP_Q].a.data;
   t.k = s->t[STEP_K].a.data;
-  t.v = s->t[STEP_V].a.data;
+  t.v = s->kv_latent ? NULL : s->t[STEP_V].a.data;
   t.key_cache = key_cache;
   t.value_cache = value_cache;
   t.num_blocks = num_blocks;

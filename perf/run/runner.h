@@ -41,7 +41,8 @@ int runner_runtime(int32_t threads, uattn_runtime **rt);
 /* Workers the runtime really has. */
 int32_t runner_workers(const uattn_runtime *rt);
 
-/* The forward's tensors: the step's q, k and v against the given caches of num_blocks blocks and outputs. */
+/* The forward's tensors: the step's q, k and v against the given caches of num_blocks blocks and outputs (a
+ * kv_latent step: no v, and value_cache NULL). */
 uattn_tensors runner_tensors(const step *s, void *key_cache, void *value_cache, int32_t num_blocks, void *out,
                              float *lse);
 

@@ -24,8 +24,8 @@ static const char usage_text[] =
     "\n"
     "Replays one attention step dumped from an engine: plans it with uattn's planner (limits from the step,\n"
     "no bucketing), runs uattn_forward on copies of the caches and writes to DIR:\n"
-    "  out.npy [T, Hq, D] f32, lse.npy [T, Hq] f32, key_cache.npy and value_cache.npy (after this step's\n"
-    "  update, in the cache dtype and layout), plan.json (the planner's metadata)\n"
+    "  out.npy [T, Hq, Dv] f32, lse.npy [T, Hq] f32, key_cache.npy and value_cache.npy (after this step's\n"
+    "  update, in the cache dtype and layout; kv_latent: no value_cache.npy), plan.json (the planner's metadata)\n"
     "\n"
     "  --out DIR       where to write (created if missing)\n"
     "  --repeat N      plan and run the step N more times on scratch caches; writes timing.json with the\n"
@@ -36,13 +36,16 @@ static const char usage_text[] =
     "\n"
     "STEP.json keys: block_size num_blocks num_q_heads num_kv_heads head_dim dtype (f32|bf16|f16) cache_dtype\n"
     "(f32|bf16|f16|fp8_e4m3|fp8_e5m2) kv_layout (NHD|HND|TILED) scale soft_cap sliding_window attn_type\n"
-    "(decoder|encoder) [causal_width chunk_size threads k_scale v_scale] requests [{num_computed num_scheduled\n"
-    "num_prompt block_table [draft_tokens]}] tensors {q k v key_cache value_cache [sinks alibi_slopes]}; tensor\n"
-    "paths are relative to STEP.json. bf16 tensors are <u2 arrays of their bits, fp8 caches |u1 arrays of\n"
-    "theirs; k_scale and v_scale (fp8 caches: the cache holds fp8(x / scale)) default to 1, finite and > 0.\n"
+    "(decoder|encoder) [causal_width chunk_size threads k_scale v_scale head_dim_v kv_latent] requests\n"
+    "[{num_computed num_scheduled num_prompt block_table [draft_tokens]}] tensors {q k v key_cache value_cache\n"
+    "[sinks alibi_slopes]}; tensor paths are relative to STEP.json. bf16 tensors are <u2 arrays of their bits,\n"
+    "fp8 caches |u1 arrays of theirs; k_scale and v_scale (fp8 caches: the cache holds fp8(x / scale)) default\n"
+    "to 1, finite and > 0. head_dim_v: Dv, the width of v, the value cache's rows and out (default: D).\n"
+    "kv_latent: true for multi-head latent attention's absorbed form: each key's first head_dim_v dims are its\n"
+    "value, so tensors names no v and no value_cache (0 < head_dim_v <= D, NHD or HND, v_scale = k_scale).\n"
     "Caches: NHD [num_blocks * block_size, Hkv, D], HND [num_blocks, Hkv, block_size, D], TILED (uattn.h; a\n"
     "block_size that is a multiple of 16, an even D) keys [num_blocks, block_size / 16, Hkv, D / 2, 16, 2],\n"
-    "values [num_blocks, block_size / 16, Hkv, 8, D, 2].\n"
+    "values [num_blocks, block_size / 16, Hkv, 8, Dv, 2]; value caches' rows are Dv long.\n"
     "Exit status: 0, or 2 with one line on stderr naming the key or file at fault.\n";
 
 static volatile float evict_sink; /* what the eviction read sums, kept so that the read is done */
@@ -55,7 +58,7 @@ typedef struct run {
 
   step s;                        /* STEP.json and its tensors (step.h) */
   void *key_cache, *value_cache; /* the copies uattn_forward updates, on 2 MiB pages (uattn_cache_alloc) */
-  size_t cache_bytes;
+  size_t key_bytes, value_bytes; /* their sizes; value_cache NULL for a kv_latent step */
   void *out;
   float *lse;
 
@@ -65,8 +68,8 @@ typedef struct run {
 
 static void run_free(run *r) {
   step_free(&r->s);
-  uattn_cache_free(r->key_cache, r->cache_bytes);
-  uattn_cache_free(r->value_cache, r->cache_bytes);
+  uattn_cache_free(r->key_cache, r->key_bytes);
+  uattn_cache_free(r->value_cache, r->value_bytes);
   free(r->out);
   free(r->lse);
   uattn_plan_destroy(r->plan);
@@ -125,17 +128,20 @@ static int execute(run *r) {
   uattn_status st;
 
   const size_t rows = (size_t)r->s.num_tokens * (size_t)r->s.hq;
-  const size_t cache_bytes = r->s.t[STEP_KEY_CACHE].a.count * uattn_dtype_size(r->s.cache_dtype);
+  const size_t key_bytes = r->s.t[STEP_KEY_CACHE].a.count * uattn_dtype_size(r->s.cache_dtype);
+  const size_t value_bytes = r->s.t[STEP_VALUE_CACHE].a.count * uattn_dtype_size(r->s.cache_dtype);
   /* on 2 MiB pages, as an engine should give them and as uattn-bench times them: a decode reads blocks all
    * over the cache, and on 4 KiB pages each 4 KiB costs a TLB miss */
-  r->cache_bytes = cache_bytes ? cache_bytes : 1;
-  if (uattn_cache_alloc(r->cache_bytes, &r->key_cache) || uattn_cache_alloc(r->cache_bytes, &r->value_cache))
+  r->key_bytes = key_bytes ? key_bytes : 1;
+  r->value_bytes = value_bytes ? value_bytes : 1;
+  if (uattn_cache_alloc(r->key_bytes, &r->key_cache) ||
+      (!r->s.kv_latent && uattn_cache_alloc(r->value_bytes, &r->value_cache)))
     return runner_fail("out of memory for the caches");
-  r->out = malloc(rows * (size_t)r->s.head_dim * uattn_dtype_size(r->s.dtype) + 1);
+  r->out = malloc(rows * (size_t)r->s.head_dim_v * uattn_dtype_size(r->s.dtype) + 1);
   r->lse = malloc(sizeof(float) * rows + 1);
   if (!r->out || !r->lse) return runner_fail("out of memory for the outputs");
-  memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
-  memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
+  memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, key_bytes);
+  if (r->value_cache) memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, value_bytes);
 
   const uattn_layer layer = step_layer(&r->s);
   uattn_tensors t = runner_tensors(&r->s, r->key_cache, r->value_cache, r->s.num_blocks, r->out, r->lse);
@@ -172,8 +178,8 @@ static int execute(run *r) {
     goto done;
   }
   for (int i = 0; i < r->o.repeat; i++) {
-    memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, cache_bytes);
-    memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, cache_bytes);
+    memcpy(r->key_cache, r->s.t[STEP_KEY_CACHE].a.data, key_bytes);
+    if (r->value_cache) memcpy(r->value_cache, r->s.t[STEP_VALUE_CACHE].a.data, value_bytes);
     float sum = 0.0f;
     for (size_t k = 0; k < evict_floats; k += 16) sum += evict[k]; /* a line each */
     evict_sink = sum;

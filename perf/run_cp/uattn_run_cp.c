@@ -33,8 +33,8 @@ static const char usage_text[] =
     "Runs one attention step dumped from an engine (uattn-run's STEP.json) with its KV cache spread over the N\n"
     "ranks of MPI_COMM_WORLD: position p of a request lives on rank (p / I) % N. Each rank plans and runs its\n"
     "share; rank 0 gathers the partial outputs and lse, merges them and writes to DIR what uattn-run writes:\n"
-    "  out.npy, lse.npy, key_cache.npy and value_cache.npy (after this step's update, in the global layout),\n"
-    "  plan.json (the planner's metadata of the whole step)\n"
+    "  out.npy, lse.npy, key_cache.npy and value_cache.npy (after this step's update, in the global layout;\n"
+    "  a kv_latent step has no value cache), plan.json (the planner's metadata of the whole step)\n"
     "\n"
     "  --out DIR        where rank 0 writes (created if missing)\n"
     "  --interleave I   positions dealt to a rank in a row (default 1)\n"
@@ -73,9 +73,9 @@ typedef struct cp_run {
   int32_t num_local_blocks, local_stride;
   int32_t *local_table; /* [num_reqs, local_stride], -1 padded */
   int64_t *local_slots; /* [num_local_blocks * block_size]: the global slot each local slot holds, or -1 */
-  size_t local_cache_bytes;
-  void *key_cache, *value_cache; /* this rank's share */
-  float *out;                    /* the partial output [T, Hq, D] in fp32 (out_f32) */
+  size_t local_key_bytes, local_value_bytes;
+  void *key_cache, *value_cache; /* this rank's share (no value cache for a kv_latent step) */
+  float *out;                    /* the partial output [T, Hq, Dv] in fp32 (out_f32) */
   float *lse;                    /* [T, Hq] */
   uattn_plan *plan;              /* this rank's share of the step */
   uattn_runtime *rt;
@@ -89,17 +89,21 @@ static void run_free(cp_run *r) {
   free(r->local_len);
   free(r->local_table);
   free(r->local_slots);
-  uattn_cache_free(r->key_cache, r->local_cache_bytes);
-  uattn_cache_free(r->value_cache, r->local_cache_bytes);
+  uattn_cache_free(r->key_cache, r->local_key_bytes);
+  uattn_cache_free(r->value_cache, r->local_value_bytes);
   free(r->out);
   free(r->lse);
 }
 
+/* The length of a key's (value false) or a value's (true) row: head_dim or head_dim_v. */
+static int32_t row_dims(const step *s, bool value) { return value ? s->head_dim_v : s->head_dim; }
+
 /* Element (slot, KV head h, dim d) of the step's key cache (value false) or value cache (value true), as
- * uattn.h lays them out: NHD [slots, Hkv, D] and HND [blocks, Hkv, block_size, D] both caches alike; TILED
- * keys [blocks, block_size / 16, Hkv, D / 2, 16, 2], values [blocks, block_size / 16, Hkv, 8, D, 2]. */
+ * uattn.h lays them out, D the cache's row length (row_dims): NHD [slots, Hkv, D] and HND
+ * [blocks, Hkv, block_size, D] both caches alike; TILED keys [blocks, block_size / 16, Hkv, D / 2, 16, 2],
+ * values [blocks, block_size / 16, Hkv, 8, D, 2]. */
 static size_t cache_index(const step *s, bool value, int64_t slot, int32_t h, int32_t d) {
-  const size_t hkv = (size_t)s->hkv, D = (size_t)s->head_dim, bs = (size_t)s->block_size;
+  const size_t hkv = (size_t)s->hkv, D = (size_t)row_dims(s, value), bs = (size_t)s->block_size;
   const size_t b = (size_t)slot / bs, o = (size_t)slot % bs, hh = (size_t)h, dd = (size_t)d;
   if (s->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * hkv + hh) * D + dd;
   if (s->layout == UATTN_LAYOUT_HND) return ((b * hkv + hh) * bs + o) * D + dd;
@@ -112,17 +116,24 @@ static size_t head_index(const step *s, bool value, int64_t slot, int32_t h, int
   return slot < 0 ? (size_t)d : cache_index(s, value, slot, h, d);
 }
 
-/* Copies the head_dim values of KV head h between two caches of the step's layout or a cache and a packed
+/* Copies the row_dims elements of KV head h between two caches of the step's layout or a cache and a packed
  * row (slot -1). NHD and HND hold a slot's head contiguously; TILED strides it (a key's dim pairs 32
  * elements apart, a value's dims 2 apart), so it goes an element at a time. */
 static void copy_head(const step *s, bool value, void *dst, int64_t dst_slot, const void *src, int64_t src_slot,
                       int32_t h) {
   const size_t es = uattn_dtype_size(s->cache_dtype);
-  const int32_t n = s->layout == UATTN_LAYOUT_TILED ? s->head_dim : 1;
-  const size_t run = s->layout == UATTN_LAYOUT_TILED ? es : (size_t)s->head_dim * es;
+  const int32_t dims = row_dims(s, value);
+  const int32_t n = s->layout == UATTN_LAYOUT_TILED ? dims : 1;
+  const size_t run = s->layout == UATTN_LAYOUT_TILED ? es : (size_t)dims * es;
   for (int32_t d = 0; d < n; d++)
     memcpy((char *)dst + head_index(s, value, dst_slot, h, d) * es,
            (const char *)src + head_index(s, value, src_slot, h, d) * es, run);
+}
+
+/* A slot's keys (value false) or values (true), every KV head; 0 for a kv_latent step's values. */
+static size_t cache_row_bytes(const step *s, bool value) {
+  if (value && s->kv_latent) return 0;
+  return (size_t)s->hkv * (size_t)row_dims(s, value) * uattn_dtype_size(s->cache_dtype);
 }
 
 /* Copies one slot's K or V (every KV head) between caches of the step's layout. */
@@ -222,10 +233,12 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
   r->num_local_blocks = n ? n : 1;
   const size_t local_slots = (size_t)r->num_local_blocks * (size_t)bs;
   r->local_slots = malloc(sizeof(int64_t) * local_slots);
-  r->local_cache_bytes = local_slots * (size_t)s->hkv * (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
-  if (!r->local_slots || uattn_cache_alloc(r->local_cache_bytes, &r->key_cache) ||
-      uattn_cache_alloc(r->local_cache_bytes, &r->value_cache)) {
-    runner_fail("out of memory for rank %d's share of the caches (%zu bytes each)", my_rank, r->local_cache_bytes);
+  r->local_key_bytes = local_slots * cache_row_bytes(s, false);
+  r->local_value_bytes = local_slots * cache_row_bytes(s, true);
+  if (!r->local_slots || uattn_cache_alloc(r->local_key_bytes, &r->key_cache) ||
+      (!s->kv_latent && uattn_cache_alloc(r->local_value_bytes, &r->value_cache))) {
+    runner_fail("out of memory for rank %d's share of the caches (%zu + %zu bytes)", my_rank, r->local_key_bytes,
+                r->local_value_bytes);
     goto done;
   }
   for (size_t i = 0; i < local_slots; i++) r->local_slots[i] = -1;
@@ -236,7 +249,7 @@ static int build_share(cp_run *r, const uattn_plan_info *whole) {
       r->local_slots[l] = g;
       if (g < 0) continue;
       copy_slot(s, false, r->key_cache, l, s->t[STEP_KEY_CACHE].a.data, g);
-      copy_slot(s, true, r->value_cache, l, s->t[STEP_VALUE_CACHE].a.data, g);
+      if (!s->kv_latent) copy_slot(s, true, r->value_cache, l, s->t[STEP_VALUE_CACHE].a.data, g);
     }
   }
   rc = 0;
@@ -252,12 +265,12 @@ done:
 
 /* Rank 0's buffers for the gathered partials, the merge and the cache writes. */
 typedef struct gathered {
-  float *parts;          /* [N, T, Hq, D]: the ranks' fp32 partials */
+  float *parts;          /* [N, T, Hq, Dv]: the ranks' fp32 partials */
   float *part_lse;       /* [N, T, Hq] */
-  float *merged, *lse;   /* [T, Hq, D], [T, Hq] */
+  float *merged, *lse;   /* [T, Hq, Dv], [T, Hq] */
   void *merged_out;      /* merged rounded to the step's dtype, as uattn-run's output is (NULL for f32) */
   int64_t *slots;        /* [N, T]: the global slot each rank wrote each token at, -1: not its token */
-  void *k_rows, *v_rows; /* [N, T, Hkv, D] in the cache dtype: what it wrote there */
+  void *k_rows, *v_rows; /* [N, T, Hkv, D] and [N, T, Hkv, Dv] in the cache dtype: what it wrote there */
   int *blocks;           /* [N, 2]: each rank's shared and unique blocks */
 } gathered;
 
@@ -268,11 +281,7 @@ typedef struct written {
 } written;
 
 /* A token's partial output, fp32 for every step dtype: what a rank sends per token besides its lse. */
-static size_t part_row_bytes(const step *s) { return (size_t)s->hq * (size_t)s->head_dim * sizeof(float); }
-
-static size_t cache_row_bytes(const step *s) {
-  return (size_t)s->hkv * (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
-}
+static size_t part_row_bytes(const step *s) { return (size_t)s->hq * (size_t)s->head_dim_v * sizeof(float); }
 
 static void gathered_free(gathered *g) {
   free(g->parts);
@@ -288,15 +297,15 @@ static void gathered_free(gathered *g) {
 
 static int gathered_alloc(gathered *g, const step *s) {
   const size_t N = (size_t)num_ranks, T = (size_t)s->num_tokens, rows = T * (size_t)s->hq;
-  const size_t n = rows * (size_t)s->head_dim;
+  const size_t n = rows * (size_t)s->head_dim_v;
   memset(g, 0, sizeof *g);
   g->parts = malloc(N * T * part_row_bytes(s));
   g->part_lse = malloc(sizeof(float) * N * rows);
   g->merged = malloc(sizeof(float) * n);
   g->lse = malloc(sizeof(float) * rows);
   g->slots = malloc(sizeof(int64_t) * N * T);
-  g->k_rows = malloc(N * T * cache_row_bytes(s));
-  g->v_rows = malloc(N * T * cache_row_bytes(s));
+  g->k_rows = malloc(N * T * cache_row_bytes(s, false));
+  g->v_rows = malloc(N * T * cache_row_bytes(s, true) + 1);
   g->blocks = malloc(sizeof(int) * 2 * N);
   bool ok = g->parts && g->part_lse && g->merged && g->lse && g->slots && g->k_rows && g->v_rows && g->blocks;
   if (ok && s->dtype != UATTN_F32) ok = (g->merged_out = malloc(n * uattn_dtype_size(s->dtype))) != NULL;
@@ -349,8 +358,8 @@ static int prepare(cp_run *r, gathered *g, written *w) {
   r->out = malloc(T * part_row_bytes(s));
   r->lse = malloc(sizeof(float) * T * (size_t)s->hq);
   w->slots = malloc(sizeof(int64_t) * T);
-  w->k_rows = calloc(T, cache_row_bytes(s));
-  w->v_rows = calloc(T, cache_row_bytes(s));
+  w->k_rows = calloc(T, cache_row_bytes(s, false));
+  w->v_rows = calloc(T * cache_row_bytes(s, true) + 1, 1);
   if (!r->out || !r->lse || !w->slots || !w->k_rows || !w->v_rows) return runner_fail("out of memory for the outputs");
   return 0;
 }
@@ -360,14 +369,15 @@ static void pack_writes(const cp_run *r, written *w) {
   const step *s = &r->s;
   uattn_plan_info in;
   uattn_plan_get_info(r->plan, &in);
-  const size_t row = cache_row_bytes(s), d = (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
+  const size_t es = uattn_dtype_size(s->cache_dtype), krow = cache_row_bytes(s, false), vrow = cache_row_bytes(s, true);
+  const size_t kd = (size_t)s->head_dim * es, vd = (size_t)s->head_dim_v * es;
   for (int32_t t = 0; t < s->num_tokens; t++) {
     const int64_t l = in.slot_mapping[t];
     w->slots[t] = l < 0 ? -1 : r->local_slots[l];
     if (l < 0) continue;
     for (int32_t h = 0; h < s->hkv; h++) {
-      copy_head(s, false, (char *)w->k_rows + t * row + (size_t)h * d, -1, r->key_cache, l, h);
-      copy_head(s, true, (char *)w->v_rows + t * row + (size_t)h * d, -1, r->value_cache, l, h);
+      copy_head(s, false, (char *)w->k_rows + t * krow + (size_t)h * kd, -1, r->key_cache, l, h);
+      if (!s->kv_latent) copy_head(s, true, (char *)w->v_rows + t * vrow + (size_t)h * vd, -1, r->value_cache, l, h);
     }
   }
 }
@@ -378,7 +388,7 @@ static int gather_merge(cp_run *r, gathered *g) {
   const step *s = &r->s;
   const int T = s->num_tokens;
   MPI_Datatype out_row, lse_row;
-  MPI_Type_contiguous(s->hq * s->head_dim, MPI_FLOAT, &out_row);
+  MPI_Type_contiguous(s->hq * s->head_dim_v, MPI_FLOAT, &out_row);
   MPI_Type_contiguous(s->hq, MPI_FLOAT, &lse_row);
   MPI_Type_commit(&out_row);
   MPI_Type_commit(&lse_row);
@@ -388,13 +398,13 @@ static int gather_merge(cp_run *r, gathered *g) {
   MPI_Type_free(&lse_row);
   if (my_rank != 0) return 0;
 
-  const size_t rows = (size_t)T * (size_t)s->hq, n = rows * (size_t)s->head_dim;
+  const size_t rows = (size_t)T * (size_t)s->hq, n = rows * (size_t)s->head_dim_v;
   const float *outs[num_ranks], *lses[num_ranks];
   for (int i = 0; i < num_ranks; i++) {
     outs[i] = g->parts + i * n;
     lses[i] = g->part_lse + i * rows;
   }
-  const uattn_status st = uattn_merge_states(num_ranks, outs, lses, T, s->hq, s->head_dim, g->merged, g->lse);
+  const uattn_status st = uattn_merge_states(num_ranks, outs, lses, T, s->hq, s->head_dim_v, g->merged, g->lse);
   if (st) return runner_fail_lib("uattn_merge_states", st);
   if (g->merged_out) uattn_narrow(s->dtype, g->merged, g->merged_out, n);
   return 0;
@@ -406,18 +416,24 @@ static int gather_merge(cp_run *r, gathered *g) {
 static int gather_writes(cp_run *r, gathered *g, const written *w) {
   step *s = &r->s;
   const int T = s->num_tokens;
-  MPI_Datatype row;
-  MPI_Type_contiguous((int)cache_row_bytes(s), MPI_BYTE, &row);
-  MPI_Type_commit(&row);
+  MPI_Datatype krow, vrow;
+  MPI_Type_contiguous((int)cache_row_bytes(s, false), MPI_BYTE, &krow);
+  MPI_Type_commit(&krow);
   MPI_Gather(w->slots, T, MPI_INT64_T, g->slots, T, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  MPI_Gather(w->k_rows, T, row, g->k_rows, T, row, 0, MPI_COMM_WORLD);
-  MPI_Gather(w->v_rows, T, row, g->v_rows, T, row, 0, MPI_COMM_WORLD);
-  MPI_Type_free(&row);
+  MPI_Gather(w->k_rows, T, krow, g->k_rows, T, krow, 0, MPI_COMM_WORLD);
+  MPI_Type_free(&krow);
+  if (!s->kv_latent) {
+    MPI_Type_contiguous((int)cache_row_bytes(s, true), MPI_BYTE, &vrow);
+    MPI_Type_commit(&vrow);
+    MPI_Gather(w->v_rows, T, vrow, g->v_rows, T, vrow, 0, MPI_COMM_WORLD);
+    MPI_Type_free(&vrow);
+  }
   if (my_rank != 0) return 0;
 
   uattn_plan_info whole;
   uattn_plan_get_info(r->whole, &whole);
-  const size_t bytes = cache_row_bytes(s), d = (size_t)s->head_dim * uattn_dtype_size(s->cache_dtype);
+  const size_t es = uattn_dtype_size(s->cache_dtype), kbytes = cache_row_bytes(s, false),
+               vbytes = cache_row_bytes(s, true), kd = (size_t)s->head_dim * es, vd = (size_t)s->head_dim_v * es;
   for (int32_t t = 0; t < T; t++) {
     int writer = -1, writers = 0;
     for (int i = 0; i < num_ranks; i++)
@@ -429,10 +445,11 @@ static int gather_writes(cp_run *r, gathered *g, const written *w) {
           "(uattn-run-cp or library bug)",
           t, writers, writer, writer >= 0 ? (long long)g->slots[(size_t)writer * T + t] : -1LL, (long long)want);
     if (writer < 0) continue;
-    const size_t at = ((size_t)writer * T + (size_t)t) * bytes;
+    const size_t row = (size_t)writer * T + (size_t)t;
     for (int32_t h = 0; h < s->hkv; h++) {
-      copy_head(s, false, s->t[STEP_KEY_CACHE].a.data, want, (char *)g->k_rows + at + h * d, -1, h);
-      copy_head(s, true, s->t[STEP_VALUE_CACHE].a.data, want, (char *)g->v_rows + at + h * d, -1, h);
+      copy_head(s, false, s->t[STEP_KEY_CACHE].a.data, want, (char *)g->k_rows + row * kbytes + h * kd, -1, h);
+      if (!s->kv_latent)
+        copy_head(s, true, s->t[STEP_VALUE_CACHE].a.data, want, (char *)g->v_rows + row * vbytes + h * vd, -1, h);
     }
   }
   return 0;
@@ -493,11 +510,11 @@ static int time_steps(cp_run *r, gathered *g) {
   }
   if (!rc) MPI_Reduce(compute_ms, slowest_ms, 2 * n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 
-  /* what moves between the ranks per step (the fp32 partials and lse each sends: T x Hq x (4 D + 4) bytes,
+  /* what moves between the ranks per step (the fp32 partials and lse each sends: T x Hq x (4 Dv + 4) bytes,
    * whatever the step's dtype) against the KV bytes each holds for the step's requests: what a decode reads */
   int64_t kv = 0, kv_max = 0, kv_sum = 0;
   for (int32_t q = 0; q < s->num_reqs; q++) kv += (int64_t)r->local_len[q];
-  kv *= 2 * (int64_t)cache_row_bytes(s);
+  kv *= (int64_t)(cache_row_bytes(s, false) + cache_row_bytes(s, true));
   if (!rc) {
     MPI_Reduce(&kv, &kv_max, 1, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&kv, &kv_sum, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
