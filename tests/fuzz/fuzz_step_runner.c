@@ -1,7 +1,8 @@
 /* libFuzzer target: the step runner's reading (support/step.c: STEP.json, then the .npy tensors it names,
  * through support/npy.c). The input is STEP.json's text, then a NUL byte, then the bytes of a file x.npy; the
- * other tensors a step may name (q.npy, k.npy, v.npy, kc.npy, vc.npy, heads.npy) are valid files written
- * once at start-up, so a step that names them gets past the reading of its tensors to the shape checks.
+ * other tensors a step may name (q.npy, k.npy, v.npy, kc.npy, vc.npy, heads.npy, and v2.npy, vc2.npy: values of
+ * head_dim_v 2) are valid files written once at start-up, so a step that names them gets past the reading of its
+ * tensors to the shape checks.
  * x.npy is also read on its own with npy_read, whose result must describe a readable array. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +15,8 @@
 static volatile uint8_t data_sum; /* keeps the reads of an array's data */
 static char dir[] = "/tmp/uattn-fuzz-run-XXXXXX";
 static char json_path[64], npy_path[64];
-static const char *const fixed_names[] = {"q.npy",  "k.npy",     "v.npy", "kc.npy",
-                                          "vc.npy", "heads.npy", "x.npy", "STEP.json"};
+static const char *const fixed_names[] = {"q.npy",     "k.npy",  "v.npy",   "kc.npy", "vc.npy",
+                                          "heads.npy", "v2.npy", "vc2.npy", "x.npy",  "STEP.json"};
 
 static void remove_dir(void) {
   char path[96];
@@ -27,7 +28,7 @@ static void remove_dir(void) {
 }
 
 /* The fixed tensors, in the shapes of the seed corpus's steps: T = 4 query rows, 2 query heads, 1 KV head,
- * head dim 4, 4 blocks of 2 tokens, f32 and NHD. */
+ * head dim 4 (head_dim_v 2 for v2 and vc2), 4 blocks of 2 tokens, f32 and NHD. */
 static void write_fixed(const char *name, npy_dtype dtype, int ndim, const int64_t *shape) {
   char path[96], err[256];
   size_t count = 1;
@@ -47,13 +48,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   atexit(remove_dir);
   snprintf(json_path, sizeof json_path, "%s/STEP.json", dir);
   snprintf(npy_path, sizeof npy_path, "%s/x.npy", dir);
-  const int64_t q[] = {4, 2, 4}, kv[] = {4, 1, 4}, cache[] = {8, 1, 4}, heads[] = {2};
+  const int64_t q[] = {4, 2, 4}, kv[] = {4, 1, 4}, cache[] = {8, 1, 4}, heads[] = {2}, v2[] = {4, 1, 2},
+                vc2[] = {8, 1, 2};
   write_fixed("q.npy", NPY_F4, 3, q);
   write_fixed("k.npy", NPY_F4, 3, kv);
   write_fixed("v.npy", NPY_F4, 3, kv);
   write_fixed("kc.npy", NPY_F4, 3, cache);
   write_fixed("vc.npy", NPY_F4, 3, cache);
   write_fixed("heads.npy", NPY_F4, 1, heads);
+  write_fixed("v2.npy", NPY_F4, 3, v2);
+  write_fixed("vc2.npy", NPY_F4, 3, vc2);
   return 0;
 }
 

@@ -240,3 +240,62 @@ Test(step_runner, unwritable_output_directory) {
   expect_error(&r, "out dir", "--out ", "cannot create");
   spec_free(&s);
 }
+
+/* Multi-head latent attention's keys (uattn.h: head_dim_v, kv_latent) on base_spec's step (Hkv 2, head_dim 8,
+ * v and value_cache named). */
+static void latent_with_values(cJSON *root) {
+  cJSON_AddNumberToObject(root, "head_dim_v", 4);
+  cJSON_AddBoolToObject(root, "kv_latent", true);
+}
+static void drop_values(cJSON *root) {
+  cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "tensors"), "v");
+  cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "tensors"), "value_cache");
+}
+static void latent_with_value_cache(cJSON *root) {
+  latent_with_values(root);
+  cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "tensors"), "v");
+}
+static void latent_without_head_dim_v(cJSON *root) {
+  drop_values(root);
+  cJSON_AddBoolToObject(root, "kv_latent", true);
+}
+static void latent_wider_values(cJSON *root) {
+  drop_values(root);
+  cJSON_AddNumberToObject(root, "head_dim_v", 9);
+  cJSON_AddBoolToObject(root, "kv_latent", true);
+}
+static void latent_not_bool(cJSON *root) { cJSON_AddNumberToObject(root, "kv_latent", 1); }
+static void latent_tiled(cJSON *root) {
+  latent_wider_values(root);
+  cJSON_ReplaceItemInObject(root, "head_dim_v", cJSON_CreateNumber(8));
+  cJSON_ReplaceItemInObject(root, "kv_layout", cJSON_CreateString("TILED"));
+}
+static void latent_fp8_v_scale(cJSON *root) {
+  latent_wider_values(root);
+  cJSON_ReplaceItemInObject(root, "head_dim_v", cJSON_CreateNumber(8));
+  cJSON_ReplaceItemInObject(root, "cache_dtype", cJSON_CreateString("fp8_e4m3"));
+  cJSON_AddNumberToObject(root, "k_scale", 0.5);
+  cJSON_AddNumberToObject(root, "v_scale", 2);
+}
+static void negative_head_dim_v(cJSON *root) { cJSON_AddNumberToObject(root, "head_dim_v", -1); }
+static void narrower_values(cJSON *root) { cJSON_AddNumberToObject(root, "head_dim_v", 4); }
+
+Test(step_runner, bad_latent_keys_are_named) {
+  expect_json_error(latent_with_values, "latent v", "tensors.v: a kv_latent step has no values",
+                    "remove the key, or drop kv_latent");
+  expect_json_error(latent_with_value_cache, "latent value cache",
+                    "tensors.value_cache: a kv_latent step has no "
+                    "value cache",
+                    NULL);
+  expect_json_error(latent_without_head_dim_v, "latent head_dim_v", "head_dim_v: missing; a kv_latent step needs it",
+                    "0 < head_dim_v <= head_dim (8)");
+  expect_json_error(latent_wider_values, "latent dims", "head_dim_v: a kv_latent step needs 0 < head_dim_v <= head_dim",
+                    "(got 9, head_dim 8)");
+  expect_json_error(latent_not_bool, "latent type", "kv_latent: must be true or false, got a number", NULL);
+  expect_json_error(latent_tiled, "latent tiled", "kv_latent: needs kv_layout NHD or HND", NULL);
+  expect_json_error(latent_fp8_v_scale, "latent scales", "v_scale: a kv_latent step on an fp8 cache", "k_scale (0.5)");
+  expect_json_error(negative_head_dim_v, "head_dim_v", "head_dim_v: -1 must be >= 0", NULL);
+  /* values as wide as the keys where the step says 4: the tensors' check names the dimension */
+  expect_json_error(narrower_values, "v width", "tensors.v: shape [12, 2, 8] does not match [12, 2, 4]",
+                    "(T, num_kv_heads, head_dim_v)");
+}

@@ -34,17 +34,19 @@ void spec_fill(spec *s, uint64_t seed) {
     s->qsl[r + 1] = s->qsl[r] + s->eff[r];
   }
   s->T = s->qsl[s->nreq];
-  const size_t slots = (size_t)s->nb * s->bs;
+  const size_t slots = (size_t)s->nb * s->bs, dv = (size_t)spec_dims(s, true);
   s->q = random_exact(&rng, (size_t)s->T * s->hq * s->d);
   s->k = random_exact(&rng, (size_t)s->T * s->hkv * s->d);
-  s->v = random_exact(&rng, (size_t)s->T * s->hkv * s->d);
+  s->v = random_exact(&rng, (size_t)s->T * s->hkv * dv); /* a latent spec's are drawn but never written */
   s->kc = random_exact(&rng, slots * s->hkv * s->d);
-  s->vc = random_exact(&rng, slots * s->hkv * s->d);
+  s->vc = random_exact(&rng, slots * s->hkv * dv);
   for (int h = 0; h < s->hq; h++) {
     s->sink[h] = (float)test_rng_range(&rng, -64, 128) / 64.0f;
     s->slope[h] = 1.0f / (float)(2 << h);
   }
 }
+
+int spec_dims(const spec *s, bool value) { return value && s->dv > 0 ? s->dv : s->d; }
 
 void spec_free(spec *s) {
   free(s->q);
@@ -108,6 +110,8 @@ cJSON *spec_json(const spec *s) {
   cJSON_AddStringToObject(o, "attn_type", s->attn);
   if (s->k_scale > 0) cJSON_AddNumberToObject(o, "k_scale", s->k_scale);
   if (s->v_scale > 0) cJSON_AddNumberToObject(o, "v_scale", s->v_scale);
+  if (s->dv > 0) cJSON_AddNumberToObject(o, "head_dim_v", s->dv);
+  if (s->latent) cJSON_AddBoolToObject(o, "kv_latent", true);
   cJSON *reqs = cJSON_AddArrayToObject(o, "requests");
   for (int r = 0; r < s->nreq; r++) {
     cJSON *q = cJSON_CreateObject();
@@ -121,9 +125,9 @@ cJSON *spec_json(const spec *s) {
   cJSON *t = cJSON_AddObjectToObject(o, "tensors");
   cJSON_AddStringToObject(t, "q", "q.npy");
   cJSON_AddStringToObject(t, "k", "k.npy");
-  cJSON_AddStringToObject(t, "v", "v.npy");
+  if (!s->latent) cJSON_AddStringToObject(t, "v", "v.npy");
   cJSON_AddStringToObject(t, "key_cache", "kc.npy");
-  cJSON_AddStringToObject(t, "value_cache", "vc.npy");
+  if (!s->latent) cJSON_AddStringToObject(t, "value_cache", "vc.npy");
   if (s->sinks) cJSON_AddStringToObject(t, "sinks", "sinks.npy");
   if (s->alibi) cJSON_AddStringToObject(t, "alibi_slopes", "alibi.npy");
   return o;
@@ -182,7 +186,8 @@ static void *encode_scaled(const float *x, size_t n, const char *dtype, float sc
 static void *encode(const float *x, size_t n, const char *dtype) { return encode_scaled(x, n, dtype, 1.0f); }
 
 size_t layout_index(const spec *s, bool value, int64_t slot, int h, int d) {
-  const size_t b = (size_t)(slot / s->bs), o = (size_t)(slot % s->bs), H = (size_t)s->hkv, D = (size_t)s->d;
+  const size_t b = (size_t)(slot / s->bs), o = (size_t)(slot % s->bs), H = (size_t)s->hkv;
+  const size_t D = (size_t)spec_dims(s, value);
   if (!strcmp(s->layout, "NHD")) return ((size_t)slot * H + (size_t)h) * D + (size_t)d;
   if (!strcmp(s->layout, "HND")) return ((b * H + (size_t)h) * (size_t)s->bs + o) * D + (size_t)d;
   const size_t tiles = (size_t)s->bs / 16, t = o / 16, i = o % 16;
@@ -192,26 +197,27 @@ size_t layout_index(const spec *s, bool value, int64_t slot, int h, int d) {
 
 /* The shape of a key or value cache in the spec's layout (as layout_index); its dimensions in *ndim. */
 static void cache_shape(const spec *s, bool value, int64_t *shape, int *ndim) {
+  const int64_t D = spec_dims(s, value);
   if (!strcmp(s->layout, "NHD")) {
-    shape[0] = (int64_t)s->nb * s->bs, shape[1] = s->hkv, shape[2] = s->d;
+    shape[0] = (int64_t)s->nb * s->bs, shape[1] = s->hkv, shape[2] = D;
     *ndim = 3;
   } else if (!strcmp(s->layout, "HND")) {
-    shape[0] = s->nb, shape[1] = s->hkv, shape[2] = s->bs, shape[3] = s->d;
+    shape[0] = s->nb, shape[1] = s->hkv, shape[2] = s->bs, shape[3] = D;
     *ndim = 4;
   } else {
-    const int64_t k[6] = {s->nb, s->bs / 16, s->hkv, s->d / 2, 16, 2}, v[6] = {s->nb, s->bs / 16, s->hkv, 8, s->d, 2};
+    const int64_t k[6] = {s->nb, s->bs / 16, s->hkv, D / 2, 16, 2}, v[6] = {s->nb, s->bs / 16, s->hkv, 8, D, 2};
     memcpy(shape, value ? v : k, sizeof k);
     *ndim = 6;
   }
 }
 
 void *encode_cache(const spec *s, const float *c, double scale, bool value, int64_t *shape, int *ndim) {
-  const size_t n = (size_t)s->nb * s->bs * s->hkv * s->d;
+  const int D = spec_dims(s, value);
+  const size_t n = (size_t)s->nb * s->bs * s->hkv * D;
   float *perm = malloc(sizeof(float) * n);
   for (int64_t slot = 0; slot < (int64_t)s->nb * s->bs; slot++)
     for (int h = 0; h < s->hkv; h++)
-      for (int d = 0; d < s->d; d++)
-        perm[layout_index(s, value, slot, h, d)] = c[((size_t)slot * s->hkv + h) * s->d + d];
+      for (int d = 0; d < D; d++) perm[layout_index(s, value, slot, h, d)] = c[((size_t)slot * s->hkv + h) * D + d];
   cache_shape(s, value, shape, ndim);
   void *out = encode_scaled(perm, n, s->cache_dtype, scale > 0 ? (float)scale : 1.0f);
   free(perm);
@@ -238,18 +244,21 @@ void write_json_file(const char *name, const cJSON *root) {
 }
 
 void spec_write(const spec *s) {
-  const int64_t qs[] = {s->T, s->hq, s->d}, ks[] = {s->T, s->hkv, s->d}, hs[] = {s->hq};
+  const int64_t qs[] = {s->T, s->hq, s->d}, ks[] = {s->T, s->hkv, s->d}, vs[] = {s->T, s->hkv, spec_dims(s, true)},
+                hs[] = {s->hq};
   save_encoded("q.npy", s->dtype, 3, qs, s->q);
   save_encoded("k.npy", s->dtype, 3, ks, s->k);
-  save_encoded("v.npy", s->dtype, 3, ks, s->v);
+  if (!s->latent) save_encoded("v.npy", s->dtype, 3, vs, s->v);
   int64_t kshape[6], vshape[6];
   int nd;
-  void *kc = encode_cache(s, s->kc, s->k_scale, false, kshape, &nd),
-       *vc = encode_cache(s, s->vc, s->v_scale, true, vshape, &nd);
+  void *kc = encode_cache(s, s->kc, s->k_scale, false, kshape, &nd);
   save("kc.npy", npy_of(s->cache_dtype), nd, kshape, kc);
-  save("vc.npy", npy_of(s->cache_dtype), nd, vshape, vc);
   free(kc);
-  free(vc);
+  if (!s->latent) {
+    void *vc = encode_cache(s, s->vc, s->v_scale, true, vshape, &nd);
+    save("vc.npy", npy_of(s->cache_dtype), nd, vshape, vc);
+    free(vc);
+  }
   if (s->sinks) save("sinks.npy", NPY_F4, 1, hs, s->sink);
   if (s->alibi) save("alibi.npy", NPY_F4, 1, hs, s->slope);
   cJSON *j = spec_json(s);

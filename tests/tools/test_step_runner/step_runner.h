@@ -48,10 +48,15 @@ typedef struct spec {
   int ndrafts[MAX_REQS]; /* -1: no draft_tokens key */
   bool sinks, alibi;
   double k_scale, v_scale; /* fp8 caches; 0: no key in the JSON (the default, 1) */
+  int32_t dv;              /* "head_dim_v": values dv wide; 0: no key in the JSON (values d wide) */
+  bool latent;             /* "kv_latent": no v, no value cache; a key's first dv dims are its value */
   /* data, as exact values k/64 (|k| <= 128) so every dtype holds them exactly */
   int32_t T, qsl[MAX_REQS + 1], eff[MAX_REQS];
   float *q, *k, *v, *kc, *vc, sink[16], slope[16]; /* caches as [slot][h][d] whatever the layout */
 } spec;
+
+/* The row length of the spec's keys (value false) or values (true): d, or dv where the spec sets it. */
+int spec_dims(const spec *s, bool value);
 
 float *random_exact(test_rng *rng, size_t n);
 void spec_fill(spec *s, uint64_t seed);
@@ -67,7 +72,7 @@ cJSON *spec_json(const spec *s);
 bool is_fp8(const char *dtype);
 npy_dtype npy_of(const char *dtype);
 /* Where (slot, KV head h, dim d) of a key cache (value false) or value cache (value true) lies in the spec's
- * layout, written from uattn.h's definitions: NHD [slots, Hkv, D], HND [blocks, Hkv, bs, D], TILED keys
+ * layout, D = spec_dims, written from uattn.h's definitions: NHD [slots, Hkv, D], HND [blocks, Hkv, bs, D], TILED keys
  * [blocks, bs / 16, Hkv, D / 2, 16, 2] at (b, o / 16, h, d / 2, o % 16, d % 2) and values
  * [blocks, bs / 16, Hkv, 8, D, 2] at (b, o / 16, h, o % 16 / 2, d, o % 2), with b = slot / bs, o = slot % bs. */
 size_t layout_index(const spec *s, bool value, int64_t slot, int h, int d);

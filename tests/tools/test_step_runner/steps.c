@@ -16,9 +16,10 @@ static int64_t slot_of(const spec *s, int r, int32_t pos) {
 }
 
 /* docs/design.md read literally, in double: every key of the request up to the query's position (all of them
- * for an encoder), from the cache below num_computed and from this step's k/v above. */
+ * for an encoder), from the cache below num_computed and from this step's k/v above. Values are dv wide; a
+ * latent spec's value is its key's first dv dims (uattn.h, kv_latent). */
 static void dense_attention(const spec *s, double *out, double *lse) {
-  const int group = s->hq / s->hkv;
+  const int group = s->hq / s->hkv, dv = spec_dims(s, true);
   const bool encoder = !strcmp(s->attn, "encoder");
   for (int r = 0; r < s->nreq; r++) {
     const int32_t seq = s->nc[r] + s->eff[r];
@@ -44,17 +45,19 @@ static void dense_attention(const spec *s, double *out, double *lse) {
           if (sc > m) m = sc;
         }
         double sum = s->sinks ? exp(s->sink[h] - m) : 0.0;
-        double *o = out + ((size_t)t * s->hq + h) * s->d;
-        for (int d = 0; d < s->d; d++) o[d] = 0;
+        double *o = out + ((size_t)t * s->hq + h) * dv;
+        for (int d = 0; d < dv; d++) o[d] = 0;
         for (int32_t j = 0; j < seq; j++) {
           if (score[j] == -INFINITY) continue;
           const double w = exp(score[j] - m);
           sum += w;
-          const float *val = j < s->nc[r] ? s->vc + ((size_t)slot_of(s, r, j) * s->hkv + kh) * s->d
-                                          : s->v + ((size_t)(s->qsl[r] + j - s->nc[r]) * s->hkv + kh) * s->d;
-          for (int d = 0; d < s->d; d++) o[d] += w * val[d];
+          const size_t cached = (size_t)slot_of(s, r, j) * s->hkv + kh,
+                       fresh = (size_t)(s->qsl[r] + j - s->nc[r]) * s->hkv + kh;
+          const float *val = s->latent ? (j < s->nc[r] ? s->kc + cached * s->d : s->k + fresh * s->d)
+                                       : (j < s->nc[r] ? s->vc + cached * dv : s->v + fresh * dv);
+          for (int d = 0; d < dv; d++) o[d] += w * val[d];
         }
-        for (int d = 0; d < s->d; d++) o[d] /= sum;
+        for (int d = 0; d < dv; d++) o[d] /= sum;
         lse[(size_t)t * s->hq + h] = m + log(sum);
       }
     }
@@ -64,14 +67,14 @@ static void dense_attention(const spec *s, double *out, double *lse) {
 
 /* The caches after the step: this step's k/v at each new token's slot. */
 static void updated_caches(const spec *s, float *kc, float *vc) {
-  const size_t row = (size_t)s->hkv * s->d, n = (size_t)s->nb * s->bs * row;
-  memcpy(kc, s->kc, sizeof(float) * n);
-  memcpy(vc, s->vc, sizeof(float) * n);
+  const size_t row = (size_t)s->hkv * s->d, vrow = (size_t)s->hkv * spec_dims(s, true), slots = (size_t)s->nb * s->bs;
+  memcpy(kc, s->kc, sizeof(float) * slots * row);
+  memcpy(vc, s->vc, sizeof(float) * slots * vrow);
   for (int r = 0; r < s->nreq; r++)
     for (int32_t i = 0; i < s->eff[r]; i++) {
       const int64_t slot = slot_of(s, r, s->nc[r] + i);
       memcpy(kc + (size_t)slot * row, s->k + (size_t)(s->qsl[r] + i) * row, sizeof(float) * row);
-      memcpy(vc + (size_t)slot * row, s->v + (size_t)(s->qsl[r] + i) * row, sizeof(float) * row);
+      memcpy(vc + (size_t)slot * vrow, s->v + (size_t)(s->qsl[r] + i) * vrow, sizeof(float) * vrow);
     }
 }
 
@@ -96,12 +99,13 @@ static void run_and_check(spec *s, const char *extra, double tol) {
   spec_write(s);
   const result r = run_step(extra);
   cr_assert_eq(r.rc, 0, "uattn-run failed (%d): %s", r.rc, r.err);
-  const size_t rows = (size_t)s->T * s->hq, n = rows * s->d;
+  const int dv = spec_dims(s, true);
+  const size_t rows = (size_t)s->T * s->hq, n = rows * dv;
   double *out = malloc(sizeof(double) * n), *lse = malloc(sizeof(double) * rows);
   dense_attention(s, out, lse);
 
   npy_array o = load("out/out.npy"), l = load("out/lse.npy");
-  check_shape(&o, "out.npy", NPY_F4, 3, (int64_t[]){s->T, s->hq, s->d});
+  check_shape(&o, "out.npy", NPY_F4, 3, (int64_t[]){s->T, s->hq, dv});
   check_shape(&l, "lse.npy", NPY_F4, 2, (int64_t[]){s->T, s->hq});
   double scale = 0, worst = 0, worst_lse = 0;
   size_t at = 0;
@@ -112,29 +116,36 @@ static void run_and_check(spec *s, const char *extra, double tol) {
   }
   for (size_t i = 0; i < rows; i++) worst_lse = fmax(worst_lse, fabs(((float *)l.data)[i] - lse[i]));
   cr_assert(worst <= tol * scale, "out: error %.3g at row %zu head %zu (got %g, want %g), allowed %.3g", worst,
-            at / ((size_t)s->hq * s->d), at / s->d % s->hq, ((float *)o.data)[at], out[at], tol * scale);
+            at / ((size_t)s->hq * dv), at / dv % s->hq, ((float *)o.data)[at], out[at], tol * scale);
   cr_assert(worst_lse <= 1e-4, "lse: error %.3g", worst_lse); /* fp32 whatever the dtype: inputs are exact */
   npy_free(&o);
   npy_free(&l);
 
-  /* caches: exactly the inputs with this step's k/v written, in the input's layout and dtype */
-  const size_t cn = (size_t)s->nb * s->bs * s->hkv * s->d;
-  float *kc = malloc(sizeof(float) * cn), *vc = malloc(sizeof(float) * cn);
+  /* caches: exactly the inputs with this step's k/v written, in the input's layout and dtype; a latent step
+   * writes its keys alone and has no value cache to write out */
+  const size_t slots = (size_t)s->nb * s->bs, cn = slots * s->hkv * s->d, vn = slots * s->hkv * dv;
+  float *kc = malloc(sizeof(float) * cn), *vc = malloc(sizeof(float) * vn);
   updated_caches(s, kc, vc);
   int64_t kshape[6], vshape[6];
   int nd;
   void *want_k = encode_cache(s, kc, s->k_scale, false, kshape, &nd);
-  void *want_v = encode_cache(s, vc, s->v_scale, true, vshape, &nd);
-  npy_array gk = load("out/key_cache.npy"), gv = load("out/value_cache.npy");
+  npy_array gk = load("out/key_cache.npy");
   check_shape(&gk, "key_cache.npy", npy_of(s->cache_dtype), nd, kshape);
-  check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, vshape);
-  const size_t bytes = cn * npy_dtype_size(gk.dtype);
-  cr_assert(memcmp(gk.data, want_k, bytes) == 0, "key_cache.npy differs from the expected update");
-  cr_assert(memcmp(gv.data, want_v, bytes) == 0, "value_cache.npy differs from the expected update");
+  cr_assert(memcmp(gk.data, want_k, cn * npy_dtype_size(gk.dtype)) == 0,
+            "key_cache.npy differs from the expected update");
   npy_free(&gk);
-  npy_free(&gv);
   free(want_k);
-  free(want_v);
+  if (s->latent) {
+    cr_assert_not(file_exists(in_scratch("out/value_cache.npy")), "a kv_latent step has no value cache to write");
+  } else {
+    void *want_v = encode_cache(s, vc, s->v_scale, true, vshape, &nd);
+    npy_array gv = load("out/value_cache.npy");
+    check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, vshape);
+    cr_assert(memcmp(gv.data, want_v, vn * npy_dtype_size(gv.dtype)) == 0,
+              "value_cache.npy differs from the expected update");
+    npy_free(&gv);
+    free(want_v);
+  }
   free(kc);
   free(vc);
 
@@ -246,11 +257,12 @@ static void fp8_exact(test_rng *rng, float *x, size_t n, double scale) {
 /* The step's new keys and values and both caches redrawn as fp8_exact values of its k_scale / v_scale. */
 static void fp8_exact_tensors(spec *s, uint64_t seed) {
   test_rng rng = {seed};
-  const size_t kv = (size_t)s->T * s->hkv * s->d, cache = (size_t)s->nb * s->bs * s->hkv * s->d;
-  fp8_exact(&rng, s->k, kv, s->k_scale);
-  fp8_exact(&rng, s->v, kv, s->v_scale);
-  fp8_exact(&rng, s->kc, cache, s->k_scale);
-  fp8_exact(&rng, s->vc, cache, s->v_scale);
+  const size_t slots = (size_t)s->nb * s->bs, dv = (size_t)spec_dims(s, true);
+  const double v_scale = s->v_scale > 0 ? s->v_scale : s->k_scale; /* a latent spec leaves it out */
+  fp8_exact(&rng, s->k, (size_t)s->T * s->hkv * s->d, s->k_scale);
+  fp8_exact(&rng, s->v, (size_t)s->T * s->hkv * dv, v_scale);
+  fp8_exact(&rng, s->kc, slots * s->hkv * s->d, s->k_scale);
+  fp8_exact(&rng, s->vc, slots * s->hkv * dv, v_scale);
 }
 
 /* fp8 caches end to end: |u1 cache files in and out, k_scale / v_scale from the JSON (0.5 and 3, so a
@@ -451,4 +463,44 @@ Test(step_runner, refused_shared_bias_is_a_warning) {
   const char *rest[] = {"out/causal_bias.npy",   "out/unique_bias.npy", "out/unique_block_mapping.npy",
                         "out/shared_blocks.npy", "out/out.npy",         "out/plan.json"};
   for (int i = 0; i < 6; i++) cr_assert(file_exists(in_scratch(rest[i])), "%s", rest[i]);
+}
+
+/* Multi-head latent attention's expanded form (uattn.h, head_dim_v): keys 48 wide, values 32, on every path of
+ * base_spec, in f32 on NHD, bf16 on an HND bf16 cache, and on the TILED step; the value cache's rows and out
+ * are 32 wide, checked against the dense attention over the 32-dim values and the caches bit for bit. */
+Test(step_runner, mla_expanded_values_narrower_than_keys) {
+  const char *const dtypes[] = {"f32", "bf16", "f32"}, *const layouts[] = {"NHD", "HND", "TILED"};
+  const double tol[] = {1e-5, 1.0 / 64, 1e-5};
+  for (int c = 0; c < 3; c++) {
+    spec s = !strcmp(layouts[c], "TILED") ? tiled_spec() : base_spec();
+    s.layout = layouts[c];
+    s.dtype = s.cache_dtype = dtypes[c];
+    s.d = 48, s.dv = 32;
+    s.scale = 0.125; /* exact in every dtype */
+    spec_fill(&s, 60 + (uint64_t)c);
+    run_and_check(&s, NULL, tol[c]);
+    spec_free(&s);
+  }
+}
+
+/* The absorbed form (uattn.h, kv_latent): one KV head of 72-dim latents whose first 64 dims are the values;
+ * the step names no v and no value cache, the runner writes the keys alone and no value_cache.npy. f32 on NHD,
+ * bf16 on an HND bf16 cache, and an fp8 cache with k_scale only (v_scale is then k_scale's) on exact values. */
+Test(step_runner, mla_absorbed_latent_keys_are_values) {
+  const char *const dtypes[] = {"f32", "bf16", "f32"}, *const caches[] = {"f32", "bf16", "fp8_e4m3"},
+                    *const layouts[] = {"NHD", "HND", "NHD"};
+  const double tol[] = {1e-5, 1.0 / 64, 1e-5};
+  for (int c = 0; c < 3; c++) {
+    spec s = base_spec();
+    s.layout = layouts[c];
+    s.dtype = dtypes[c];
+    s.cache_dtype = caches[c];
+    s.hkv = 1, s.d = 72, s.dv = 64, s.latent = true;
+    s.scale = 0.125;
+    if (is_fp8(s.cache_dtype)) s.k_scale = 0.5;
+    spec_fill(&s, 70 + (uint64_t)c);
+    if (is_fp8(s.cache_dtype)) fp8_exact_tensors(&s, 170 + (uint64_t)c);
+    run_and_check(&s, NULL, tol[c]);
+    spec_free(&s);
+  }
 }
