@@ -56,6 +56,10 @@ Choices this script makes where the seed or the brief leaves room:
  7. make-step: block 0 may be used; rows of the block table may be longer than needed, padded with -1; draft
     lists hold random ids with some -1 placeholders; a request with drafts reports num_scheduled = 1 + len(drafts)
     and schedules (non -1 drafts) + 1 tokens.
+ 8. Multi-head latent attention (uattn.h's head_dim_v and kv_latent): values, the value cache's rows and out are
+    head_dim_v wide; a kv_latent step has no v and no value cache (and must write no value_cache.npy), and the
+    oracle and the seed read each key's first head_dim_v dims, as the key cache holds them, as its value. The
+    seed has no such form; its arithmetic is width-agnostic, so seed parity runs on these steps too.
 """
 
 import argparse
@@ -84,6 +88,8 @@ def main(argv=None):
     p.add_argument("--num-q-heads", type=int, default=None)
     p.add_argument("--num-kv-heads", type=int, default=None)
     p.add_argument("--head-dim", type=int, default=None)
+    p.add_argument("--head-dim-v", type=int, default=None, help="values' width (default: the head dim)")
+    p.add_argument("--kv-latent", action="store_true", help="absorbed MLA: no v or value cache (needs --head-dim-v)")
     p.add_argument("--scale", type=float, default=None, help="default 1/sqrt(head_dim)")
     p.add_argument("--qk-scale", type=float, default=1.0, help="std of q, k and the key cache (softmax sharpness)")
     p.add_argument("--soft-cap", type=float, default=0.0)

@@ -53,6 +53,13 @@ CASES=(
   "22 shared-prefix  bf16 TILED --chunk-size 1 --num-q-heads 8 --num-kv-heads 2"
   "23 spec-decode    bf16 TILED --head-dim 128 --block-size 32 --num-q-heads 8 --num-kv-heads 2"
   "24 chunked        f16  TILED --cache-dtype bf16 --alibi --sliding-window 11"
+  # multi-head latent attention: the expanded form (values narrower than keys), then the absorbed one
+  "25 mixed          f32  NHD  --head-dim 48 --head-dim-v 32"
+  "26 spec-decode    bf16 HND  --head-dim 48 --head-dim-v 32 --chunk-size 1"
+  "27 mixed          f32  TILED --head-dim 48 --head-dim-v 32 --block-size 16"
+  "28 mixed          f32  NHD  --head-dim 72 --head-dim-v 64 --kv-latent --num-q-heads 8 --num-kv-heads 1"
+  "29 shared-prefix  bf16 HND  --head-dim 72 --head-dim-v 64 --kv-latent --num-q-heads 4 --num-kv-heads 1"
+  "30 chunked        f16  NHD  --cache-dtype bf16 --head-dim 72 --head-dim-v 64 --kv-latent --num-q-heads 16 --num-kv-heads 1 --chunk-size 2"
 )
 
 run_case() {

@@ -80,7 +80,7 @@ def partial_attn_causal(query, key, value, bias, slice_size, fmin):
     kv_heads = key.shape[1]
     query = query.transpose(1, 0, 2).reshape(kv_heads, hq // kv_heads, T, d)
     key = key.transpose(1, 0, 2).reshape(kv_heads, 1, T, d)
-    value = value.transpose(1, 0, 2).reshape(kv_heads, 1, T, d)
+    value = value.transpose(1, 0, 2).reshape(kv_heads, 1, T, value.shape[-1])
     attn_slices, max_slices, sum_slices = [], [], []
     for i in range(num_slices):
         q_min = i * slice_size
@@ -252,7 +252,8 @@ def unified_attn(query, key, value, key_cache, value_cache, scale, metadata):
 
 def run_seed(st, key_cache, value_cache, meta):
     """unified_attn on the step in float32: q, k, v padded with zeros to the metadata's tq rows (choice 4), the
-    caches as NHD float32; returns [T, Hq, D]."""
+    caches as NHD float32; returns [T, Hq, Dv]. A kv_latent step's value_cache is given as NHD already (its
+    key cache's first head_dim_v dims, choice 8)."""
     tq = meta.causal_bias.shape[0] if meta.causal_bias is not None else st.T
 
     def pad(x):
@@ -264,7 +265,7 @@ def run_seed(st, key_cache, value_cache, meta):
     # this step's keys as the cache holds them (choice 5)
     k, v = (pad(to_f32(from_f32(to_f32(x, st.dtype), st.cache_dtype), st.cache_dtype)) for x in (st.k, st.v))
     kc = to_f32(cache_as_nhd(key_cache, st.layout, "key"), st.cache_dtype)
-    vc = to_f32(cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype)
+    vc = to_f32(value_cache if st.kv_latent else cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         out = unified_attn(q, k, v, kc, vc, st.scale, meta)
     return out[:st.T]

@@ -14,7 +14,7 @@ import numpy as np
 from . import planner as sub
 from .attn import SharedChunked, run_seed, seed_metadata, shared_chunk_bias
 from .oracle import dense_oracle, exactly_once, key_counts
-from .step import TOLERANCE, Step, batch_view, coarser, expected_caches
+from .step import TOLERANCE, Step, batch_view, cache_from_nhd, coarser, expected_caches
 
 # ------------------------------------------------------------------------------------------------------
 # check
@@ -64,11 +64,14 @@ def load_outputs(outdir):
 
 def check_cache(st, o, rep):
     kc, vc = expected_caches(st)
-    if o["key_cache"] is None or o["value_cache"] is None:
-        rep.line("FAIL", "cache-update", "key_cache.npy / value_cache.npy missing")
+    if o["key_cache"] is None or (o["value_cache"] is None) != st.kv_latent:
+        rep.line("FAIL", "cache-update", "key_cache.npy missing" if o["key_cache"] is None else
+                 "value_cache.npy written for a kv_latent step" if st.kv_latent else "value_cache.npy missing")
         return kc, vc
     msgs = []
     for name, want, got in (("key", kc, o["key_cache"]), ("value", vc, o["value_cache"])):
+        if want is None:  # kv_latent: no value cache, and none written (above)
+            continue
         if got.dtype != want.dtype or got.shape != want.shape:
             msgs.append("%s cache %s %s, expected %s %s" % (name, got.dtype, got.shape, want.dtype, want.shape))
         elif not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
@@ -78,8 +81,9 @@ def check_cache(st, o, rep):
     if plan is not None and plan.get("slot_mapping") != st.slots.tolist():
         msgs.append("plan.json slot_mapping %s != ours %s" % (plan.get("slot_mapping")[:16], st.slots[:16].tolist()))
     rep.check(not msgs, "cache-update", "; ".join(msgs) or
-              "both caches bit-identical to ours (%d slots written, %s -> %s, %s)"
-              % (st.T, st.dtype, st.cache_dtype, st.layout))
+              "%s bit-identical to ours (%d slots written, %s -> %s, %s)"
+              % ("the key cache (kv_latent: no value cache)" if st.kv_latent else "both caches", st.T, st.dtype,
+                 st.cache_dtype, st.layout))
     return kc, vc
 
 
@@ -89,7 +93,7 @@ def check_oracle(st, o, kc, vc, rep):
     tol = TOLERANCE[tname]
     out, lse = o["out"], o["lse"]
     if out is None or out.shape != ref_out.shape:
-        rep.line("FAIL", "oracle-out", "out.npy %s, expected [T, Hq, D] = %s"
+        rep.line("FAIL", "oracle-out", "out.npy %s, expected [T, Hq, Dv] = %s"
                  % (None if out is None else out.shape, ref_out.shape))
     else:
         ok, mx, bound, w = compare(out, ref_out, tol)
@@ -99,6 +103,9 @@ def check_oracle(st, o, kc, vc, rep):
         p_round = 0.0
         if st.dtype == "bf16" and st.cache_dtype == "bf16":
             st_abs = copy.copy(st)
+            if st.kv_latent:  # the values are the keys' bytes: |v| through a value cache of |latent|
+                st_abs.kv_latent = False
+                vc = cache_from_nhd(np.ascontiguousarray(st.latent_values(kc)), st.layout, "value", st.bs)
             st_abs.v = st.v & np.uint16(0x7FFF)
             weighted, _ = dense_oracle(st_abs, kc, vc & np.uint16(0x7FFF))
             p_round = 2.0 ** -9 * float(np.abs(weighted).max())
@@ -193,6 +200,8 @@ def check_parity(st, o, ref_out, rep, tensors_ok):
         return
     tol = TOLERANCE["f32"]
     kc, vc = o["key_cache"], o["value_cache"]
+    if st.kv_latent:  # the seed's value cache: each latent's first head_dim_v dims (choice 8)
+        vc = st.latent_values(kc)
     variants = []
     if o["shared_bias"] is not None:
         variants.append(("whole", o["shared_bias"]))

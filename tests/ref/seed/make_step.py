@@ -170,6 +170,10 @@ def cmd_make_step(args):
     if hq % hkv:
         hkv = hq
     d = args.head_dim or int(rng.choice([16, 32, 64]))
+    dv = args.head_dim_v or d
+    if args.kv_latent and (not args.head_dim_v or dv > d or args.layout == "TILED"):
+        raise SystemExit("make-step: --kv-latent needs --head-dim-v in [1, head dim] and an NHD or HND layout "
+                         "(got %s, %d, %s)" % (args.head_dim_v, d, args.layout))
     if args.layout == "TILED" and (bs % TILE or d % 2):
         raise SystemExit("make-step: TILED needs a block size that is a multiple of %d and an even head dim "
                          "(got %d, %d)" % (TILE, bs, d))
@@ -187,6 +191,10 @@ def cmd_make_step(args):
             "scale": float(args.scale if args.scale is not None else 1.0 / math.sqrt(d)),
             "soft_cap": float(args.soft_cap), "sliding_window": int(args.sliding_window),
             "attn_type": args.attn_type}
+    if args.head_dim_v:
+        step["head_dim_v"] = dv
+    if args.kv_latent:
+        step["kv_latent"] = True
     cw = args.causal_width if args.causal_width is not None else int(rng.choice([-1, 4, 7, 16, 512]))
     if cw >= 0:
         step["causal_width"] = cw
@@ -214,10 +222,12 @@ def cmd_make_step(args):
     qk_scale = args.qk_scale
     save("q.npy", "q", from_f32(rng.standard_normal((T, hq, d)) * qk_scale, args.dtype).astype(sd))
     save("k.npy", "k", from_f32(rng.standard_normal((T, hkv, d)) * qk_scale, args.dtype).astype(sd))
-    save("v.npy", "v", from_f32(rng.standard_normal((T, hkv, d)), args.dtype).astype(sd))
+    if not args.kv_latent:  # a latent step's values are its keys' first dv dims
+        save("v.npy", "v", from_f32(rng.standard_normal((T, hkv, dv)), args.dtype).astype(sd))
     cd = storage_dtype(cache_dtype)
-    for name, key, std in (("kc.npy", "key_cache", qk_scale), ("vc.npy", "value_cache", 1.0)):
-        nhd = from_f32(rng.standard_normal((num_blocks * bs, hkv, d)) * std, cache_dtype).astype(cd)
+    caches = (("kc.npy", "key_cache", qk_scale, d),) + (() if args.kv_latent else (("vc.npy", "value_cache", 1.0, dv),))
+    for name, key, std, width in caches:
+        nhd = from_f32(rng.standard_normal((num_blocks * bs, hkv, width)) * std, cache_dtype).astype(cd)
         save(name, key, cache_from_nhd(nhd, args.layout, key[:-len("_cache")], bs))
     if args.sinks:
         save("sinks.npy", "sinks", (rng.standard_normal(hq) * 2).astype(np.float32))
@@ -228,5 +238,6 @@ def cmd_make_step(args):
     path = os.path.join(args.out, "step.json")
     with open(path, "w") as f:
         json.dump(step, f, indent=1)
-    print("make-step: %s: kind %s, %d requests, %d query rows, bs %d, %s/%s %s, Hq %d Hkv %d D %d -> %s"
-          % (args.seed, kind, len(reqs), T, bs, args.dtype, cache_dtype, args.layout, hq, hkv, d, path))
+    print("make-step: %s: kind %s, %d requests, %d query rows, bs %d, %s/%s %s, Hq %d Hkv %d D %d Dv %d%s -> %s"
+          % (args.seed, kind, len(reqs), T, bs, args.dtype, cache_dtype, args.layout, hq, hkv, d, dv,
+             " kv_latent" if args.kv_latent else "", path))

@@ -16,12 +16,14 @@ def dense_oracle(st, key_cache, value_cache):
     """Every query row against every visible key of its request, in float64, each key as the (updated) cache
     holds it, this step's own too; decoder: j <= p and, with a window w, j > p - w; encoder:
     every key of the request. Soft cap, ALiBi, sinks (denominator only), GQA. Returns out [T, Hq, D] and
-    lse [T, Hq] (-inf and zeros for a row with nothing visible)."""
+    lse [T, Hq] (-inf and zeros for a row with nothing visible). Values are head_dim_v wide; a kv_latent step's
+    value of a key is the key's first head_dim_v dims as the key cache holds them (value_cache unused)."""
     G = st.hq // st.hkv
     kc = to_f32(cache_as_nhd(key_cache, st.layout, "key"), st.cache_dtype).astype(np.float64)
-    vc = to_f32(cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype).astype(np.float64)
+    vc = kc[..., :st.dv] if st.kv_latent else \
+        to_f32(cache_as_nhd(value_cache, st.layout, "value"), st.cache_dtype).astype(np.float64)
     q = to_f32(st.q, st.dtype).astype(np.float64)
-    out = np.zeros((st.T, st.hq, st.d))
+    out = np.zeros((st.T, st.hq, st.dv))
     lse = np.full((st.T, st.hq), -np.inf)
     sinks = None if st.sinks is None else st.sinks.astype(np.float64)
     slopes = None if st.alibi is None else st.alibi.astype(np.float64)

@@ -79,6 +79,9 @@ class Step:
         self.bs = int(j["block_size"])
         self.num_blocks = int(j["num_blocks"])
         self.hq, self.hkv, self.d = int(j["num_q_heads"]), int(j["num_kv_heads"]), int(j["head_dim"])
+        # multi-head latent attention (uattn.h): values dv wide; kv_latent: a key's first dv dims are its value
+        self.dv = int(j.get("head_dim_v", 0)) or self.d
+        self.kv_latent = bool(j.get("kv_latent", False))
         self.dtype, self.cache_dtype, self.layout = j["dtype"], j["cache_dtype"], j["kv_layout"]
         self.scale, self.soft_cap = float(j["scale"]), float(j["soft_cap"])
         self.window, self.attn_type = int(j["sliding_window"]), j["attn_type"]
@@ -102,6 +105,12 @@ class Step:
         self.q, self.k, self.v = load("q"), load("k"), load("v")
         self.key_cache, self.value_cache = load("key_cache"), load("value_cache")
         self.sinks, self.alibi = load("sinks"), load("alibi_slopes")
+        if self.kv_latent:
+            self.v = self.k[..., :self.dv]  # the values a latent holds, in the step's dtype
+
+    def latent_values(self, key_cache):
+        """A kv_latent step's value cache as NHD [num_blocks * bs, Hkv, dv]: its key cache's first dv dims."""
+        return cache_as_nhd(key_cache, self.layout, "key")[..., :self.dv]
 
     def slot(self, r, p):
         """The slot mapping: block_table[r][p // bs] * bs + p % bs."""
@@ -159,9 +168,13 @@ def cache_from_nhd(nhd, layout, which, bs):
 
 def expected_caches(st):
     """The cache update of docs/design.md: this step's k/v of row t written at slot(t), converted to the
-    cache dtype with round to nearest even. Returns copies of the input caches after the update."""
+    cache dtype with round to nearest even. Returns copies of the input caches after the update (a kv_latent
+    step: the key cache and None, it has no value cache)."""
     out = []
     for which, cache, new in (("key", st.key_cache, st.k), ("value", st.value_cache, st.v)):
+        if cache is None:
+            out.append(None)
+            continue
         c = cache_as_nhd(cache, st.layout, which).copy()
         vals = from_f32(to_f32(new, st.dtype), st.cache_dtype)  # [T, Hkv, D]
         for t in range(st.T):
