@@ -14,7 +14,12 @@ Run in f32, its greedy tokens equal those of `reference_generate`, the same mode
 attention over unpaged K/V, one request at a time (tests/test_engine.py asserts it). In bf16 the attention
 runs on bf16 activations and caches, and the run reports how many tokens still agree.
 
+--mla runs one multi-head latent attention layer (DeepSeek's MLA, random weights) instead: a prompt's prefill
+in the expanded form (keys wider than values) and a decode step in the absorbed form (a cache of latents, no
+value cache), each against dense attention over the expanded keys and values (mla_demo).
+
     PYTHONPATH=build/python /usr/bin/python3 python/examples/engine.py --requests 16 --spec 3
+    PYTHONPATH=build/python /usr/bin/python3 python/examples/engine.py --mla
 """
 import argparse
 import collections
@@ -119,6 +124,97 @@ def reference_generate(model, prompt, max_new_tokens):
         h = model.run(np.array([out[-1]]), np.array([p]), attend)
         out.append(int(model.greedy(h)[0]))
     return out
+
+
+# ---- multi-head latent attention (DeepSeek-V2/V3's MLA) in both of uattn's forms ---------------------------
+
+def rope(x, positions, inv_freq):
+    """Rotary embedding, rotate-half form, on [T, H, D] (D = 2 * len(inv_freq))."""
+    ang = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    cos, sin = (f(ang).astype(np.float32)[:, None, :] for f in (np.cos, np.sin))
+    x1, x2 = x[..., :len(inv_freq)], x[..., len(inv_freq):]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+class MlaLayer:
+    """One MLA layer's attention, random weights. Per token a latent c (kv_rank dims) and a rotary key part k_pe
+    (rope_dim, shared by the heads); head h's key is [c W_uk[h], k_pe] and its value c W_uv[h]."""
+
+    def __init__(self, seed=0, hidden=256, heads=4, kv_rank=64, nope_dim=32, rope_dim=16, v_dim=32):
+        rng = np.random.default_rng(seed)
+
+        def w(fan_in, *shape):
+            return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+        self.heads, self.kv_rank, self.nope, self.rope_dim, self.v_dim = heads, kv_rank, nope_dim, rope_dim, v_dim
+        self.w_q = w(hidden, hidden, heads * (nope_dim + rope_dim))
+        self.w_dkv, self.w_kr = w(hidden, hidden, kv_rank), w(hidden, hidden, rope_dim)
+        self.w_uk, self.w_uv = w(kv_rank, heads, kv_rank, nope_dim), w(kv_rank, heads, kv_rank, v_dim)
+        self.scale = 1.0 / np.sqrt(nope_dim + rope_dim)  # the model's, whichever form computes the scores
+        self.inv_freq = 1.0 / 10000.0 ** (np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
+
+    def project(self, h, positions):
+        """The query's two parts [T, H, nope] and [T, H, rope], the latents [T, kv_rank], k_pe [T, 1, rope]."""
+        q = (h @ self.w_q).reshape(len(h), self.heads, -1)
+        q_pe = rope(q[..., self.nope:], positions, self.inv_freq)
+        k_pe = rope((h @ self.w_kr)[:, None, :], positions, self.inv_freq)
+        return q[..., :self.nope], q_pe, h @ self.w_dkv, k_pe
+
+    def expanded(self, q_nope, q_pe, c, k_pe):
+        """The expanded form's q, k [T, H, nope + rope] and v [T, H, v_dim] (head_dim_v = v_dim)."""
+        k_nope = np.einsum("tr,hrn->thn", c, self.w_uk)
+        k = np.concatenate([k_nope, np.broadcast_to(k_pe, k_nope.shape[:2] + (self.rope_dim,))], axis=-1)
+        v = np.einsum("tr,hrv->thv", c, self.w_uv)
+        return (np.ascontiguousarray(x, dtype=np.float32) for x in (np.concatenate([q_nope, q_pe], -1), k, v))
+
+    def absorbed(self, q_nope, q_pe, c, k_pe):
+        """The absorbed form: W_uk folded into the query, q [T, H, kv_rank + rope], and one KV head of latents
+        [T, 1, kv_rank + rope] whose first kv_rank dims are the value (kv_latent, head_dim_v = kv_rank)."""
+        q = np.concatenate([np.einsum("thn,hrn->thr", q_nope, self.w_uk), q_pe], axis=-1)
+        latent = np.concatenate([c[:, None, :], k_pe], axis=-1)
+        return np.ascontiguousarray(q, dtype=np.float32), np.ascontiguousarray(latent, dtype=np.float32)
+
+    def unabsorb(self, out):
+        """The absorbed form's output [T, H, kv_rank] through W_uv: the heads' values [T, H, v_dim]."""
+        return np.einsum("thr,hrv->thv", out, self.w_uv)
+
+
+def mla_demo(seed=0, prompt_len=40, verbose=True):
+    """One MLA layer over one request: its prompt's prefill in the expanded form, then a decode step in the
+    absorbed form over the latent cache an MLA engine keeps; each against dense attention over the expanded
+    keys and values of every token. Returns the two largest errors, relative to the largest output."""
+    m, bs, nb, P = MlaLayer(seed), 16, 8, prompt_len
+    h = np.random.default_rng(seed + 1).standard_normal((P + 1, 256)).astype(np.float32)
+    positions = np.arange(P + 1)
+    parts = m.project(h, positions)
+    q, k, v = m.expanded(*parts)
+    ref = dense_causal(q, k, v, positions, m.scale)
+    plan = uattn.Plan(bs, nb, 1, P, 256)
+    table = np.array([[3, 0, 5, 1]], np.int32)
+
+    # prefill: keys nope + rope wide, values v_dim (the expanded layer's caches are scratch here)
+    expanded = uattn.Layer(m.heads, m.heads, m.nope + m.rope_dim, dtype="f32", scale=m.scale, head_dim_v=m.v_dim)
+    kc = np.zeros((nb * bs, m.heads, m.nope + m.rope_dim), np.float32)
+    vc = np.zeros((nb * bs, m.heads, m.v_dim), np.float32)
+    info = plan.step(np.array([0], np.int32), np.array([P], np.int32), np.array([P], np.int32), table)
+    out_prefill = uattn.forward(plan, expanded, q[:P], k[:P], v[:P], kc, vc)
+
+    # the latent cache: the prompt's latents at the planned slots, then the decode's written by forward
+    qa, latent = m.absorbed(*parts)
+    latent_cache = np.zeros((nb * bs, 1, m.kv_rank + m.rope_dim), np.float32)
+    latent_cache[info.slot_mapping] = latent[:P]
+    absorbed = uattn.Layer(m.heads, 1, m.kv_rank + m.rope_dim, dtype="f32", scale=m.scale, head_dim_v=m.kv_rank,
+                           kv_latent=True)
+    plan.step(np.array([P], np.int32), np.array([1], np.int32), np.array([P], np.int32), table)
+    out_decode = m.unabsorb(uattn.forward(plan, absorbed, qa[P:], latent[P:], None, latent_cache, None))
+
+    top = float(np.abs(ref).max())
+    errs = (float(np.abs(out_prefill - ref[:P]).max()) / top, float(np.abs(out_decode - ref[P:]).max()) / top)
+    if verbose:
+        print(f"MLA, {m.heads} heads: prefill of {P} tokens, expanded form (keys {m.nope + m.rope_dim}, values "
+              f"{m.v_dim}): max error {errs[0]:.2g}; decode, absorbed form (latents {m.kv_rank + m.rope_dim}, "
+              f"values their first {m.kv_rank}): max error {errs[1]:.2g} (relative to max |out|)")
+    return errs
 
 
 # ---- the engine -----------------------------------------------------------------------------------------
@@ -388,7 +484,11 @@ def main():
     ap.add_argument("--budget", type=int, default=96, help="query tokens per step")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--check", action="store_true", help="compare with the dense NumPy reference")
+    ap.add_argument("--mla", action="store_true", help="run one multi-head latent attention layer instead")
     args = ap.parse_args()
+    if args.mla:
+        mla_demo(args.seed)
+        return
     model = Model(seed=args.seed)
     reqs = make_requests(args.seed, args.requests, model.vocab)
     prompts = {r.rid: (r.prompt, r.max_new) for r in reqs}

@@ -117,28 +117,43 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
     goto done;
   }
   const Py_ssize_t T = info.num_tokens, Hq = L->num_q_heads, Hkv = L->num_kv_heads, D = L->head_dim;
+  const Py_ssize_t Dv = L->head_dim_v ? L->head_dim_v : D;
   const Py_ssize_t bs = plan->cfg.block_size;
   enum kind alt, calt;
   const char *desc, *cdesc;
   enum kind want = kind_of_dtype(L->dtype, &alt, &desc);
   enum kind cwant = kind_of_dtype(L->cache_dtype, &calt, &cdesc);
-  const Py_ssize_t qshape[3] = {T, Hq, D}, kvshape[3] = {T, Hkv, D};
+  const Py_ssize_t qshape[3] = {T, Hq, D}, kshape[3] = {T, Hkv, D}, vshape[3] = {T, Hkv, Dv}, oshape[3] = {T, Hq, Dv};
+  /* a kv_latent layer's values are its keys' first Dv dims: an array given for them would be ignored */
+  if (L->kv_latent && (v_o != Py_None || vc_o != Py_None)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: a kv_latent layer has no %s (each key's first head_dim_v dims are its value): pass None",
+                 v_o != Py_None ? "v" : "value_cache", v_o != Py_None ? "values" : "value cache");
+    goto done;
+  }
+  if (!L->kv_latent && (v_o == Py_None || vc_o == Py_None)) {
+    PyErr_Format(PyExc_ValueError, "%s: None is only for a kv_latent layer (this layer has values)",
+                 v_o == Py_None ? "v" : "value_cache");
+    goto done;
+  }
   if (uattn_py_array_get(&a[A_Q], q_o, "q", 0) || uattn_py_array_kind(&a[A_Q], want, alt, desc) ||
       uattn_py_array_shape(&a[A_Q], 3, qshape) || uattn_py_array_get(&a[A_K], k_o, "k", 0) ||
-      uattn_py_array_kind(&a[A_K], want, alt, desc) || uattn_py_array_shape(&a[A_K], 3, kvshape) ||
-      uattn_py_array_get(&a[A_V], v_o, "v", 0) || uattn_py_array_kind(&a[A_V], want, alt, desc) ||
-      uattn_py_array_shape(&a[A_V], 3, kvshape))
+      uattn_py_array_kind(&a[A_K], want, alt, desc) || uattn_py_array_shape(&a[A_K], 3, kshape))
+    goto done;
+  if (!L->kv_latent && (uattn_py_array_get(&a[A_V], v_o, "v", 0) || uattn_py_array_kind(&a[A_V], want, alt, desc) ||
+                        uattn_py_array_shape(&a[A_V], 3, vshape)))
     goto done;
 
   /* The caches: NHD as [num_blocks * block_size, Hkv, D] (uattn.h) or [num_blocks, block_size, Hkv, D]
-   * (vLLM's), HND as [num_blocks, Hkv, block_size, D], both caches alike; TILED as uattn.h's
-   * [num_blocks, block_size / 16, Hkv, D / 2, 16, 2] keys and [num_blocks, block_size / 16, Hkv, 8, D, 2]
-   * values. */
+   * (vLLM's), HND as [num_blocks, Hkv, block_size, D]; TILED as uattn.h's
+   * [num_blocks, block_size / 16, Hkv, D / 2, 16, 2] keys and [num_blocks, block_size / 16, Hkv, 8, Dv, 2]
+   * values. The value cache's rows are Dv long; a kv_latent layer has none. */
   Py_ssize_t num_blocks = -1;
   PyObject *cache_objs[2] = {kc_o, vc_o};
   const char *cache_names[2] = {"key_cache", "value_cache"};
-  for (int c = 0; c < 2; c++) {
+  for (int c = 0; c < (L->kv_latent ? 1 : 2); c++) {
     array *ca = &a[A_KC + c];
+    const Py_ssize_t W = c ? Dv : D; /* the cache's row length */
     if (uattn_py_array_get(ca, cache_objs[c], cache_names[c], 1) || uattn_py_array_kind(ca, cwant, calt, cdesc))
       goto done;
     Py_ssize_t nb = -1;
@@ -152,19 +167,19 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
                           bs, D);
         goto done;
       }
-      Py_ssize_t wk[6] = {num_blocks, bs / 16, Hkv, D / 2, 16, 2}, wv[6] = {num_blocks, bs / 16, Hkv, 8, D, 2};
+      Py_ssize_t wk[6] = {num_blocks, bs / 16, Hkv, D / 2, 16, 2}, wv[6] = {num_blocks, bs / 16, Hkv, 8, Dv, 2};
       if (uattn_py_array_shape(ca, 6, c ? wv : wk)) goto done;
       nb = ca->shape[0];
     } else if (L->kv_layout == UATTN_LAYOUT_HND) {
-      Py_ssize_t w[4] = {num_blocks, Hkv, bs, D};
+      Py_ssize_t w[4] = {num_blocks, Hkv, bs, W};
       if (uattn_py_array_shape(ca, 4, w)) goto done;
       nb = ca->shape[0];
     } else if (ca->ndim == 4) {
-      Py_ssize_t w[4] = {num_blocks, bs, Hkv, D};
+      Py_ssize_t w[4] = {num_blocks, bs, Hkv, W};
       if (uattn_py_array_shape(ca, 4, w)) goto done;
       nb = ca->shape[0];
     } else {
-      Py_ssize_t w[3] = {num_blocks < 0 ? -1 : num_blocks * bs, Hkv, D};
+      Py_ssize_t w[3] = {num_blocks < 0 ? -1 : num_blocks * bs, Hkv, W};
       if (uattn_py_array_shape(ca, 3, w)) goto done;
       if (ca->shape[0] % bs) {
         uattn_py_fail_arg(ca, "its %zd rows are not whole blocks of the plan's block_size %zd", ca->shape[0], bs);
@@ -178,7 +193,7 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
     }
     num_blocks = nb;
   }
-  if (a[A_KC].data == a[A_VC].data && num_blocks > 0) {
+  if (!L->kv_latent && a[A_KC].data == a[A_VC].data && num_blocks > 0) {
     PyErr_SetString(PyExc_ValueError, "value_cache: the same memory as key_cache");
     goto done;
   }
@@ -199,14 +214,14 @@ static PyObject *py_forward(PyObject *mod, PyObject *args, PyObject *kw) {
   }
 
   if (out_o != Py_None) {
-    if (uattn_py_array_checked(&a[A_OUT], out_o, "out", 1, want, alt, desc, 3, qshape)) goto done;
+    if (uattn_py_array_checked(&a[A_OUT], out_o, "out", 1, want, alt, desc, 3, oshape)) goto done;
     out = Py_NewRef(out_o);
   } else {
-    out = new_like(q_o, &a[A_Q], 3, qshape, 0);
+    out = new_like(q_o, &a[A_Q], 3, oshape, 0);
     if (!out && PyErr_Occurred()) goto done;
     if (!out) {
       void *p;
-      out = uattn_py_new_numpy_str(3, qshape, numpy_dtype_name(L->dtype), &p);
+      out = uattn_py_new_numpy_str(3, oshape, numpy_dtype_name(L->dtype), &p);
       if (!out) goto done;
     }
     if (uattn_py_array_get(&a[A_OUT], out, "out", 1)) goto done;
@@ -413,12 +428,13 @@ PyMethodDef uattn_py_forward_methods[] = {
      "forward(plan, layer, q, k, v, key_cache, value_cache, runtime=None, out=None, return_lse=False,\n"
      "        lse=None, encoder_lens=None, cross_block_table=None) -> out | (out, lse)\n\n"
      "Writes this step's k/v into the caches (in place) and computes attention for every query row of the\n"
-     "plan's last step. q [T, Hq, D], k/v [T, Hkv, D] in layer.dtype (bf16: uint16 bits or a bfloat16\n"
-     "tensor); caches in layer.cache_dtype: NHD [num_blocks * block_size, Hkv, D] or\n"
-     "[num_blocks, block_size, Hkv, D], HND [num_blocks, Hkv, block_size, D], TILED keys\n"
-     "[num_blocks, block_size / 16, Hkv, D / 2, 16, 2] and values [num_blocks, block_size / 16, Hkv, 8, D, 2]\n"
-     "(uattn.h). out is made in the kind of q unless given; lse [T, Hq] float32. The GIL is released while it\n"
-     "runs."},
+     "plan's last step. q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] in layer.dtype (bf16: uint16 bits or a\n"
+     "bfloat16 tensor; Dv = layer.head_dim_v); caches in layer.cache_dtype, key rows D long and value rows Dv:\n"
+     "NHD [num_blocks * block_size, Hkv, D] or [num_blocks, block_size, Hkv, D], HND\n"
+     "[num_blocks, Hkv, block_size, D], TILED keys [num_blocks, block_size / 16, Hkv, D / 2, 16, 2] and values\n"
+     "[num_blocks, block_size / 16, Hkv, 8, Dv, 2] (uattn.h). A kv_latent layer takes v=None and\n"
+     "value_cache=None. out [T, Hq, Dv] is made in the kind of q unless given; lse [T, Hq] float32. The GIL is\n"
+     "released while it runs."},
     {"merge_states", (PyCFunction)(void (*)(void))py_merge_states, METH_VARARGS | METH_KEYWORDS,
      "merge_states(outs, lses, out=None, lse=None) -> (out, lse)\n\n"
      "Merges attention results over disjoint key sets: float32 outs [rows, heads, D], lses [rows, heads]."},

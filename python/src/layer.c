@@ -41,18 +41,23 @@ static int copy_head_values(PyObject *obj, const char *name, int32_t n, float **
 }
 
 static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"num_q_heads",  "num_kv_heads", "head_dim",       "dtype",   "cache_dtype",  "kv_layout",
-                           "scale",        "soft_cap",     "sliding_window", "sinks",   "alibi_slopes", "attn_type",
-                           "causal_width", "chunk_size",   "probs_fp32",     "k_scale", "v_scale",      NULL};
-  int hq, hkv, d, window = 0, causal_width = 0, chunk = 0, probs_fp32 = 0;
-  double k_scale = 1.0, v_scale = 1.0;
+  static char *kwlist[] = {"num_q_heads",  "num_kv_heads", "head_dim",     "dtype",          "cache_dtype",
+                           "kv_layout",    "scale",        "soft_cap",     "sliding_window", "sinks",
+                           "alibi_slopes", "attn_type",    "causal_width", "chunk_size",     "probs_fp32",
+                           "k_scale",      "v_scale",      "head_dim_v",   "kv_latent",      NULL};
+  int hq, hkv, d, window = 0, causal_width = 0, chunk = 0, probs_fp32 = 0, dv = 0, latent = 0;
+  double k_scale = 1.0;
   PyObject *dtype_o = NULL, *cache_o = Py_None, *scale_o = Py_None, *sinks_o = Py_None, *alibi_o = Py_None;
+  PyObject *v_scale_o = Py_None;
   const char *layout = "NHD", *attn = "decoder";
   double soft_cap = 0.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiipdd:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "iii|OOsOdiOOsiipdOip:Layer", kwlist, &hq, &hkv, &d, &dtype_o, &cache_o,
                                    &layout, &scale_o, &soft_cap, &window, &sinks_o, &alibi_o, &attn, &causal_width,
-                                   &chunk, &probs_fp32, &k_scale, &v_scale))
+                                   &chunk, &probs_fp32, &k_scale, &v_scale_o, &dv, &latent))
     return -1;
+  /* a latent's values are its keys' bytes, read through one scale (uattn.h): v_scale left out is k_scale's */
+  double v_scale = latent ? k_scale : 1.0;
+  if (v_scale_o != Py_None && (v_scale = PyFloat_AsDouble(v_scale_o)) == -1.0 && PyErr_Occurred()) return -1;
   /* immutable once made: a forward on another thread may be reading it with the GIL released */
   if (self->layer.num_q_heads) {
     PyErr_SetString(PyExc_RuntimeError, "Layer already initialized (layers are immutable)");
@@ -84,8 +89,31 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_ValueError, msg);
     return -1;
   }
+  if (dv < 0) {
+    PyErr_Format(PyExc_ValueError, "head_dim_v: expected >= 0 (0: head_dim), got %d", dv);
+    return -1;
+  }
+  if (latent && (dv < 1 || dv > d)) {
+    PyErr_Format(PyExc_ValueError,
+                 "head_dim_v: a kv_latent layer needs 0 < head_dim_v <= head_dim (the dims of each latent that are "
+                 "its value), got %d with head_dim %d",
+                 dv, d);
+    return -1;
+  }
+  if (latent && is_fp8(cache_dtype) && ks != vs) {
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "v_scale: a kv_latent layer on an fp8 cache reads its values through k_scale; v_scale (%g) must equal "
+             "k_scale (%g) or be left out",
+             (double)vs, (double)ks);
+    PyErr_SetString(PyExc_ValueError, msg);
+    return -1;
+  }
   uattn_layer L = uattn_layer_default(hq, hkv, d, dtype);
   L.cache_dtype = cache_dtype;
+  /* 0 where the values are as wide as the keys: what the layer of a model without latent attention holds */
+  L.head_dim_v = latent || (dv && dv != d) ? dv : 0;
+  L.kv_latent = latent != 0;
   L.k_scale = ks;
   L.v_scale = vs;
   int l = 0;
@@ -95,6 +123,12 @@ static int Layer_init(LayerObject *self, PyObject *args, PyObject *kw) {
     return -1;
   }
   L.kv_layout = (uattn_kv_layout)l;
+  if (latent && L.kv_layout == UATTN_LAYOUT_TILED) {
+    PyErr_SetString(
+        PyExc_ValueError,
+        "kv_latent: needs kv_layout \"NHD\" or \"HND\" (a latent has no value rows to tile), got \"TILED\"");
+    return -1;
+  }
   int t = -1;
   for (int i = 0; i < 4; i++)
     if (!strcmp(attn, attn_type_names[i])) t = i;
@@ -157,27 +191,35 @@ static PyObject *Layer_get(LayerObject *self, void *which) {
   case 13: return PyLong_FromLong(L->chunk_size);
   case 15: return PyFloat_FromDouble(L->k_scale);
   case 16: return PyFloat_FromDouble(L->v_scale);
+  case 17: return PyLong_FromLong(L->head_dim_v ? L->head_dim_v : L->head_dim);
+  case 18: return PyBool_FromLong(L->kv_latent);
   default: return PyBool_FromLong(L->probs_fp32);
   }
 }
 
 #define LAYER_ATTR(name, i)                                                                                            \
   { name, (getter)Layer_get, NULL, NULL, (void *)(intptr_t)(i) }
-static PyGetSetDef Layer_getset[] = {
-    LAYER_ATTR("num_q_heads", 0),   LAYER_ATTR("num_kv_heads", 1),  LAYER_ATTR("head_dim", 2),
-    LAYER_ATTR("dtype", 3),         LAYER_ATTR("cache_dtype", 4),   LAYER_ATTR("kv_layout", 5),
-    LAYER_ATTR("scale", 6),         LAYER_ATTR("soft_cap", 7),      LAYER_ATTR("sliding_window", 8),
-    LAYER_ATTR("sinks", 9),         LAYER_ATTR("alibi_slopes", 10), LAYER_ATTR("attn_type", 11),
-    LAYER_ATTR("causal_width", 12), LAYER_ATTR("chunk_size", 13),   LAYER_ATTR("probs_fp32", 14),
-    LAYER_ATTR("k_scale", 15),      LAYER_ATTR("v_scale", 16),      {NULL}};
+static PyGetSetDef Layer_getset[] = {LAYER_ATTR("num_q_heads", 0),    LAYER_ATTR("num_kv_heads", 1),
+                                     LAYER_ATTR("head_dim", 2),       LAYER_ATTR("dtype", 3),
+                                     LAYER_ATTR("cache_dtype", 4),    LAYER_ATTR("kv_layout", 5),
+                                     LAYER_ATTR("scale", 6),          LAYER_ATTR("soft_cap", 7),
+                                     LAYER_ATTR("sliding_window", 8), LAYER_ATTR("sinks", 9),
+                                     LAYER_ATTR("alibi_slopes", 10),  LAYER_ATTR("attn_type", 11),
+                                     LAYER_ATTR("causal_width", 12),  LAYER_ATTR("chunk_size", 13),
+                                     LAYER_ATTR("probs_fp32", 14),    LAYER_ATTR("k_scale", 15),
+                                     LAYER_ATTR("v_scale", 16),       LAYER_ATTR("head_dim_v", 17),
+                                     LAYER_ATTR("kv_latent", 18),     {NULL}};
 
 static PyObject *Layer_repr(LayerObject *self) {
   const uattn_layer *L = &self->layer;
+  char mla[64] = "";
+  if (L->head_dim_v || L->kv_latent)
+    snprintf(mla, sizeof mla, ", head_dim_v=%d%s", L->head_dim_v, L->kv_latent ? ", kv_latent=True" : "");
   return PyUnicode_FromFormat(
       "uattn.Layer(%d, %d, %d, dtype=\"%s\", cache_dtype=\"%s\", kv_layout=\"%s\", "
-      "attn_type=\"%s\")",
+      "attn_type=\"%s\"%s)",
       L->num_q_heads, L->num_kv_heads, L->head_dim, uattn_py_dtype_str(L->dtype), uattn_py_dtype_str(L->cache_dtype),
-      layout_names[L->kv_layout], attn_type_names[L->attn_type]);
+      layout_names[L->kv_layout], attn_type_names[L->attn_type], mla);
 }
 
 PyTypeObject uattn_py_layer_type = {
@@ -188,13 +230,17 @@ PyTypeObject uattn_py_layer_type = {
         "Layer(num_q_heads, num_kv_heads, head_dim, dtype=\"bf16\", cache_dtype=None, kv_layout=\"NHD\",\n"
         "      scale=None, soft_cap=0.0, sliding_window=0, sinks=None, alibi_slopes=None,\n"
         "      attn_type=\"decoder\", causal_width=0, chunk_size=0, probs_fp32=False, k_scale=1.0,\n"
-        "      v_scale=1.0)\n\n"
+        "      v_scale=None, head_dim_v=0, kv_latent=False)\n\n"
         "One attention layer (uattn_layer); immutable. kv_layout: \"NHD\", \"HND\" or \"TILED\" (the cache "
         "shapes: forward's doc). scale None: 1/sqrt(head_dim); cache_dtype None: dtype; \"fp8_e4m3\" "
         "(\"float8_e4m3fn\") and \"fp8_e5m2\" (\"float8_e5m2\") are cache dtypes only, "
         "their caches uint8 arrays of the codes: the cache holds fp8(k / k_scale) and fp8(v / v_scale) and is "
-        "read as fp8 * scale (k_scale, v_scale: finite, > 0). sinks and alibi_slopes ([num_q_heads]) are "
-        "copied. probs_fp32: keep P in fp32 where the kernels would round it to bf16 (bf16 dot-product CPUs).",
+        "read as fp8 * scale (k_scale, v_scale: finite, > 0; v_scale None: 1, or k_scale for kv_latent). sinks and "
+        "alibi_slopes ([num_q_heads]) are copied. probs_fp32: keep P in fp32 where the kernels would round it to "
+        "bf16 (bf16 dot-product CPUs). Multi-head latent attention: head_dim_v is the values' width Dv (v, the "
+        "value cache's rows and out; 0: head_dim); kv_latent=True is the absorbed form, each key's first "
+        "head_dim_v dims being its value, with no v and no value cache (forward takes None for both; NHD or HND, "
+        "0 < head_dim_v <= head_dim, v_scale == k_scale).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Layer_init,
     .tp_dealloc = (destructor)Layer_dealloc,

@@ -1,6 +1,7 @@
 """The example engine (python/examples/engine.py) in f32: its greedy tokens, served with continuous batching,
 a prefix-cached system prompt, chunked prompts and (optionally) speculative verification over uattn's paged
-attention, equal those of the same model with plain NumPy dense attention, request by request."""
+attention, equal those of the same model with plain NumPy dense attention, request by request; and its MLA
+layer in both forms against dense attention over the expanded keys and values."""
 import os
 import sys
 
@@ -63,3 +64,9 @@ def test_engine_bf16_reports_agreement():
     agree = sum(next((i for i, (a, b) in enumerate(zip(refs[k], got[k])) if a != b), len(refs[k])) for k in refs)
     total = sum(len(v) for v in refs.values())
     assert agree >= total // 2, (agree, total)  # bf16 attention: close, not bit-equal
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_mla_demo_both_forms_match_dense_attention(seed):
+    prefill_err, decode_err = engine.mla_demo(seed, verbose=False)
+    assert prefill_err < 1e-5 and decode_err < 1e-5, (prefill_err, decode_err)
