@@ -4,13 +4,14 @@
     cp_parity.py fp8 --step DIR/step.json --format e4m3|e5m2 --seed S
         turns a step made by seed_unified_attn.py make-step into one over an fp8 cache: random codes of
         moderate magnitude (no NaN or infinity) in its key and value cache files, cache_dtype fp8_<format>,
-        k_scale 0.5 and v_scale 3
+        k_scale 0.5 and v_scale 3 (a kv_latent step: k_scale alone, its values being its keys)
     cp_parity.py tiled --step DIR/step.json
         turns an NHD step (block_size a multiple of 16, head_dim even) into one over TILED caches holding
         the same values: each cache file rearranged as uattn.h defines the layout, kv_layout TILED
     cp_parity.py compare --step DIR/step.json REF CP
         REF: uattn-run's output directory, CP: uattn-run-cp's. Exit 1 on any difference beyond the rules:
-          caches     key_cache.npy and value_cache.npy bit for bit, plan.json equal
+          caches     key_cache.npy and value_cache.npy bit for bit (a kv_latent step: neither writes a value
+                     cache), plan.json equal
           out, lse   where uattn-run gives -inf (a row with no key) so must uattn-run-cp; elsewhere
                      max |cp - ref| <= tol * max |ref| (out) and <= tol * max(1, max |ref|) (lse), tol below
 
@@ -60,15 +61,17 @@ def fp8_values(codes, fmt):
 
 def max_abs_v(step_path, step):
     """max |v| over the step's values and value cache (bf16 files as uint16 bits, fp8 ones as codes times
-    v_scale), for the P-in-bf16 term."""
+    v_scale), for the P-in-bf16 term. A kv_latent step's values are its keys' (all their dims: a bound)."""
     d = os.path.dirname(os.path.abspath(step_path))
     m = 0.0
-    for key in ("v", "value_cache"):
+    latent = step.get("kv_latent", False)
+    for key in ("k", "key_cache") if latent else ("v", "value_cache"):
         a = np.load(os.path.join(d, step["tensors"][key]))
-        if a.dtype == np.uint16 and step["dtype" if key == "v" else "cache_dtype"] == "bf16":
+        if a.dtype == np.uint16 and step["dtype" if key in ("k", "v") else "cache_dtype"] == "bf16":
             a = (a.astype(np.uint32) << 16).view(np.float32)
-        if a.dtype == np.uint8 and key == "value_cache" and step["cache_dtype"].startswith("fp8_"):
-            a = np.nan_to_num(fp8_values(a, step["cache_dtype"]), nan=0.0) * step.get("v_scale", 1.0)
+        if a.dtype == np.uint8 and key.endswith("_cache") and step["cache_dtype"].startswith("fp8_"):
+            scale = step.get("k_scale" if latent else "v_scale", 1.0)
+            a = np.nan_to_num(fp8_values(a, step["cache_dtype"]), nan=0.0) * scale
         if a.size:
             m = max(m, float(np.abs(a.astype(np.float64)).max()))
     return m
@@ -88,6 +91,8 @@ def cmd_fp8(args):
     else:
         exp_lo, exp_hi, mant_bits = 12, 17, 2
     for key in ("key_cache", "value_cache"):
+        if key not in step["tensors"]:  # kv_latent
+            continue
         path = os.path.join(d, step["tensors"][key])
         shape = np.load(path).shape
         sign = rng.integers(0, 2, shape, dtype=np.uint8) << 7
@@ -95,7 +100,9 @@ def cmd_fp8(args):
         mant = rng.integers(0, 1 << mant_bits, shape, dtype=np.uint8)
         np.save(path, (sign | exp | mant).astype(np.uint8))
     step["cache_dtype"] = "fp8_" + args.format
-    step["k_scale"], step["v_scale"] = 0.5, 3.0
+    step["k_scale"] = 0.5
+    if not step.get("kv_latent"):  # a latent's values are read through k_scale
+        step["v_scale"] = 3.0
     with open(args.step, "w") as f:
         json.dump(step, f)
 
@@ -137,6 +144,12 @@ def cmd_compare(args):
         print("FAIL " + what)
 
     for name in ("key_cache.npy", "value_cache.npy"):
+        there = [os.path.exists(os.path.join(x, name)) for x in (args.ref, args.cp)]
+        if not all(there):
+            if any(there) or not step.get("kv_latent"):
+                bad("%s: written by %s only" % (name, "uattn-run" if there[0] else "uattn-run-cp" if there[1]
+                                                else "neither"))
+            continue
         a, b = np.load(os.path.join(args.ref, name)), np.load(os.path.join(args.cp, name))
         if a.dtype != b.dtype or a.shape != b.shape or not np.array_equal(a.view(np.uint8), b.view(np.uint8)):
             bad("%s differs: %d of %d elements" % (name, int(np.sum(a != b)) if a.shape == b.shape else -1, a.size))
