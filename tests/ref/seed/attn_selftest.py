@@ -111,14 +111,18 @@ def cmd_selftest(args):
             assert np.abs(ch - ref).max() <= 1e-6 * np.abs(ref).max(), cs
         assert not ref[2].any()
 
-        # the whole pipeline on random plain steps of every kind: uattn-mode metadata == oracle
+        # the whole pipeline on random plain steps of every kind, then on MLA steps of both forms (expanded:
+        # values 24 wide under keys of 40; absorbed: one KV head of latents): uattn-mode metadata == oracle
         n = 0
-        for i, kind in enumerate(KINDS):
+        mla = [("mixed", "NHD", 40, 24, False, 4), ("spec-decode", "HND", 40, 32, True, 1),
+               ("shared-prefix", "NHD", 40, 40, True, 1)]
+        runs = [(kind, ["NHD", "HND", "TILED"][i % 3], None, None, False, None) for i, kind in enumerate(KINDS)]
+        for i, (kind, layout, d, dv, latent, hkv) in enumerate(runs + mla):
             a = argparse.Namespace(out=os.path.join(tmp, "k%d" % i), seed=100 + i, kind=kind, dtype="f32",
-                                   cache_dtype=None, layout=["NHD", "HND", "TILED"][i % 3], block_size=None, num_q_heads=None,
-                                   num_kv_heads=None, head_dim=None, scale=None, soft_cap=0.0, sliding_window=0,
-                                   attn_type="decoder", causal_width=None, chunk_size=None, threads=None, sinks=False,
-                                   alibi=False, qk_scale=1.0, long=False)
+                                   cache_dtype=None, layout=layout, block_size=None, num_q_heads=None,
+                                   num_kv_heads=hkv, head_dim=d, head_dim_v=dv, kv_latent=latent, scale=None,
+                                   soft_cap=0.0, sliding_window=0, attn_type="decoder", causal_width=None,
+                                   chunk_size=None, threads=None, sinks=False, alibi=False, qk_scale=1.0, long=False)
             with open(os.devnull, "w") as devnull:
                 saved, sys.stdout = sys.stdout, devnull
                 try:
@@ -138,8 +142,15 @@ def cmd_selftest(args):
             for shared in (shared_chunk_bias(u["shared_usage"], st.bs), SharedChunked(u["shared_usage"], 2)):
                 meta = seed_metadata(st.bs, cb, st.causal_width, u["shared_blocks"], shared, ubias,
                                      u["unique_block_mapping"])
-                ok, mx, bound, _ = compare(run_seed(st, kc, vc, meta), ref_out, TOLERANCE["f32"])
+                seed_vc = st.latent_values(kc) if st.kv_latent else vc
+                ok, mx, bound, _ = compare(run_seed(st, kc, seed_vc, meta), ref_out, TOLERANCE["f32"])
                 assert ok, (kind, mx, bound)
+            if st.kv_latent:  # the oracle of a latent step is that of the step with its values written out
+                st.kv_latent, st.v = False, np.ascontiguousarray(st.k[..., :st.dv])
+                expanded_out, _ = dense_oracle(st, kc, cache_from_nhd(np.ascontiguousarray(
+                    cache_as_nhd(kc, st.layout, "key")[..., :st.dv]), st.layout, "value", st.bs))
+                assert np.array_equal(expanded_out, ref_out), kind
+            assert ref_out.shape == (st.T, st.hq, st.dv)
             n += st.T
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
