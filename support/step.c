@@ -96,10 +96,10 @@ static int read_config(uattn_json_reader *r, const cJSON *o, step *s) {
   s->attn_type = (uattn_attention_type)type;
   if (s->hq % s->hkv != 0) return fail(r, "num_q_heads: %d is not a multiple of num_kv_heads (%d)", s->hq, s->hkv);
   if (read_latent(r, o, s)) return -1;
-  /* TILED's cache shapes exist only for these (uattn.h); said here, or the tensors' check would name a shape
-   * that cannot be */
   if (s->kv_latent && s->layout == UATTN_LAYOUT_TILED)
     return fail(r, "kv_latent: needs kv_layout NHD or HND (a latent has no value rows to tile; got TILED)");
+  /* TILED's cache shapes exist only for these (uattn.h); said here, or the tensors' check would name a shape
+   * that cannot be */
   if (s->layout == UATTN_LAYOUT_TILED && (s->block_size % 16 || s->head_dim % 2))
     return fail(r, "kv_layout: TILED needs a block_size that is a multiple of 16 and an even head_dim (got %d, %d)",
                 s->block_size, s->head_dim);
