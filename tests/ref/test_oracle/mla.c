@@ -73,7 +73,7 @@ Test(mla, narrower_values_two_keys) {
   set_kv(&e, 0, 0, (double[]){1, 0, 0}, (double[]){8, -4});
   env_run(&e);
   const double w = exp(ln3) / (1 + exp(ln3));
-  expect_out(&e, 0, 0, (double[]){4 * (1 - w) + 8 * w, 8 * (1 - w) - 4 * w}, 1e-15);
+  expect_out(&e, 0, 0, (double[]){4 * (1 - w) + 8 * w, 8 * (1 - w) - 4 * w}, 1e-14);
   expect_lse(&e, 0, 0, log1p(exp(ln3)), 1e-15);
   env_free(&e);
 }
