@@ -256,7 +256,7 @@ static void restore_isa(const char *forced) {
  * contract, with every cache entry no query sees NaN or -inf (attention_run_poison_unseen; on the absorbed form the
  * latent's value dims too): a kernel that scores such a key or weighs such a value by zero returns NaN. */
 Test(mla, every_level_over_poisoned_caches, .timeout = 600) {
-  static const char *const isas[] = {"portable", "avx2", "avx512", "avx512bf16"};
+  static const char *const isas[] = {"portable", "avx2", "avx512", "avx512bf16", "amx"};
   const char *forced = getenv("UATTN_ISA");
   const char *ran[COUNT(isas)];
   for (size_t k = 0; k < COUNT(isas); k++) {
