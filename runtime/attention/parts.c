@@ -457,6 +457,40 @@ static int32_t run_visible(const step_ctx *c, int32_t row_lo, int32_t row_hi, in
   return most;
 }
 
+/* How many of the row's unique blocks from its k-th one a panel takes where the decode kernel does not serve the
+ * layer (the blocks of a row of many query heads, or of a set without a decode kernel): as many as fill the
+ * workspace's panel, at consecutive positions within the unit's keys, the row seeing all but the last whole, so
+ * that a kernel call's fixed cost (its queries rounded, its outputs read and written) is paid once for them. Which
+ * blocks go together depends on the block table alone. Their cache blocks into ids (at most
+ * UATTN_DECODE_MAX_BLOCKS). */
+static int32_t unique_panel_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {
+  const uattn_unique_block *u = c->in->unique_blocks;
+  const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
+  int32_t m = 1;
+  ids[0] = u[k].block;
+  if (c->pieces) return 1; /* ALiBi under context parallelism: a block's keys in runs of their own */
+  while (k + m < end && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->panel &&
+         u[k + m].block_start == u[k].block_start + m * bs && u[k + m].block_start < c->key_hi &&
+         context_usage(c, row, u[k + m].block_start - bs) == bs)
+    ids[m] = u[k + m].block, m++;
+  return m;
+}
+
+/* The row's run of m unique blocks from block_start (unique_panel_run) in one panel: staged one after the other
+ * into rows (uattn_stage_block), loaded, and attended. */
+static void attend_unique_run(const step_ctx *c, int32_t row, const int32_t *ids, int32_t m, int32_t block_start) {
+  const int32_t bs = c->in->block_size;
+  const size_t rows_bytes = (size_t)bs * c->dim * uattn_dtype_size(c->cache.dtype);
+  const size_t half = (size_t)c->w->panel * c->dim * uattn_dtype_size(c->cache.dtype);
+  for (int32_t b = 0; b < m; b++)
+    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
+                      c->w->stage + half + b * rows_bytes);
+  run_visible(c, row, row + 1, block_start, m);
+  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
+                   c->w->keys, c->w->values);
+  attend_panel(c, ACC_UNIQUE, row, row + 1, m * bs, block_start);
+}
+
 PART_FN void uattn_unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const bool direct = decodes_from_cache(c);
@@ -465,7 +499,13 @@ PART_FN void uattn_unique_part(const step_ctx *c) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (!direct) {
-        attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
+        int32_t ids[UATTN_DECODE_MAX_BLOCKS];
+        const int32_t blocks = unique_panel_run(c, row, k, ids);
+        if (blocks == 1)
+          attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
+        else
+          attend_unique_run(c, row, ids, blocks, u->block_start);
+        k += blocks - 1;
         continue;
       }
       int32_t ids[UATTN_DECODE_MAX_BLOCKS];
