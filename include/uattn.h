@@ -593,8 +593,9 @@ UATTN_API int32_t uattn_kernel_buckets(uattn_kernel_bucket *out, int32_t capacit
 
 /* Which kernels serve a layer, and why. */
 typedef struct uattn_kernel_report {
-  /* the kernel bucket the layer asks for: the caches' block size, the head dim, the cache dtype and the
-   * chunk size (the layer's, or the tuning file's when the layer leaves it 0) */
+  /* the kernel bucket the layer asks for: the caches' block size, the head dim the kernels run at (head_dim;
+   * where head_dim_v is larger and kv_latent false, head_dim_v), the cache dtype and the chunk size (the
+   * layer's, or the tuning file's when the layer leaves it 0) */
   int32_t block_size, head_dim;
   uattn_dtype cache_dtype;
   int32_t chunk_size;
@@ -606,10 +607,13 @@ typedef struct uattn_kernel_report {
   /* the function that reads a few rows' keys straight from the cache, without panels ("" when the set has
    * none): decodes' unique blocks, and on an NHD or TILED cache every block of a decode or a short
    * verification. On a TILED cache: the set's kernel for that layout, or, where it has none for the layer,
-   * its decode kernel followed by " (gathered)": the blocks are copied into rows first. */
+   * its decode kernel followed by " (gathered)": the blocks are copied into rows first, as they are on every
+   * layout where the value rows are another length than the key rows (panels_gathered). */
   char decode_kernel[64];
-  /* On a TILED cache: whether the panel loads (every part but the decode kernel's) copy the blocks into rows
-   * first, the set having no load for that layout or the cache being f16 or f32. false on NHD and HND. */
+  /* Whether the panel loads (every part but the decode kernel's) copy the blocks into rows first: on a TILED
+   * cache where the set has no load for that layout or the cache is f16 or f32, and on any layout where the
+   * value rows are another length than the key rows (head_dim_v without kv_latent), whose rows are copied
+   * head_dim_v or head_dim long, whichever is longer, with zeros after each row's end. */
   bool panels_gathered;
   char reason[192]; /* "generated bucket" or, for a fallback, what is missing and what serves instead */
   /* uattn_last_forward_report only (0 in uattn_describe_kernels): the kernel jobs each part got (0 = the

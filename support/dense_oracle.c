@@ -81,6 +81,17 @@ static int check_step_layer(const oracle_step *s, const uattn_layer *layer, cons
                 s->block_size, layer->head_dim);
   if (layer->attn_type < UATTN_ATTENTION_DECODER || layer->attn_type > UATTN_ATTENTION_ENCODER_DECODER)
     return fail("oracle: unknown attn_type %d", layer->attn_type);
+  if (layer->head_dim_v < 0) return fail("oracle: head_dim_v %d < 0", layer->head_dim_v);
+  if (layer->kv_latent) {
+    /* a latent's value is its key's first head_dim_v dims, read from the key cache alone (uattn.h) */
+    if (layer->head_dim_v <= 0 || layer->head_dim_v > layer->head_dim)
+      return fail("oracle: kv_latent needs 0 < head_dim_v (%d) <= head_dim (%d)", layer->head_dim_v, layer->head_dim);
+    if (layer->kv_layout == UATTN_LAYOUT_TILED) return fail("oracle: kv_latent needs an NHD or HND cache, not TILED");
+    if (oracle_is_fp8(layer->cache_dtype) && layer->v_scale != layer->k_scale)
+      return fail("oracle: kv_latent on an fp8 cache needs v_scale (%g) == k_scale (%g)", (double)layer->v_scale,
+                  (double)layer->k_scale);
+    if (t->v || t->value_cache) return fail("oracle: kv_latent with a v or a value cache (both must be NULL)");
+  }
   int64_t total = 0;
   for (int32_t r = 0; r < s->num_reqs; r++) {
     const int32_t nc = s->num_computed[r], ns = s->num_scheduled[r];
@@ -130,7 +141,8 @@ static int check_reads(const oracle_step *s, const uattn_layer *layer, const uat
       any = true;
     }
   }
-  if (any && (!t->key_cache || !t->value_cache)) return fail("oracle: keys are read from a NULL cache");
+  if (any && (!t->key_cache || (!layer->kv_latent && !t->value_cache)))
+    return fail("oracle: keys are read from a NULL cache");
   return 0;
 }
 
@@ -163,7 +175,8 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
   if (check_step_layer(s, layer, t, &num_tokens)) return -1;
   if (is_cross(layer)) return 0; /* cross attention's step k/v are ignored and not written */
   if (num_tokens == 0) return 0;
-  if (!t->k || !t->v || !t->key_cache || !t->value_cache) return fail("oracle: NULL k, v or cache");
+  if (!t->k || !t->key_cache || (!layer->kv_latent && (!t->v || !t->value_cache)))
+    return fail("oracle: NULL k, v or cache");
 
   /* Check every slot (and that no two tokens share one) before writing anything. */
   int64_t *slots = malloc((size_t)num_tokens * sizeof *slots);
@@ -197,13 +210,16 @@ int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uat
   }
   free(sorted);
 
-  const int32_t hkv = layer->num_kv_heads, D = layer->head_dim, bs = s->block_size;
+  const int32_t hkv = layer->num_kv_heads, D = layer->head_dim, Dv = oracle_value_dim(layer), bs = s->block_size;
   for (size_t row = 0; row < n; row++) {
     for (int32_t g = 0; g < hkv; g++) {
       for (int32_t d = 0; d < D; d++) {
         const size_t src = (row * (size_t)hkv + (size_t)g) * (size_t)D + (size_t)d;
         convert_elem(t->k, layer->dtype, src, t->key_cache, layer->cache_dtype,
                      oracle_cache_index(layer, bs, slots[row], g, d, false), layer->k_scale);
+      }
+      for (int32_t d = 0; d < Dv && !layer->kv_latent; d++) {
+        const size_t src = (row * (size_t)hkv + (size_t)g) * (size_t)Dv + (size_t)d;
         convert_elem(t->v, layer->dtype, src, t->value_cache, layer->cache_dtype,
                      oracle_cache_index(layer, bs, slots[row], g, d, true), layer->v_scale);
       }
@@ -312,16 +328,17 @@ typedef struct job {
   const unit *units;
   int32_t num_units;
   _Atomic int32_t next;
-  size_t Dp; /* head_dim rounded up to 16; the padding lanes are zeros that add exact zeros */
+  size_t Dp;  /* head_dim rounded up to 16; the padding lanes are zeros that add exact zeros */
+  size_t Dvp; /* the value dim rounded up to 16, likewise */
   double *out, *lse;
 } job;
 
 /* A thread's working memory, sized for the step's longest key sequence. */
 typedef struct work {
-  double *K, *V; /* [max_n][Dp] widened keys and values of (r, g), rows [0, loaded) valid */
+  double *K, *V; /* [max_n][Dp] widened keys and [max_n][Dvp] values of (r, g), rows [0, loaded) valid */
   double *Qt;    /* [Dp][TILE] */
   double *S;     /* [TILE][max_n] scores, then unnormalized weights */
-  double *O;     /* [TILE][Dp] unnormalized outputs */
+  double *O;     /* [TILE][Dvp] unnormalized outputs */
   int32_t r, g, loaded;
 } work;
 
@@ -349,7 +366,7 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
   const oracle_step *s = jb->s;
   const uattn_layer *layer = jb->layer;
   const uattn_tensors *t = jb->t;
-  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp;
+  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp, Dv = (size_t)oracle_value_dim(layer), Dvp = jb->Dvp;
   const bool cross = is_cross(layer);
   const int32_t bs = s->block_size;
   if (w->r != r || w->g != g) {
@@ -360,18 +377,21 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
   const bool fp8 = oracle_is_fp8(layer->cache_dtype);
   /* an fp8 code is read times its scale (1 for other caches, which multiplies exactly) */
   const double ks = fp8 ? (double)layer->k_scale : 1.0, vs = fp8 ? (double)layer->v_scale : 1.0;
+  /* a latent's values are read from the key cache, through the key's scale */
+  const void *vcache = layer->kv_latent ? t->key_cache : t->value_cache;
+  const double vread = layer->kv_latent ? ks : vs;
   const int32_t *table = cross ? t->cross->block_table : s->block_table;
   const int32_t stride = cross ? t->cross->block_table_stride : s->block_table_stride;
   for (int32_t j = w->loaded; j < n; j++) {
-    double *kj = w->K + (size_t)j * Dp, *vj = w->V + (size_t)j * Dp;
+    double *kj = w->K + (size_t)j * Dp, *vj = w->V + (size_t)j * Dvp;
     const int64_t slot = (int64_t)table[(size_t)r * (size_t)stride + (size_t)(j / bs)] * bs + j % bs;
-    for (size_t d = 0; d < D; d++) {
-      const size_t kat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, false),
-                   vat = oracle_cache_index(layer, bs, slot, g, (int32_t)d, true);
-      kj[d] = oracle_load(t->key_cache, layer->cache_dtype, kat) * ks;
-      vj[d] = oracle_load(t->value_cache, layer->cache_dtype, vat) * vs;
-    }
-    for (size_t d = D; d < Dp; d++) kj[d] = vj[d] = 0;
+    for (size_t d = 0; d < D; d++)
+      kj[d] =
+          oracle_load(t->key_cache, layer->cache_dtype, oracle_cache_index(layer, bs, slot, g, (int32_t)d, false)) * ks;
+    for (size_t d = 0; d < Dv; d++)
+      vj[d] = oracle_load(vcache, layer->cache_dtype, oracle_cache_index(layer, bs, slot, g, (int32_t)d, true)) * vread;
+    for (size_t d = D; d < Dp; d++) kj[d] = 0;
+    for (size_t d = Dv; d < Dvp; d++) vj[d] = 0;
   }
   if (n > w->loaded) w->loaded = n;
 }
@@ -381,7 +401,7 @@ static void load_kv(const job *jb, int32_t r, int32_t g, int32_t n, work *w) {
 static void tile_attention(const job *jb, work *w, int m, const int32_t *pos, const int32_t *head, const int32_t *lo,
                            const int32_t *hi, const int32_t *dst) {
   const uattn_layer *layer = jb->layer;
-  const size_t D = (size_t)layer->head_dim, Dp = jb->Dp, Hq = (size_t)layer->num_q_heads;
+  const size_t Dp = jb->Dp, Dv = (size_t)oracle_value_dim(layer), Dvp = jb->Dvp, Hq = (size_t)layer->num_q_heads;
   const double scale = (double)layer->scale, cap = (double)layer->soft_cap;
 
   int32_t klo = INT32_MAX, khi = 0;
@@ -423,20 +443,20 @@ static void tile_attention(const job *jb, work *w, int m, const int32_t *pos, co
 
   /* sum_j w_ij v_j, in key order per item, a block of keys at a time so that the block's value rows are
    * reused by every item; a key outside an item's range is skipped, never multiplied by 0 (0 * inf). */
-  memset(w->O, 0, (size_t)TILE * Dp * sizeof *w->O);
+  memset(w->O, 0, (size_t)TILE * Dvp * sizeof *w->O);
   for (int32_t kb = klo; kb < khi; kb += KEY_BLOCK) {
     const int32_t ke = khi - kb > KEY_BLOCK ? kb + KEY_BLOCK : khi;
     for (int i = 0; i < m; i++) {
       const int32_t a = lo[i] > kb ? lo[i] : kb, b = hi[i] < ke ? hi[i] : ke;
-      if (a < b && sum[i] != 0) weighted_sum(w->O + (size_t)i * Dp, w->S + (size_t)i * span - klo, w->V, Dp, a, b);
+      if (a < b && sum[i] != 0) weighted_sum(w->O + (size_t)i * Dvp, w->S + (size_t)i * span - klo, w->V, Dvp, a, b);
     }
   }
 
   for (int i = 0; i < m; i++) {
-    double *o = jb->out + ((size_t)dst[i] * Hq + (size_t)head[i]) * D;
-    const double *acc = w->O + (size_t)i * Dp;
+    double *o = jb->out + ((size_t)dst[i] * Hq + (size_t)head[i]) * Dv;
+    const double *acc = w->O + (size_t)i * Dvp;
     /* sum == 0 only when nothing was weighed; a NaN sum (NaN inputs) is passed on, not hidden */
-    for (size_t d = 0; d < D; d++) o[d] = sum[i] == 0 ? 0.0 : acc[d] / sum[i];
+    for (size_t d = 0; d < Dv; d++) o[d] = sum[i] == 0 ? 0.0 : acc[d] / sum[i];
     if (jb->lse) jb->lse[(size_t)dst[i] * Hq + (size_t)head[i]] = sum[i] == 0 ? mx[i] : mx[i] + log(sum[i]);
   }
 }
@@ -504,12 +524,12 @@ static int attention(const oracle_step *s, const uattn_layer *layer, const uattn
     if (rows[i] < 0 || rows[i] >= num_tokens)
       return fail("oracle: selected row %d outside [0, %lld)", rows[i], (long long)num_tokens);
   if (num_tokens > 0 && !t->q) return fail("oracle: NULL q");
-  if (num_tokens > 0 && !is_cross(layer) && (!t->k || !t->v)) return fail("oracle: NULL k or v");
+  if (num_tokens > 0 && !is_cross(layer) && (!t->k || (!layer->kv_latent && !t->v))) return fail("oracle: NULL k or v");
   if (check_reads(s, layer, t)) return -1;
   if (num_rows == 0) return 0;
 
   const int32_t R = s->num_reqs, group = layer->num_q_heads / layer->num_kv_heads, Hkv = layer->num_kv_heads;
-  const size_t Dp = ((size_t)layer->head_dim + 15) / 16 * 16;
+  const size_t Dp = ((size_t)layer->head_dim + 15) / 16 * 16, Dvp = ((size_t)oracle_value_dim(layer) + 15) / 16 * 16;
   int32_t max_n = 1;
   for (int32_t r = 0; r < R; r++)
     if (num_keys(s, layer, t, r) > max_n) max_n = num_keys(s, layer, t, r);
@@ -561,10 +581,10 @@ static int attention(const oracle_step *s, const uattn_layer *layer, const uattn
   for (int i = 0; i < nthreads; i++) {
     work *w = &ws[i];
     w->K = malloc((size_t)max_n * Dp * sizeof(double));
-    w->V = malloc((size_t)max_n * Dp * sizeof(double));
+    w->V = malloc((size_t)max_n * Dvp * sizeof(double));
     w->Qt = malloc(Dp * TILE * sizeof(double));
     w->S = malloc((size_t)TILE * (size_t)max_n * sizeof(double));
-    w->O = malloc((size_t)TILE * Dp * sizeof(double));
+    w->O = malloc((size_t)TILE * Dvp * sizeof(double));
     w->r = -1;
     if (!w->K || !w->V || !w->Qt || !w->S || !w->O) {
       rc = fail("oracle: out of memory (%d keys, %d threads)", max_n, nthreads);
@@ -580,6 +600,7 @@ static int attention(const oracle_step *s, const uattn_layer *layer, const uattn
             .units = units,
             .num_units = (int32_t)num_units,
             .Dp = Dp,
+            .Dvp = Dvp,
             .out = out,
             .lse = lse};
   atomic_init(&jb.next, 0);

@@ -67,33 +67,41 @@ void oracle_store(void *base, uattn_dtype dtype, size_t i, double x);
 /* x rounded to `dtype` and widened back: the value an input actually holds once stored. */
 double oracle_round(uattn_dtype dtype, double x);
 
+/* The layer's value width: head_dim_v, or head_dim where it is 0 (uattn.h). */
+int32_t oracle_value_dim(const uattn_layer *layer);
+
 /* Element index of (slot, kv_head, dim) in the key cache (value false) or the value cache (value true) of
- * the layer's kv_layout, written from uattn.h's definitions, with b = slot / bs, o = slot % bs:
- *   NHD   [num_blocks * bs, Hkv, D], both caches;
- *   HND   [num_blocks, Hkv, bs, D], both caches;
+ * the layer's kv_layout, written from uattn.h's definitions, with b = slot / bs, o = slot % bs, D the head
+ * dim and Dv the value dim (oracle_value_dim):
+ *   NHD   keys [num_blocks * bs, Hkv, D], values [num_blocks * bs, Hkv, Dv];
+ *   HND   keys [num_blocks, Hkv, bs, D], values [num_blocks, Hkv, bs, Dv];
  *   TILED keys [num_blocks, bs / 16, Hkv, D / 2, 16, 2] at (b, o / 16, h, dim / 2, o % 16, dim % 2),
- *         values [num_blocks, bs / 16, Hkv, 8, D, 2] at (b, o / 16, h, o % 16 / 2, dim, o % 2).
- * Per element, not per row: in TILED a key's D elements are not contiguous. */
+ *         values [num_blocks, bs / 16, Hkv, 8, Dv, 2] at (b, o / 16, h, o % 16 / 2, dim, o % 2).
+ * A kv_latent layer has no value cache: its value dim d is the key's dim d, so value true gives the key
+ * cache's index. Per element, not per row: in TILED a key's D elements are not contiguous. */
 size_t oracle_cache_index(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head, int32_t dim,
                           bool value);
 
 /* ---- the reference ------------------------------------------------------------------------------------ */
 /* Writes this step's k/v into the caches: for p = num_computed[r] + i, slot = block_table[r][p / bs] * bs +
- * p % bs, converting dtype -> cache_dtype with round-to-nearest-even (bits copied when the dtypes are equal).
- * Encoder-decoder cross attention writes nothing (its step k/v are ignored). Everything is checked before
- * anything is written: returns 0, or -1 with a message (and nothing written) for a block id outside
- * [0, t->num_blocks), a block table row too short, two tokens mapped to one slot, or bad arguments. */
+ * p % bs, converting dtype -> cache_dtype with round-to-nearest-even (bits copied when the dtypes are equal);
+ * a kv_latent layer writes its keys alone (it has no v and no value cache). Encoder-decoder cross attention
+ * writes nothing (its step k/v are ignored). Everything is checked before anything is written: returns 0, or
+ * -1 with a message (and nothing written) for a block id outside [0, t->num_blocks), a block table row too
+ * short, two tokens mapped to one slot, or bad arguments (a kv_latent layer: head_dim_v outside
+ * (0, head_dim], a TILED cache, v or value_cache given, an fp8 v_scale other than k_scale). */
 int oracle_write_cache(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t);
 
-/* out [T, Hq, D] and lse [T, Hq] (lse may be NULL) in double, T = sum of num_scheduled. Reads the caches
- * AFTER the update (call oracle_write_cache first): every key of a self-attention, this step's own too, is
- * read as the cache holds it (in cache_dtype; an fp8 code times k_scale or v_scale), so that a key has one
- * value whoever reads it (uattn.h, uattn_forward); cross attention reads keys [0, encoder_lens[r]) through
+/* out [T, Hq, Dv] and lse [T, Hq] (lse may be NULL) in double, T = sum of num_scheduled, Dv the value dim.
+ * Reads the caches AFTER the update (call oracle_write_cache first): every key of a self-attention, this
+ * step's own too, is read as the cache holds it (in cache_dtype; an fp8 code times k_scale or v_scale), so
+ * that a key has one value whoever reads it (uattn.h, uattn_forward); a kv_latent layer's value is the first
+ * Dv dims of its key as read (times k_scale); cross attention reads keys [0, encoder_lens[r]) through
  * t->cross->block_table. A row with no visible key gets out 0 and lse -inf (lse = sink with a sink). Returns
  * 0, or -1 with a message, writing nothing, for inputs it cannot handle. */
 int oracle_attention(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, double *out, double *lse);
 
-/* The same for a sample of rows only (any order, repeats allowed): out [num_rows, Hq, D], lse [num_rows, Hq]
+/* The same for a sample of rows only (any order, repeats allowed): out [num_rows, Hq, Dv], lse [num_rows, Hq]
  * for rows[0..num_rows). The answer for a row is bit-identical to oracle_attention's; the cost is that of
  * the sampled rows plus widening the keys of the requests they belong to. */
 int oracle_attention_rows(const oracle_step *s, const uattn_layer *layer, const uattn_tensors *t, int32_t num_rows,

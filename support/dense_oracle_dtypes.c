@@ -200,9 +200,17 @@ double oracle_round(uattn_dtype dtype, double x) {
   return oracle_load(buf, dtype, 0);
 }
 
+int32_t oracle_value_dim(const uattn_layer *layer) {
+  return layer->head_dim_v > 0 ? layer->head_dim_v : layer->head_dim;
+}
+
 size_t oracle_cache_index(const uattn_layer *layer, int32_t block_size, int64_t slot, int32_t kv_head, int32_t dim,
                           bool value) {
-  const size_t hkv = (size_t)layer->num_kv_heads, D = (size_t)layer->head_dim, bs = (size_t)block_size;
+  /* a latent's value dims are its key's first dims, in the key cache */
+  if (layer->kv_latent) value = false;
+  /* each cache's rows are its own width: D for keys, Dv for values */
+  const size_t hkv = (size_t)layer->num_kv_heads, bs = (size_t)block_size;
+  const size_t D = value ? (size_t)oracle_value_dim(layer) : (size_t)layer->head_dim;
   const size_t b = (size_t)slot / bs, o = (size_t)slot % bs, h = (size_t)kv_head, d = (size_t)dim;
   switch (layer->kv_layout) {
   case UATTN_LAYOUT_HND: return ((b * hkv + h) * bs + o) * D + d;

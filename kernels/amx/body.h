@@ -30,7 +30,7 @@
 enum {
   AMX_M = 16,           /* query vectors a tile */
   AMX_QB = 2 * AMX_M,   /* query vectors a block: two tile rows, so each K or V tile loaded feeds two tdpbf16ps */
-  AMX_MAX_DIM = 512,    /* head dims the block's buffers hold */
+  AMX_MAX_DIM = 576,    /* head dims the block's buffers hold: up to MLA's 576-dim latent */
   AMX_PP = KC / 2 + 16, /* a row of P's pairs, and the 16 past its end that a last P V step may read */
 };
 

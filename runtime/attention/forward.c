@@ -40,7 +40,7 @@ uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *L, const u
    * the file was loaded) */
   uattn_layer tuned = *L;
   if (sched.config->cp_rank > 0) tuned.sinks = NULL; /* a sink is counted once over the ranks: by rank 0 */
-  const uattn_tuning_entry *tuning = uattn_tuning_find(rt, t->block_size, L->head_dim, L->cache_dtype);
+  const uattn_tuning_entry *tuning = uattn_tuning_find(rt, t->block_size, layer_dims(L).kernel, L->cache_dtype);
   if (tuning) {
     if (!tuned.causal_width) tuned.causal_width = tuning->query_tile;
     if (!tuned.chunk_size) tuned.chunk_size = tuning->chunk_size;

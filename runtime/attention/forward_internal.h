@@ -31,25 +31,38 @@ static inline uattn_dtype out_dtype(const uattn_layer *L, const uattn_tensors *t
 
 /* ---- cache.c: the caches' layouts, this step's keys and values into them ------------------------------ */
 
+/* The caches. A kv_latent layer's value cache is its key cache (v == k, v_dim == head_dim): its values are the
+ * first dims of the key rows. */
 typedef struct cache_view {
   char *k, *v;
   uattn_dtype dtype;
   uattn_kv_layout layout;
   int32_t block_size, kv_heads, head_dim;
+  int32_t v_dim; /* elements of a value cache row */
 } cache_view;
 
-/* NHD and HND: the element offset of (slot, kv head)'s head_dim vector. */
-static inline size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
-  if (c->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * c->kv_heads + head) * c->head_dim;
+/* NHD and HND: the element offset of (slot, kv head)'s vector of `dim` elements (c->head_dim in the key cache,
+ * c->v_dim in the value cache). */
+static inline size_t cache_offset_dim(const cache_view *c, int64_t slot, int32_t head, int32_t dim) {
+  if (c->layout == UATTN_LAYOUT_NHD) return ((size_t)slot * c->kv_heads + head) * dim;
   const int64_t block = slot / c->block_size, off = slot % c->block_size;
-  return (((size_t)block * c->kv_heads + head) * c->block_size + off) * c->head_dim;
+  return (((size_t)block * c->kv_heads + head) * c->block_size + off) * dim;
 }
 
-/* TILED (uattn.h): the element where a head's share of a tile of a block starts, in either cache; within
- * it, key i's dim d among the keys (dim pairs of 16 keys) and among the values (key pairs of head_dim dims). */
-static inline size_t tiled_share(const cache_view *c, int64_t block, int32_t tile, int32_t head) {
+/* The same in the key cache, and in the value cache where its rows are as long (not padded: head_dims). */
+static inline size_t cache_offset(const cache_view *c, int64_t slot, int32_t head) {
+  return cache_offset_dim(c, slot, head, c->head_dim);
+}
+
+/* TILED (uattn.h): the element where a head's share of a tile of a block starts, in a cache of rows of `dim`
+ * elements; within it, key i's dim d among the keys (dim pairs of 16 keys) and among the values (key pairs of
+ * D dims). */
+static inline size_t tiled_share_dim(const cache_view *c, int64_t block, int32_t tile, int32_t head, int32_t dim) {
   const size_t tiles = (size_t)(c->block_size / UATTN_TILED_KEYS);
-  return (((size_t)block * tiles + (size_t)tile) * c->kv_heads + head) * UATTN_TILED_KEYS * (size_t)c->head_dim;
+  return (((size_t)block * tiles + (size_t)tile) * c->kv_heads + head) * UATTN_TILED_KEYS * (size_t)dim;
+}
+static inline size_t tiled_share(const cache_view *c, int64_t block, int32_t tile, int32_t head) {
+  return tiled_share_dim(c, block, tile, head, c->head_dim);
 }
 static inline size_t tiled_key(int32_t i, int32_t d) {
   return ((size_t)(d / 2) * UATTN_TILED_KEYS + (size_t)i) * 2 + d % 2;
@@ -58,8 +71,8 @@ static inline size_t tiled_value(int32_t i, int32_t d, int32_t D) {
   return ((size_t)(i / 2) * D + (size_t)d) * 2 + i % 2;
 }
 
-void uattn_gather_tiled(const cache_view *c, int32_t block, int32_t first, int32_t count, int32_t h0, int32_t heads,
-                        char *k_out, char *v_out);
+void uattn_stage_block(const cache_view *c, int32_t block, int32_t first, int32_t count, int32_t h0, int32_t heads,
+                       int32_t width, char *k_out, char *v_out);
 bool uattn_reads_step_keys(const uattn_plan_info *in, const uattn_layer *L, int32_t r);
 size_t uattn_step_kv_bytes(const uattn_plan_info *in, const uattn_layer *L);
 void uattn_write_cache(const uattn_plan_info *in, const uattn_layer *L, const uattn_tensors *t, const cache_view *c,
@@ -81,7 +94,8 @@ static inline float cache_score_scale(const uattn_layer *L) {
 
 /* ---- workspace.c: a worker's scratch ------------------------------------------------------------------ */
 
-/* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows. */
+/* One worker's scratch: a query tile, key/value panels and the partial states of the tile's rows (D: the kernels'
+ * head dim, head_dims.kernel). */
 typedef struct workspace {
   const uattn_kernels *kern;
   uattn_kernel_use use;                  /* how the forward uses kern on this layer (kernel_choice.c) */
@@ -95,7 +109,7 @@ typedef struct workspace {
   int32_t group;            /* query heads per KV head */
   float *decode_scratch;    /* [decode_floats], first: the kernel wants it 32-byte aligned */
   size_t stage_floats;      /* TILED caches: of stage (0 otherwise) */
-  char *stage;              /* [2][rows][D] elements of the cache dtype: keys, then values, gathered (cache.c) */
+  char *stage;              /* [2][rows][D] elements of the cache dtype: keys, then values, staged (cache.c) */
   float *q;                 /* [slots, group, D] scaled queries */
   float *keys, *values;     /* [panel, D] */
   float *scores;            /* [panel] */
@@ -151,7 +165,8 @@ typedef struct step_ctx {
   int32_t slot;                     /* the workspace slot of row0 (parts.c: tile_slot) */
   int32_t qs, qe, num_computed;     /* the request's rows and cached keys (the rank's, local) */
   int32_t key_lo, key_hi;           /* context blocks starting in [key_lo, key_hi): all, or one split */
-  int32_t heads;               /* an all-heads unit's KV heads from kv_head, which its decode calls take together */
+  int32_t heads; /* an all-heads unit's KV heads from kv_head, which its decode calls take together */
+  int32_t dim;   /* the kernels' head dim (head_dims.kernel): of the queries, panels, states and staged rows */
   const char *step_k, *step_v; /* this step's keys and values as the causal part reads them (cache.c: step_kv) */
   uattn_dtype step_dtype;      /* theirs: the cache dtype (step_kv), or the layer's (k and v themselves) */
   const uattn_plan_config *cp; /* context parallelism: the plan's config (cp_size > 1), else NULL */

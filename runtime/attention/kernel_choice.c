@@ -13,7 +13,8 @@
  * variables, which are read on every call (one getenv: engines and tests may set it between calls) but asked about once.
  * Compared with memcmp, so always built from a zeroed key. */
 typedef struct choice_key {
-  int32_t block_size, head_dim, chunk_size, group, num_kv_heads;
+  int32_t block_size, head_dim, head_dim_v, chunk_size, group, num_kv_heads;
+  bool kv_latent;
   uattn_dtype cache_dtype, dtype;
   uattn_kv_layout layout; /* which decode kernel reads the cache (the report's decode_kernel) */
   bool probs_fp32, twins;
@@ -36,9 +37,10 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
  * kernel, several KV heads to take at once, and no chunked merge of shared blocks, which the panels keep. */
 static uattn_kernel_use kernel_use(const uattn_layer *L, int32_t block_size, const uattn_kernels *set) {
   const int32_t group = L->num_q_heads / L->num_kv_heads;
-  const bool tiled = L->kv_layout == UATTN_LAYOUT_TILED;
-  uattn_kernel_use u = {.decode = uattn_decode_fits(set, block_size, L->head_dim, group)};
-  u.decode_tiled = tiled && uattn_decode_tiled_fits(set, block_size, L->head_dim, group, L->cache_dtype, L->probs_fp32);
+  const head_dims dims = layer_dims(L);
+  const bool tiled = L->kv_layout == UATTN_LAYOUT_TILED && !dims.padded; /* staged rows are not tiles */
+  uattn_kernel_use u = {.decode = uattn_decode_fits(set, block_size, dims.kernel, group), .staged = dims.padded};
+  u.decode_tiled = tiled && uattn_decode_tiled_fits(set, block_size, dims.kernel, group, L->cache_dtype, L->probs_fp32);
   u.load_tiled = tiled && uattn_load_tiled_fits(set, L->cache_dtype);
   u.all_heads = u.decode && L->num_kv_heads > 1 && L->chunk_size == 0;
   return u;
@@ -47,24 +49,25 @@ static uattn_kernel_use kernel_use(const uattn_layer *L, int32_t block_size, con
 static void choose(const uattn_layer *L, int32_t block_size, uattn_kernel_choice *c) {
   uattn_kernel_report *r = &c->report;
   memset(r, 0, sizeof *r);
+  const int32_t head_dim = layer_dims(L).kernel;
   r->block_size = block_size;
-  r->head_dim = L->head_dim;
+  r->head_dim = head_dim;
   r->cache_dtype = L->cache_dtype;
   r->chunk_size = L->chunk_size;
   const uattn_bucket_kernels *bucket;
-  c->set = uattn_kernels_dispatch(block_size, L->head_dim, L->cache_dtype, L->dtype, L->chunk_size, &bucket, r->reason,
+  c->set = uattn_kernels_dispatch(block_size, head_dim, L->cache_dtype, L->dtype, L->chunk_size, &bucket, r->reason,
                                   sizeof r->reason);
   r->bucket_hit = bucket != NULL;
   r->kernel_set = c->set->name;
   for (int p = 0; p < UATTN_NUM_PARTS; p++)
     snprintf(r->part_kernel[p], sizeof r->part_kernel[p], "%s", bucket ? bucket->part_names[p] : c->set->name);
   c->use = kernel_use(L, block_size, c->set);
-  r->panels_gathered = L->kv_layout == UATTN_LAYOUT_TILED && !c->use.load_tiled;
+  r->panels_gathered = (L->kv_layout == UATTN_LAYOUT_TILED && !c->use.load_tiled) || c->use.staged;
   /* a bucket's unique part is its decode kernel; on a TILED cache its decode_tiled, or (without one for the
    * layer) its decode on rows gathered from the tiles */
   if (!c->use.decode) return;
   const char *decode = bucket ? bucket->part_names[UATTN_PART_UNIQUE] : c->set->name;
-  if (L->kv_layout != UATTN_LAYOUT_TILED)
+  if (L->kv_layout != UATTN_LAYOUT_TILED && !c->use.staged)
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", decode);
   else if (c->use.decode_tiled)
     snprintf(r->decode_kernel, sizeof r->decode_kernel, "%s", bucket ? bucket->decode_tiled_name : c->set->name);
@@ -85,6 +88,8 @@ const uattn_kernel_choice *uattn_kernel_choice_for(const uattn_layer *L, int32_t
   memset(&key, 0, sizeof key);
   key.block_size = block_size;
   key.head_dim = L->head_dim;
+  key.head_dim_v = layer_dims(L).v;
+  key.kv_latent = L->kv_latent;
   key.chunk_size = L->chunk_size;
   key.group = L->num_q_heads / L->num_kv_heads;
   key.num_kv_heads = L->num_kv_heads;

@@ -38,7 +38,7 @@ static int32_t tile_slot(const step_ctx *c, int32_t row) { return row - c->row0 
 static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, int32_t num_keys,
                                  int32_t key_pos0) {
   const workspace *w = c->w;
-  const int32_t D = c->L->head_dim, first = tile_slot(c, row_lo);
+  const int32_t D = c->dim, first = tile_slot(c, row_lo);
   const size_t idx = state_index(w, acc, first, 0);
   const uattn_panel_job job = {
       .rows = row_hi - row_lo,
@@ -90,8 +90,9 @@ static size_t tiled_source(const step_ctx *c, int32_t block, size_t *tile_stride
 }
 
 /* Widens `count` keys and values of a cache block, from its key `first` on, for the tile's KV head into the
- * panels: on TILED, from the block as it lies where the set can (kernels.h: load_tiled), else gathered into
- * rows. */
+ * panels: on TILED, from the block as it lies where the set can (kernels.h: load_tiled); staged into rows
+ * (uattn_stage_block) on TILED otherwise and where value rows are another length than key rows; else from the
+ * cache's rows. */
 static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t count) {
   if (c->w->use.load_tiled) {
     size_t stride;
@@ -100,11 +101,11 @@ static void load_block(const step_ctx *c, int32_t block, int32_t first, int32_t 
                            c->w->panel, c->w->keys, c->w->values);
     return;
   }
-  if (c->cache.layout == UATTN_LAYOUT_TILED) {
-    const size_t half = (size_t)c->in->block_size * c->cache.head_dim * uattn_dtype_size(c->cache.dtype);
-    uattn_gather_tiled(&c->cache, block, first, count, c->kv_head, 1, c->w->stage, c->w->stage + half);
-    c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->cache.head_dim, count,
-                     c->cache.head_dim, c->w->panel, c->w->keys, c->w->values);
+  if (c->cache.layout == UATTN_LAYOUT_TILED || c->w->use.staged) {
+    const size_t half = (size_t)c->in->block_size * c->dim * uattn_dtype_size(c->cache.dtype);
+    uattn_stage_block(&c->cache, block, first, count, c->kv_head, 1, c->dim, c->w->stage, c->w->stage + half);
+    c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, count, c->dim, c->w->panel,
+                     c->w->keys, c->w->values);
     return;
   }
   size_t stride;
@@ -175,7 +176,7 @@ static int32_t context_usage(const step_ctx *c, int32_t row, int32_t block_start
 static void causal_part_cp(const step_ctx *c, int32_t key_end) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
-  const int32_t D = L->head_dim, Hkv = L->num_kv_heads, nc = c->in->token_positions[c->qs];
+  const int32_t D = c->dim, Hkv = L->num_kv_heads, nc = c->in->token_positions[c->qs];
   const size_t esz = uattn_dtype_size(c->step_dtype), row_bytes = (size_t)D * esz;
   char *gk = (char *)c->w->gather, *gv = gk + (size_t)c->w->panel * row_bytes;
   int32_t local = c->num_computed; /* the local position of the next key the rank holds */
@@ -211,7 +212,7 @@ PART_FN void uattn_causal_part(const step_ctx *c) {
   const uattn_layer *L = c->L;
   const bool decoder = L->attn_type == UATTN_ATTENTION_DECODER;
   if (!uattn_reads_step_keys(c->in, L, c->req)) return; /* a decode row's keys are all in the cache */
-  const int32_t D = L->head_dim, Hkv = L->num_kv_heads;
+  const int32_t D = c->dim, Hkv = L->num_kv_heads;
   const size_t esz = uattn_dtype_size(c->step_dtype);
   /* keys: this step's rows of the request; a decoder tile needs those up to its last row */
   const int32_t key_end = decoder ? c->row0 + c->rows : c->qe;
@@ -234,7 +235,7 @@ PART_FN void uattn_causal_part(const step_ctx *c) {
 
 /* Folds the chunk scratch into the shared part and clears it (PR 784's online merge across chunks). */
 static void merge_chunk(const step_ctx *c) {
-  const int32_t D = c->L->head_dim;
+  const int32_t D = c->dim;
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < c->w->group; h++) {
       const int32_t x = c->slot + i;
@@ -322,7 +323,8 @@ static bool decodes_from_cache(const step_ctx *c) { return !c->pieces && c->w->u
  *    rows (the last the next block's first), since one call for every head would put every head's rows in
  *    the same L1 sets;
  *  - TILED: one call on the block as it lies where the set can (kernels.h: decode_tiled), else on its rows
- *    gathered as an NHD cache of these heads holds them. */
+ *    staged as an NHD cache of these heads holds them, as on every layout whose value rows are another length
+ *    than its key rows (uattn_kernel_use.staged). */
 static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *blocks,
                         int32_t count, int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
   uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
@@ -331,7 +333,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
   const int32_t block = blocks[0];
   c->w->calls[kernel_part(acc)] += heads;
   c->w->decode_calls[kernel_part(acc)] += heads;
-  if (c->cache.layout == UATTN_LAYOUT_HND) {
+  if (c->cache.layout == UATTN_LAYOUT_HND && !c->w->use.staged) {
     const void *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
     const uattn_decode_src src = uattn_decode_blocks(c->w->kern, k, v, count, c->in->block_size, D, 0);
     for (int32_t g = 0; g < heads; g++) {
@@ -347,7 +349,7 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
       }
       c->w->kern->decode(&h, 1, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
     }
-  } else if (c->cache.layout == UATTN_LAYOUT_NHD) {
+  } else if (c->cache.layout == UATTN_LAYOUT_NHD && !c->w->use.staged) {
     size_t stride = 0;
     const void *k[UATTN_DECODE_MAX_BLOCKS], *v[UATTN_DECODE_MAX_BLOCKS];
     for (int32_t b = 0; b < count; b++) {
@@ -370,10 +372,10 @@ static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_
     c->w->kern->decode_tiled(&job, heads, head_vectors, c->cache.dtype, c->cache.k + off, c->cache.v + off, stride,
                              UATTN_TILED_KEYS * D, c->w->decode_scratch);
   } else {
-    const size_t half = (size_t)n * heads * D * esz;
-    uattn_gather_tiled(&c->cache, block, 0, n, c->kv_head, heads, c->w->stage, c->w->stage + half);
+    const size_t W = (size_t)c->dim, half = (size_t)n * heads * W * esz;
+    uattn_stage_block(&c->cache, block, 0, n, c->kv_head, heads, c->dim, c->w->stage, c->w->stage + half);
     const void *k = c->w->stage, *v = c->w->stage + half;
-    const uattn_decode_src src = uattn_decode_one_block(&k, &v, (size_t)heads * D, D);
+    const uattn_decode_src src = uattn_decode_one_block(&k, &v, (size_t)heads * W, W);
     c->w->kern->decode(&job, heads, head_vectors, c->cache.dtype, &src, c->w->decode_scratch);
   }
 }
@@ -391,12 +393,13 @@ static int32_t next_unique_block(const step_ctx *c, int32_t row, int32_t k) {
  * decode_max_keys (uattn_kernel_caps) and UATTN_DECODE_MAX_BLOCKS (kernels.h: no set's list holds more; runs of
  * smaller NHD blocks stop there), on a cache whose rows the decode kernel reads from a list of blocks (NHD,
  * HND; uattn_decode_list_fits), or, at other block sizes, the next block of an NHD cache (a run of adjacent
- * blocks is one stretch of rows: uattn_decode_blocks). */
+ * blocks is one stretch of rows: uattn_decode_blocks); never on staged rows, staged a block at a time. */
 static bool joins_decode_call(const step_ctx *c, int32_t first_start, int32_t first, int32_t m, int32_t block_start,
                               int32_t block) {
   const int32_t bs = c->in->block_size;
-  const bool list = c->cache.layout != UATTN_LAYOUT_TILED && uattn_decode_list_fits(c->w->kern, bs);
-  const bool run = c->cache.layout == UATTN_LAYOUT_NHD && block == first + m;
+  const bool rows = c->cache.layout != UATTN_LAYOUT_TILED && !c->w->use.staged; /* read where they lie */
+  const bool list = rows && uattn_decode_list_fits(c->w->kern, bs);
+  const bool run = rows && c->cache.layout == UATTN_LAYOUT_NHD && block == first + m;
   return (list || run) && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->kern->caps.decode_max_keys &&
          block_start == first_start + m * bs && block_start < c->key_hi;
 }
@@ -454,6 +457,40 @@ static int32_t run_visible(const step_ctx *c, int32_t row_lo, int32_t row_hi, in
   return most;
 }
 
+/* How many of the row's unique blocks from its k-th one a panel takes where the decode kernel does not serve the
+ * layer (the blocks of a row of many query heads, or of a set without a decode kernel): as many as fill the
+ * workspace's panel, at consecutive positions within the unit's keys, the row seeing all but the last whole, so
+ * that a kernel call's fixed cost (its queries rounded, its outputs read and written) is paid once for them. Which
+ * blocks go together depends on the block table alone. Their cache blocks into ids (at most
+ * UATTN_DECODE_MAX_BLOCKS). */
+static int32_t unique_panel_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {
+  const uattn_unique_block *u = c->in->unique_blocks;
+  const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
+  int32_t m = 1;
+  ids[0] = u[k].block;
+  if (c->pieces) return 1; /* ALiBi under context parallelism: a block's keys in runs of their own */
+  while (k + m < end && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->panel &&
+         u[k + m].block_start == u[k].block_start + m * bs && u[k + m].block_start < c->key_hi &&
+         context_usage(c, row, u[k + m].block_start - bs) == bs)
+    ids[m] = u[k + m].block, m++;
+  return m;
+}
+
+/* The row's run of m unique blocks from block_start (unique_panel_run) in one panel: staged one after the other
+ * into rows (uattn_stage_block), loaded, and attended. */
+static void attend_unique_run(const step_ctx *c, int32_t row, const int32_t *ids, int32_t m, int32_t block_start) {
+  const int32_t bs = c->in->block_size;
+  const size_t rows_bytes = (size_t)bs * c->dim * uattn_dtype_size(c->cache.dtype);
+  const size_t half = (size_t)c->w->panel * c->dim * uattn_dtype_size(c->cache.dtype);
+  for (int32_t b = 0; b < m; b++)
+    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
+                      c->w->stage + half + b * rows_bytes);
+  run_visible(c, row, row + 1, block_start, m);
+  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
+                   c->w->keys, c->w->values);
+  attend_panel(c, ACC_UNIQUE, row, row + 1, m * bs, block_start);
+}
+
 PART_FN void uattn_unique_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const bool direct = decodes_from_cache(c);
@@ -462,7 +499,13 @@ PART_FN void uattn_unique_part(const step_ctx *c) {
       const uattn_unique_block *u = &in->unique_blocks[k];
       if (u->block_start < c->key_lo || u->block_start >= c->key_hi) continue;
       if (!direct) {
-        attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
+        int32_t ids[UATTN_DECODE_MAX_BLOCKS];
+        const int32_t blocks = unique_panel_run(c, row, k, ids);
+        if (blocks == 1)
+          attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
+        else
+          attend_unique_run(c, row, ids, blocks, u->block_start);
+        k += blocks - 1;
         continue;
       }
       int32_t ids[UATTN_DECODE_MAX_BLOCKS];

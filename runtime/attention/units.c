@@ -24,7 +24,7 @@ typedef struct forward_job {
   cache_view cache;
   workspace shape;
   size_t scratch_bytes; /* a worker's workspace */
-  size_t split_floats;  /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[D]] */
+  size_t split_floats;  /* one (row, split) slot a KV head: [group][shared, unique][m, l, o[Dv]] */
   float *splits;        /* all split slots, after worker 0's workspace */
   /* NUMA: KV head g belongs to node g % num_nodes; a worker takes its node's units first, then helps the
    * others, so on a multi-node machine each node mostly reads its own heads. One node: one queue. */
@@ -37,10 +37,12 @@ typedef struct forward_job {
   int32_t head_group;   /* KV heads an all-heads unit takes (all_heads_group) */
   int32_t *piece_begin; /* [num_items + 1]: item pos's pieces are [piece_begin[pos], piece_begin[pos + 1]) */
   size_t step_kv_bytes; /* of step_kv (uattn_step_kv_bytes), 0 when the causal part reads k and v themselves */
-  char *step_kv;        /* in worker 0's scratch: [2][T][Hkv][D] in the cache dtype, or NULL */
+  char *step_kv;        /* in worker 0's scratch: [2][T][Hkv][D] in the cache dtype (a latent: [T][Hkv][D]), or NULL */
+  head_dims dims;       /* the layer's (kernel_choice.h) */
 } forward_job;
 
-static size_t split_state_floats(int32_t D) { return (size_t)D + 2; }
+/* A split slot's state: m, l and the out dims of o (the rest of the kernels' o is never read). */
+static size_t split_state_floats(int32_t Dv) { return (size_t)Dv + 2; }
 
 /* Unit j of node n's queue: the split index and the n-th share of the KV heads. Returns -1 past its end. */
 static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
@@ -53,7 +55,7 @@ static int32_t node_unit(const forward_job *job, int32_t node, int32_t j) {
 /* The partial state of (head, accumulator: 0 shared, 1 unique) in a (row, split) slot. */
 static float *split_slot_at(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int acc) {
   return job->splits + ((size_t)slot * job->L->num_kv_heads + kv_head) * job->split_floats +
-         ((size_t)head * 2 + acc) * split_state_floats(job->L->head_dim);
+         ((size_t)head * 2 + acc) * split_state_floats(job->dims.v);
 }
 
 static uattn_state split_state(const forward_job *job, int32_t slot, int32_t kv_head, int32_t head, int acc) {
@@ -113,12 +115,13 @@ static bool other_scratch_fits(const forward_job *job) {
     for (size_t b_ = 0; b_ < (bytes); b_ += 64) __builtin_prefetch(at_ + b_, rw, 3);                                   \
   } while (0)
 
-/* The tile's queries in its slots, times cache_score_scale's scale (every part's). */
+/* The tile's queries in its slots, times cache_score_scale's scale (every part's), zeros after their own dims
+ * up to the kernels' head dim. */
 static void widen_queries(const forward_job *job, const step_ctx *c) {
   const uattn_layer *L = job->L;
   const float scale = cache_score_scale(L);
   workspace *w = c->w;
-  const int32_t D = L->head_dim, Hq = L->num_q_heads;
+  const int32_t D = job->dims.k, W = c->dim, Hq = L->num_q_heads;
   const size_t qsz = uattn_dtype_size(L->dtype), group_bytes = (size_t)w->group * D * qsz;
   for (int32_t i = 0; i < c->rows; i++) {
     if (i + ROWS_AHEAD < c->rows)
@@ -126,9 +129,10 @@ static void widen_queries(const forward_job *job, const step_ctx *c) {
           (const char *)job->t->q + ((size_t)(c->row0 + i + ROWS_AHEAD) * Hq + (size_t)c->kv_head * w->group) * D * qsz,
           group_bytes, 0);
     for (int32_t h = 0; h < w->group; h++) {
-      float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * D;
+      float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * W;
       const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
+      for (int32_t d = D; d < W; d++) q[d] = 0.0f;
       /* the Gaudi plugin scales the query; a bf16 set scales its scores instead (uattn_kernel_caps.unscaled_q) */
       if (!w->kern->caps.unscaled_q)
         for (int32_t d = 0; d < D; d++) q[d] *= scale;
@@ -165,22 +169,22 @@ static void begin_tile(const forward_job *job, const step_ctx *c, bool reads_cac
     for (int32_t i = 0; i < c->rows; i++)
       c->w->query_pos[c->slot + i] = local_query_pos(c, c->in->token_positions[c->row0 + i]);
   for (int acc = 0; acc < NUM_ACCS; acc++)
-    reset_acc(c->w, acc, c->slot, c->rows, job->L->head_dim, acc == ACC_CAUSAL || reads_cache);
+    reset_acc(c->w, acc, c->slot, c->rows, c->dim, acc == ACC_CAUSAL || reads_cache);
 }
 
 /* Whether a part saw a key: else it is as reset_acc left it (m -inf, l 0; o 0, or not reset at all in a tile
  * that never runs the part), and the merge leaves it out (seen_parts). */
 static bool part_seen(const uattn_state *s) { return s->l != 0.0f || s->m != -INFINITY; }
 
-/* The parts' unnormalized outputs, times v_scale on an fp8 cache (forward_internal.h: cache_score_scale), those
- * that saw a key: the others' o is not read. */
-static void fold_v_scale(const uattn_layer *L, uattn_state *parts, int32_t n) {
+/* The out dims of the parts' unnormalized outputs, times v_scale on an fp8 cache (forward_internal.h:
+ * cache_score_scale), those that saw a key: the others' o is not read. */
+static void fold_v_scale(const uattn_layer *L, int32_t Dv, uattn_state *parts, int32_t n) {
   if (!uattn_dtype_is_fp8(L->cache_dtype)) return;
   const float vs = L->v_scale;
   for (int32_t k = 0; k < n; k++) {
     if (!part_seen(&parts[k])) continue;
     float *o = parts[k].o; /* the test above once, so that the loop vectorizes */
-    for (int32_t d = 0; d < L->head_dim; d++) o[d] *= vs;
+    for (int32_t d = 0; d < Dv; d++) o[d] *= vs;
   }
 }
 
@@ -197,22 +201,22 @@ static int32_t seen_parts(uattn_state *parts, int32_t n) {
 /* Merges the tile's three parts into out and lse; a function of its own, as the parts are (parts.c: PART_FN). */
 static __attribute__((noinline)) void merge_tile(const step_ctx *c) {
   const uattn_layer *L = c->L;
-  const int32_t D = L->head_dim, Hq = L->num_q_heads;
+  const int32_t D = c->dim, Dv = layer_dims(L).v, Hq = L->num_q_heads;
   const uattn_dtype odt = out_dtype(L, c->t);
   const size_t osz = uattn_dtype_size(odt);
   float row_out[UATTN_MAX_HEAD_DIM];
   for (int32_t i = 0; i < c->rows; i++) {
     if (i + ROWS_AHEAD < c->rows)
       prefetch_vectors(
-          (char *)c->t->out + ((size_t)(c->row0 + i + ROWS_AHEAD) * Hq + (size_t)c->kv_head * c->w->group) * D * osz,
-          (size_t)c->w->group * D * osz, 1);
+          (char *)c->t->out + ((size_t)(c->row0 + i + ROWS_AHEAD) * Hq + (size_t)c->kv_head * c->w->group) * Dv * osz,
+          (size_t)c->w->group * Dv * osz, 1);
     for (int32_t g = 0; g < c->w->group; g++) {
       const int32_t h = c->kv_head * c->w->group + g, row = c->row0 + i, x = c->slot + i;
       uattn_state parts[3] = {acc_state(c->w, ACC_CAUSAL, x, g, D), acc_state(c->w, ACC_SHARED, x, g, D),
                               acc_state(c->w, ACC_UNIQUE, x, g, D)};
-      fold_v_scale(L, parts, 3); /* the tile is done with them: scaled in place */
-      const float lse = uattn_merge_parts(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, D, row_out);
-      uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * D * osz, (size_t)D);
+      fold_v_scale(L, Dv, parts, 3); /* the tile is done with them: scaled in place */
+      const float lse = uattn_merge_parts(parts, seen_parts(parts, 3), L->sinks ? L->sinks[h] : -INFINITY, Dv, row_out);
+      uattn_narrow(odt, row_out, (char *)c->t->out + ((size_t)row * Hq + h) * Dv * osz, (size_t)Dv);
       if (c->t->lse) c->t->lse[(size_t)row * Hq + h] = lse;
     }
   }
@@ -226,14 +230,14 @@ static void end_tile(const forward_job *job, const step_ctx *c, int32_t pos, int
     merge_tile(c);
     return;
   }
-  const int32_t D = job->L->head_dim;
+  const int32_t D = c->dim, Dv = job->dims.v;
   const int32_t slot = sched->split_slot[pos] + split * (c->qe - c->qs) + (c->row0 - c->qs); /* of row0 */
   for (int32_t i = 0; i < c->rows; i++)
     for (int32_t h = 0; h < c->w->group; h++)
       for (int acc = 0; acc < 2; acc++) {
         const uattn_state from = acc_state(c->w, acc == 0 ? ACC_SHARED : ACC_UNIQUE, c->slot + i, h, D);
         uattn_state to = split_state(job, slot + i, c->kv_head, h, acc);
-        memcpy(to.o, from.o, sizeof(float) * (size_t)D);
+        memcpy(to.o, from.o, sizeof(float) * (size_t)Dv);
         store_split_state(job, slot + i, c->kv_head, h, acc, &from);
       }
 }
@@ -263,11 +267,13 @@ static step_ctx tile_ctx(const forward_job *job, workspace *w, int32_t pos, int3
                 .key_lo = 0,
                 .key_hi = INT32_MAX,
                 .heads = 1,
+                .dim = job->dims.kernel,
                 .step_k = job->step_kv ? job->step_kv : (const char *)job->t->k,
                 .step_v = job->step_kv ? job->step_kv + job->step_kv_bytes / 2 : (const char *)job->t->v,
                 .step_dtype = job->step_kv ? job->L->cache_dtype : job->L->dtype,
                 .cp = sched->config->cp_size > 1 ? sched->config : NULL};
   c.pieces = c.cp && job->L->alibi_slopes;
+  if (job->L->kv_latent) c.step_v = c.step_k; /* a latent's values are its keys */
   if (sched->split_begin[pos + 1] - sched->split_begin[pos] > 1)
     c.key_lo = split * sched->split_keys, c.key_hi = c.key_lo + sched->split_keys;
   return c;
@@ -424,7 +430,7 @@ static void attention_job(void *ctx, int32_t worker, int32_t num_workers) {
   forward_job *job = ctx;
   if (worker >= job->max_workers) return;
   workspace w = job->shape;
-  uattn_workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->L->head_dim);
+  uattn_workspace_carve(&w, uattn_worker_scratch(job->rt, worker, job->scratch_bytes), job->dims.kernel);
   int32_t nodes;
   const int32_t home = uattn_worker_node(job->rt, worker, &nodes);
   for (int32_t k = 0; k < job->num_nodes; k++) { /* home first, then the others */
@@ -449,7 +455,7 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
   const uattn_schedule *sched = &job->sched;
   const uattn_plan_info *in = sched->info;
   const uattn_layer *L = job->L;
-  const int32_t D = L->head_dim, Hq = L->num_q_heads, G = job->shape.group;
+  const int32_t D = job->dims.v, Hq = L->num_q_heads, G = job->shape.group;
   static const float zeros[UATTN_MAX_HEAD_DIM];
   float row_out[UATTN_MAX_HEAD_DIM];
   for (;;) {
@@ -471,7 +477,7 @@ static void merge_splits_job(void *ctx, int32_t worker, int32_t num_workers) {
             uattn_state_merge(&parts[1 + acc], &b, D);
           }
         }
-        fold_v_scale(L, parts + 1, 2); /* split 0's slots, read once: scaled in place */
+        fold_v_scale(L, D, parts + 1, 2); /* split 0's slots, read once: scaled in place */
         const int32_t head = g * G + h;
         const float lse =
             uattn_merge_parts(parts, seen_parts(parts, 3), L->sinks ? L->sinks[head] : -INFINITY, D, row_out);
@@ -487,15 +493,17 @@ uattn_status uattn_forward_run(const uattn_schedule *sched, const uattn_layer *L
                                uattn_runtime *rt, const uattn_kernel_choice *choice, int32_t max_workers,
                                uattn_kernel_report *report) {
   const uattn_plan_info *in = sched->info;
+  const head_dims dims = layer_dims(L);
   forward_job job = {.sched = *sched,
                      .L = L,
                      .t = t,
                      .rt = rt,
-                     .cache = {t->key_cache, t->value_cache, L->cache_dtype, L->kv_layout, t->block_size,
-                               L->num_kv_heads, L->head_dim}};
+                     .cache = {t->key_cache, L->kv_latent ? t->key_cache : t->value_cache, L->cache_dtype, L->kv_layout,
+                               t->block_size, L->num_kv_heads, L->head_dim, L->kv_latent ? L->head_dim : dims.v},
+                     .dims = dims};
   uattn_workspace_shape(&job.shape, in, L, choice, sched->config->cp_size > 1);
-  job.scratch_bytes = uattn_workspace_bytes(&job.shape, L->head_dim);
-  job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(L->head_dim);
+  job.scratch_bytes = uattn_workspace_bytes(&job.shape, dims.kernel);
+  job.split_floats = (size_t)job.shape.group * 2 * split_state_floats(dims.v);
   job.step_kv_bytes = uattn_step_kv_bytes(in, L);
   job.max_workers = max_workers;
   job.head_group = all_heads_group(&job);

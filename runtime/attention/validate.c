@@ -17,6 +17,23 @@ uattn_status uattn_validate_layer(const uattn_layer *L) {
   if (L->head_dim <= 0 || L->head_dim > UATTN_MAX_HEAD_DIM)
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim = %d must be in 1..%d", L->head_dim,
                       UATTN_MAX_HEAD_DIM);
+  if (L->head_dim_v < 0 || L->head_dim_v > UATTN_MAX_HEAD_DIM)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: head_dim_v = %d must be in 0..%d (0: head_dim)",
+                      L->head_dim_v, UATTN_MAX_HEAD_DIM);
+  if (L->kv_latent && (L->head_dim_v <= 0 || L->head_dim_v > L->head_dim))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: kv_latent reads each value as the first head_dim_v dims of its key, so head_dim_v (%d) "
+                      "must be in 1..head_dim (%d)",
+                      L->head_dim_v, L->head_dim);
+  if (L->kv_latent && L->kv_layout == UATTN_LAYOUT_TILED)
+    return uattn_fail(UATTN_ERR_UNSUPPORTED,
+                      "layer: a kv_latent cache holds keys alone, which a TILED cache does not lay out as values: use "
+                      "NHD or HND");
+  if (L->kv_latent && uattn_dtype_is_fp8(L->cache_dtype) && L->v_scale != L->k_scale)
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "layer: kv_latent's values are its keys' bytes, read with k_scale, so v_scale (%g) must equal "
+                      "k_scale (%g)",
+                      (double)L->v_scale, (double)L->k_scale);
   if (!uattn_dtype_valid(L->dtype) || !uattn_dtype_valid(L->cache_dtype))
     return uattn_fail(UATTN_ERR_INVALID_ARGUMENT, "layer: dtype %d / cache_dtype %d is not a uattn_dtype",
                       (int)L->dtype, (int)L->cache_dtype);
@@ -108,23 +125,30 @@ uattn_status uattn_validate_tensors(const uattn_plan_info *in, const uattn_plan_
                       "tensors.block_size = %d: a TILED cache holds blocks of whole %d-key tiles, so the block size "
                       "must be a multiple of %d: use NHD or HND",
                       t->block_size, UATTN_TILED_KEYS, UATTN_TILED_KEYS);
-  if (!size_fits(uattn_dtype_size(L->cache_dtype), t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim))
+  const head_dims dims = layer_dims(L);
+  if (!size_fits(uattn_dtype_size(L->cache_dtype), t->num_blocks, t->block_size, L->num_kv_heads, dims.kernel))
     return uattn_fail(UATTN_ERR_OVERFLOW,
-                      "tensors: a cache of num_blocks %d x block_size %d x num_kv_heads %d x head_dim %d elements "
+                      "tensors: a cache of num_blocks %d x block_size %d x num_kv_heads %d x %d-dim rows "
                       "overflows a size_t",
-                      t->num_blocks, t->block_size, L->num_kv_heads, L->head_dim);
-  if (!size_fits(sizeof(float), in->num_tokens, L->num_q_heads, L->head_dim, 1))
+                      t->num_blocks, t->block_size, L->num_kv_heads, dims.kernel);
+  if (!size_fits(sizeof(float), in->num_tokens, L->num_q_heads, dims.kernel, 1))
     return uattn_fail(UATTN_ERR_OVERFLOW,
-                      "tensors: q and out of num_tokens %d x num_q_heads %d x head_dim %d elements overflow a size_t",
-                      in->num_tokens, L->num_q_heads, L->head_dim);
+                      "tensors: q and out of num_tokens %d x num_q_heads %d x %d dims overflow a size_t",
+                      in->num_tokens, L->num_q_heads, dims.kernel);
+  /* a latent's values are its keys: a value cache or v given with one is a mix-up the call must not guess at */
+  if (L->kv_latent && (t->value_cache || (t->v && !cross)))
+    return uattn_fail(UATTN_ERR_INVALID_ARGUMENT,
+                      "tensors: a kv_latent layer's values are the first head_dim_v dims of its keys, so "
+                      "tensors.value_cache and tensors.v must be NULL");
   uattn_status st;
   if ((st = check_buffer(t->key_cache, L->cache_dtype, "tensors.key_cache")) ||
-      (st = check_buffer(t->value_cache, L->cache_dtype, "tensors.value_cache")))
+      (!L->kv_latent && (st = check_buffer(t->value_cache, L->cache_dtype, "tensors.value_cache"))))
     return st;
   if (in->num_tokens == 0) return UATTN_OK;
   if ((st = check_buffer(t->q, L->dtype, "tensors.q")) || (st = check_buffer(t->out, out_dtype(L, t), "tensors.out")))
     return st;
-  if (!cross && ((st = check_buffer(t->k, L->dtype, "tensors.k")) || (st = check_buffer(t->v, L->dtype, "tensors.v"))))
+  if (!cross && ((st = check_buffer(t->k, L->dtype, "tensors.k")) ||
+                 (!L->kv_latent && (st = check_buffer(t->v, L->dtype, "tensors.v")))))
     return st;
   UATTN_CHECK_ALIGNED(t->lse, "tensors.lse");
   /* every block the step writes or reads must be inside these caches */

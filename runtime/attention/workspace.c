@@ -30,24 +30,31 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
   if (w->use.all_heads && L->num_kv_heads * uattn_all_heads_max_rows(k, L) > w->slots)
     w->slots = L->num_kv_heads * uattn_all_heads_max_rows(k, L);
   w->panel = w->tile > in->block_size ? w->tile : in->block_size;
+  /* without the decode kernel, a row's unique blocks go a panel at a time (parts.c: unique_panel_run): one of a
+   * decode call's keys at least, so that a call's fixed cost is spread over as many */
+  if (!w->use.decode && w->panel < UATTN_DECODE_MAX_KEYS) w->panel = UATTN_DECODE_MAX_KEYS;
   w->group = L->num_q_heads / L->num_kv_heads;
-  w->panel_floats = k->panel_floats(w->panel, L->head_dim);
+  const int32_t D = layer_dims(L).kernel;
+  w->panel_floats = k->panel_floats(w->panel, D);
   w->decode_floats = 0;
   if (w->use.decode) {
     const bool all = w->use.all_heads;
-    w->decode_floats = uattn_decode_scratch_floats(
-        all ? L->num_kv_heads : 1, all ? uattn_all_heads_max_rows(k, L) * w->group : w->group, L->head_dim);
+    w->decode_floats = uattn_decode_scratch_floats(all ? L->num_kv_heads : 1,
+                                                   all ? uattn_all_heads_max_rows(k, L) * w->group : w->group, D);
     w->decode_floats = (w->decode_floats + 15) & ~(size_t)15; /* what follows stays on 64-byte lines */
   }
-  w->cp_floats = cp ? 2 * (size_t)w->panel * L->head_dim + 2 * (size_t)w->slots : 0;
-  /* TILED: a block of one head for the panel loads; of every head for a decode kernel that reads rows */
+  w->cp_floats = cp ? 2 * (size_t)w->panel * D + 2 * (size_t)w->slots : 0;
+  /* staged rows (TILED, or values of another length): a block of one head for the panel loads; of every head
+   * for a decode kernel that reads rows */
   w->stage_floats = 0;
-  if (L->kv_layout == UATTN_LAYOUT_TILED) {
+  size_t bytes = 0;
+  if (L->kv_layout == UATTN_LAYOUT_TILED || w->use.staged) {
     const bool all_rows = w->use.all_heads && !w->use.decode_tiled;
-    const size_t bytes =
-        2 * (size_t)in->block_size * (all_rows ? L->num_kv_heads : 1) * L->head_dim * uattn_dtype_size(L->cache_dtype);
-    w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
+    bytes = 2 * (size_t)in->block_size * (all_rows ? L->num_kv_heads : 1) * D * uattn_dtype_size(L->cache_dtype);
   }
+  if (!w->use.decode && in->block_size < w->panel) /* a panel's run of unique blocks, staged (parts.c) */
+    bytes = 2 * (size_t)w->panel * D * uattn_dtype_size(L->cache_dtype);
+  if (bytes) w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
 }
 
 size_t uattn_workspace_bytes(const workspace *w, int32_t D) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/kernel_choice.h"
 #include "convert.h"
 #include "threads/runtime_impl.h"
 #include "tuning/tuning_file.h"
@@ -364,9 +365,10 @@ uattn_status uattn_runtime_tuned_layer(const uattn_runtime *rt, int32_t block_si
   uattn_clear_error();
   CHECK_RUNTIME(rt);
   UATTN_CHECK_PTR(layer, "layer");
-  uattn_status st = check_bucket(block_size, layer->head_dim, layer->cache_dtype);
+  const int32_t head_dim = layer_dims(layer).kernel; /* the bucket's, as the forward looks it up */
+  uattn_status st = check_bucket(block_size, head_dim, layer->cache_dtype);
   if (st != UATTN_OK) return st;
-  const uattn_tuning_entry *e = use_bucket(rt->tuning, block_size, layer->head_dim, layer->cache_dtype);
+  const uattn_tuning_entry *e = use_bucket(rt->tuning, block_size, head_dim, layer->cache_dtype);
   if (!e) return UATTN_OK;
   if (layer->causal_width == 0) layer->causal_width = e->query_tile;
   if (layer->chunk_size == 0) layer->chunk_size = e->chunk_size;

@@ -2,6 +2,8 @@
  * the caches or the outputs. Also merge_states and merge_partials against hand-worked values. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/attention_case.h"
@@ -164,6 +166,82 @@ Test(attention_errors, fp8_dtypes_and_scales) {
       expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "v_scale");
     }
   }
+}
+
+/* Multi-head latent attention's fields (uattn.h: head_dim_v, kv_latent). head_dim_v is a width like head_dim:
+ * negative or past 4096 is a bad argument. An absorbed layer (kv_latent) needs 0 < head_dim_v <= head_dim (its
+ * value is the latent's first head_dim_v dims), no v and no value cache (passing one is a mistake about the layer,
+ * refused rather than ignored) and on an fp8 cache v_scale == k_scale (the values are the keys' bytes): bad
+ * arguments. A latent on a TILED cache is a layout that has no form for it: unsupported. Nothing is written; the
+ * same latent layer on NHD with head_dim_v 32, v and the value cache NULL, is accepted. */
+Test(attention_errors, mla_fields) {
+  const int32_t bad_widths[] = {-1, -64, INT32_MIN, 4097, INT32_MAX};
+  for (size_t i = 0; i < sizeof bad_widths / sizeof *bad_widths; i++) {
+    uattn_layer L = run.layer;
+    L.head_dim_v = bad_widths[i];
+    expect_refused(&L, &t, UATTN_ERR_INVALID_ARGUMENT, "head_dim_v");
+    L.kv_latent = true;
+    uattn_tensors x = t;
+    x.v = NULL, x.value_cache = NULL;
+    expect_refused(&L, &x, UATTN_ERR_INVALID_ARGUMENT, "head_dim_v");
+  }
+  uattn_layer latent = run.layer;
+  latent.kv_latent = true, latent.head_dim_v = 32;
+  uattn_tensors x = t;
+  x.v = NULL, x.value_cache = NULL;
+  /* the value cannot be wider than the latent it is part of, nor absent (0) */
+  const int32_t not_in_the_latent[] = {65, 128, 0};
+  for (size_t i = 0; i < sizeof not_in_the_latent / sizeof *not_in_the_latent; i++) {
+    uattn_layer L = latent;
+    L.head_dim_v = not_in_the_latent[i];
+    expect_refused(&L, &x, UATTN_ERR_INVALID_ARGUMENT, "head_dim_v");
+    cr_assert_not_null(strstr(uattn_last_error(), "kv_latent"), "the message '%s' does not name kv_latent",
+                       uattn_last_error());
+  }
+  /* a latent has no value rows to tile */
+  const uattn_dtype caches[] = {UATTN_F32, UATTN_BF16, UATTN_FP8_E4M3};
+  for (size_t c = 0; c < sizeof caches / sizeof *caches; c++) {
+    uattn_layer L = latent;
+    L.kv_layout = UATTN_LAYOUT_TILED, L.cache_dtype = caches[c];
+    expect_refused(&L, &x, UATTN_ERR_UNSUPPORTED, "kv_latent");
+    cr_assert_not_null(strstr(uattn_last_error(), "TILED"), "the message '%s' does not name the layout",
+                       uattn_last_error());
+  }
+  /* v or a value cache given to a layer that has none */
+  {
+    uattn_tensors y = x;
+    y.v = t.v;
+    expect_refused(&latent, &y, UATTN_ERR_INVALID_ARGUMENT, "tensors.v");
+    cr_assert_not_null(strstr(uattn_last_error(), "kv_latent"), "'%s' does not say why", uattn_last_error());
+    y = x, y.value_cache = t.value_cache;
+    expect_refused(&latent, &y, UATTN_ERR_INVALID_ARGUMENT, "tensors.value_cache");
+    cr_assert_not_null(strstr(uattn_last_error(), "kv_latent"), "'%s' does not say why", uattn_last_error());
+    expect_refused(&latent, &t, UATTN_ERR_INVALID_ARGUMENT, "kv_latent");
+  }
+  /* fp8: the values are the keys' codes, read with one scale */
+  const uattn_dtype fp8[2] = {UATTN_FP8_E4M3, UATTN_FP8_E5M2};
+  const float scales[][2] = {{1.0f, 2.0f}, {0.5f, 0.25f}, {3.0f, 1.0f}};
+  for (int f = 0; f < 2; f++)
+    for (size_t i = 0; i < sizeof scales / sizeof *scales; i++) {
+      uattn_layer L = latent;
+      L.cache_dtype = fp8[f], L.k_scale = scales[i][0], L.v_scale = scales[i][1];
+      expect_refused(&L, &x, UATTN_ERR_INVALID_ARGUMENT, "v_scale");
+    }
+  /* the same layers made right: accepted (an fp8 one with equal scales; caches here larger than needed) */
+  cr_assert_eq(uattn_forward(run.plan, &latent, &x, NULL), UATTN_OK, "%s", uattn_last_error());
+  uattn_layer L = latent;
+  L.cache_dtype = UATTN_FP8_E4M3, L.k_scale = L.v_scale = 0.5f;
+  cr_assert_eq(uattn_forward(run.plan, &L, &x, NULL), UATTN_OK, "%s", uattn_last_error());
+  L = latent, L.head_dim_v = 64; /* the whole latent its value */
+  cr_assert_eq(uattn_forward(run.plan, &L, &x, NULL), UATTN_OK, "%s", uattn_last_error());
+  L = run.layer, L.head_dim_v = 4096; /* an expanded layer's values may be wider than its keys */
+  uattn_tensors wide = t;
+  float *big_out = calloc((size_t)run.info.num_tokens * run.c.num_q_heads * 4096 + 1, sizeof(float));
+  float *big_v = calloc((size_t)run.info.num_tokens * run.c.num_kv_heads * 4096 + 1, sizeof(float));
+  float *big_cache = calloc((size_t)run.num_blocks * run.c.block_size * run.c.num_kv_heads * 4096 + 1, sizeof(float));
+  wide.out = big_out, wide.v = big_v, wide.value_cache = big_cache;
+  cr_assert_eq(uattn_forward(run.plan, &L, &wide, NULL), UATTN_OK, "%s", uattn_last_error());
+  free(big_out), free(big_v), free(big_cache);
 }
 
 /* out_f32: out holds floats whatever the layer's dtype, so it must be aligned for them. A bf16 layer here (q,

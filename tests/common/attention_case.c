@@ -175,6 +175,9 @@ void attention_run_build(attention_run *run, const attention_case *c) {
   L->causal_width = c->causal_width;
   if (c->k_scale > 0) L->k_scale = c->k_scale;
   if (c->v_scale > 0) L->v_scale = c->v_scale;
+  L->head_dim_v = c->head_dim_v;
+  L->kv_latent = c->kv_latent;
+  if (c->kv_latent && c->v_scale <= 0) L->v_scale = L->k_scale; /* a latent's values are its keys' bytes */
   for (int32_t h = 0; h < c->num_q_heads && h < 64; h++) {
     run->sinks[h] = (float)(2.0 * test_rng_unit(&rng) - 1.0);
     run->slopes[h] = (float)(0.05 * pow(0.5, h % 8));
@@ -182,18 +185,21 @@ void attention_run_build(attention_run *run, const attention_case *c) {
   if (c->sinks) L->sinks = run->sinks;
   if (c->alibi) L->alibi_slopes = run->slopes;
 
-  const size_t T = (size_t)run->info.num_tokens, D = (size_t)c->head_dim;
+  run->head_dim_v = oracle_value_dim(L);
+  const size_t T = (size_t)run->info.num_tokens, D = (size_t)c->head_dim, Dv = (size_t)run->head_dim_v;
   const size_t slots = (size_t)run->num_blocks * c->block_size;
   run->q_bytes = T * c->num_q_heads * D * oracle_dtype_size(c->dtype);
   run->kv_bytes = T * c->num_kv_heads * D * oracle_dtype_size(c->dtype);
-  run->out_bytes = run->q_bytes;
+  run->v_bytes = c->kv_latent ? 0 : T * c->num_kv_heads * Dv * oracle_dtype_size(c->dtype);
+  run->out_bytes = T * c->num_q_heads * Dv * oracle_dtype_size(c->dtype);
   run->cache_bytes = slots * c->num_kv_heads * D * oracle_dtype_size(c->cache_dtype);
+  run->value_cache_bytes = c->kv_latent ? 0 : slots * c->num_kv_heads * Dv * oracle_dtype_size(c->cache_dtype);
   run->q = random_array(c->dtype, T * c->num_q_heads * D, &rng);
   run->k = random_array(c->dtype, T * c->num_kv_heads * D, &rng);
-  run->v = random_array(c->dtype, T * c->num_kv_heads * D, &rng);
+  if (!c->kv_latent) run->v = random_array(c->dtype, T * c->num_kv_heads * Dv, &rng);
   /* the caches hold random "earlier" keys everywhere: only what the step reads may matter */
   run->key_cache0 = random_array(c->cache_dtype, slots * c->num_kv_heads * D, &rng);
-  run->value_cache0 = random_array(c->cache_dtype, slots * c->num_kv_heads * D, &rng);
+  if (!c->kv_latent) run->value_cache0 = random_array(c->cache_dtype, slots * c->num_kv_heads * Dv, &rng);
 }
 
 /* Whether a key position of request r can be seen by one of its queries: below its length after the step
@@ -205,7 +211,7 @@ static bool position_seen(const attention_run *run, int32_t r, int32_t p, const 
 
 void attention_run_poison_unseen(attention_run *run) {
   const attention_case *c = &run->c;
-  const int32_t bs = c->block_size, H = c->num_kv_heads, D = c->head_dim;
+  const int32_t bs = c->block_size, H = c->num_kv_heads, D = c->head_dim, Dv = run->head_dim_v;
   const size_t slots = (size_t)run->num_blocks * bs;
   bool *seen = calloc(slots + 1, 1);
   int32_t effective[RB_MAX_REQS];
@@ -222,13 +228,15 @@ void attention_run_poison_unseen(attention_run *run) {
   }
   for (size_t s = 0; s < slots; s++) {
     if (seen[s]) continue;
-    for (int32_t h = 0; h < H; h++)
-      for (int32_t d = 0; d < D; d++) {
+    for (int32_t h = 0; h < H; h++) {
+      /* a latent's first Dv dims are its value too: they take the values' poison */
+      for (int32_t d = 0; d < D; d++)
         oracle_store(run->key_cache0, c->cache_dtype, oracle_cache_index(&run->layer, bs, (int64_t)s, h, d, false),
-                     d % 2 ? NAN : -NAN);
+                     d % 2 ? NAN : (c->kv_latent && d < Dv ? -INFINITY : -NAN));
+      for (int32_t d = 0; d < Dv && !c->kv_latent; d++)
         oracle_store(run->value_cache0, c->cache_dtype, oracle_cache_index(&run->layer, bs, (int64_t)s, h, d, true),
                      d % 2 ? NAN : -INFINITY);
-      }
+    }
   }
   free(seen);
 }
@@ -249,7 +257,7 @@ uattn_tensors attention_tensors(const attention_run *run) {
   t.k = run->k;
   t.v = run->v;
   t.key_cache = copy_of(run->key_cache0, run->cache_bytes);
-  t.value_cache = copy_of(run->value_cache0, run->cache_bytes);
+  t.value_cache = run->c.kv_latent ? NULL : copy_of(run->value_cache0, run->value_cache_bytes);
   t.num_blocks = run->num_blocks;
   t.block_size = run->c.block_size;
   t.out = calloc(run->out_bytes + 1, 1);
@@ -267,7 +275,7 @@ void attention_tensors_free(uattn_tensors *t) {
 
 void attention_tensors_out_f32(const attention_run *run, uattn_tensors *t) {
   free(t->out);
-  t->out = calloc((size_t)run->info.num_tokens * run->c.num_q_heads * run->c.head_dim + 1, sizeof(float));
+  t->out = calloc((size_t)run->info.num_tokens * run->c.num_q_heads * run->head_dim_v + 1, sizeof(float));
   t->out_f32 = true;
 }
 
@@ -317,8 +325,9 @@ precision_contract attention_run_contract(const attention_run *run) {
 
 double attention_run_bound(const attention_run *run, double max_out) {
   const precision_contract p = attention_run_contract(run);
-  /* the values the tests make lie in [-1, 1]; an fp8 cache's read v_scale times codes in [-1, 1] */
-  const double max_v = oracle_is_fp8(run->layer.cache_dtype) ? fmax(1.0, run->layer.v_scale) : 1.0;
+  /* the values the tests make lie in [-1, 1]; an fp8 cache's read v_scale (a latent's k_scale) times codes in [-1, 1] */
+  const double vs = run->layer.kv_latent ? run->layer.k_scale : run->layer.v_scale;
+  const double max_v = oracle_is_fp8(run->layer.cache_dtype) ? fmax(1.0, vs) : 1.0;
   return p.rel * fmax(max_out, 1e-30) + p.abs * max_v;
 }
 
@@ -342,7 +351,7 @@ oracle_step attention_oracle_step(const attention_run *run, int32_t effective[RB
 
 double attention_run_error(attention_run *run, double *scale_out) {
   const attention_case *c = &run->c;
-  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * c->head_dim;
+  const size_t n = (size_t)run->info.num_tokens * c->num_q_heads * run->head_dim_v;
   uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
   int32_t effective[RB_MAX_REQS];
   const oracle_step s = attention_oracle_step(run, effective);
@@ -361,13 +370,17 @@ double attention_run_error(attention_run *run, double *scale_out) {
 
 void attention_run_check(attention_run *run) {
   const attention_case *c = &run->c;
-  const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;
+  const int32_t T = run->info.num_tokens, Hq = c->num_q_heads, D = run->head_dim_v; /* out's rows are Dv long */
   uattn_tensors t = attention_run_forward(run, NULL), ref = attention_tensors(run);
   int32_t effective[RB_MAX_REQS];
   const oracle_step s = attention_oracle_step(run, effective);
   cr_assert_eq(oracle_write_cache(&s, &run->layer, &ref), 0, "%s: oracle: %s", c->name, oracle_last_error());
   cr_assert_eq(memcmp(t.key_cache, ref.key_cache, run->cache_bytes), 0, "%s: the key cache differs", c->name);
-  cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run->cache_bytes), 0, "%s: the value cache differs", c->name);
+  if (c->kv_latent)
+    cr_assert(t.value_cache == NULL, "%s: a latent layer's value cache appeared", c->name);
+  else
+    cr_assert_eq(memcmp(t.value_cache, ref.value_cache, run->value_cache_bytes), 0, "%s: the value cache differs",
+                 c->name);
 
   double *out = malloc(sizeof(double) * ((size_t)T * Hq * D + 1)), *lse = malloc(sizeof(double) * ((size_t)T * Hq + 1));
   cr_assert_eq(oracle_attention(&s, &run->layer, &ref, out, lse), 0, "%s: oracle: %s", c->name, oracle_last_error());

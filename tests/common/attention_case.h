@@ -35,6 +35,9 @@ typedef struct attention_case {
   float k_scale, v_scale;             /* the layer's, for fp8 caches; 0 = the default, 1 */
   bool blocks_in_order;               /* block ids in the order they are handed out (a request's blocks
                                        * follow each other in the cache), not shuffled */
+  int32_t head_dim_v;                 /* the layer's (multi-head latent attention); 0 = head_dim */
+  bool kv_latent;                     /* the layer's: values are the keys' first head_dim_v dims, no v and no
+                                       * value cache; an fp8 v_scale left 0 takes k_scale */
 } attention_case;
 
 /* Everything one case builds; kept so a test can run uattn_forward again with other settings. */
@@ -45,8 +48,10 @@ typedef struct attention_run {
   uattn_plan_info info;
   uattn_layer layer;
   int32_t num_blocks;
-  size_t cache_bytes, q_bytes, kv_bytes, out_bytes;
-  void *q, *k, *v, *key_cache0, *value_cache0; /* caches before the step */
+  int32_t head_dim_v; /* the value dim: the case's head_dim_v, or head_dim */
+  /* cache_bytes: the key cache's; value_cache_bytes and v_bytes 0 for a kv_latent layer (no value cache, no v) */
+  size_t cache_bytes, value_cache_bytes, q_bytes, kv_bytes, v_bytes, out_bytes;
+  void *q, *k, *v, *key_cache0, *value_cache0; /* caches before the step; v and value_cache0 NULL when latent */
   float sinks[64], slopes[64];
   int32_t encoder_lens[RB_MAX_REQS], cross_table[RB_MAX_REQS * 64];
   uattn_cross cross;
@@ -56,13 +61,14 @@ typedef struct attention_run {
 void attention_run_build(attention_run *run, const attention_case *c);
 void attention_run_free(attention_run *run);
 /* Fills every cache entry no query of the step can see (slots past a request's end, before its window,
- * blocks no table holds) with NaN keys and NaN / -inf values: only what the step may read can matter, and
- * a kernel that multiplies a masked value by its zero weight (0 x NaN) or scores a masked key shows. */
+ * blocks no table holds) with NaN keys and NaN / -inf values (a kv_latent layer: its keys, whose first dims
+ * are its values, NaN and -inf): only what the step may read can matter, and a kernel that multiplies a
+ * masked value by its zero weight (0 x NaN) or scores a masked key shows. */
 void attention_run_poison_unseen(attention_run *run);
 /* Tensors over fresh copies of the caches and a fresh output (caller frees with attention_tensors_free). */
 uattn_tensors attention_tensors(const attention_run *run);
 void attention_tensors_free(uattn_tensors *t);
-/* Makes t's output fp32 (uattn_tensors.out_f32): a fresh zeroed [T, Hq, D] float buffer in place of out. */
+/* Makes t's output fp32 (uattn_tensors.out_f32): a fresh zeroed [T, Hq, Dv] float buffer in place of out. */
 void attention_tensors_out_f32(const attention_run *run, uattn_tensors *t);
 
 /* Runs uattn_forward on fresh tensors on rt (NULL: the calling thread); the caller frees the result. */

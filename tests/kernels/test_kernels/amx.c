@@ -33,6 +33,10 @@ Test(kernels, amx_twin_long_jobs_match_portable, .timeout = 300) {
                              fp8 ? "amx (twin), long, fp8 cache" : "amx (twin), long", &lim, 300 / AMX_TWIN_SPARSE,
                              20261152 + (uint64_t)fp8);
   }
+  /* the widest head dim the tiles take: multi-head latent attention's 576-dim latent */
+  const case_limits latent = {.head_dim = 576, .bf16 = true};
+  check_set_on_random_jobs(&uattn_kernels_amx_twin, UATTN_PART_SHARED, "amx (twin), head dim 576", &latent,
+                           60 / AMX_TWIN_SPARSE + 4, 20261162);
 }
 
 #if defined(__x86_64__)
@@ -115,4 +119,7 @@ Test(kernels, amx_is_its_twin_bit_for_bit, .timeout = 300) {
     check_sets_same_bits(&uattn_kernels_amx_twin, &uattn_kernels_amx, UATTN_PART_CAUSAL, &lim, 300 / SPARSE,
                          20261160 + (uint64_t)fp8, "the amx attend differs from its twin on long jobs");
   }
+  const case_limits latent = {.head_dim = 576, .bf16 = true};
+  check_sets_same_bits(&uattn_kernels_amx_twin, &uattn_kernels_amx, UATTN_PART_SHARED, &latent, 60 / SPARSE + 4,
+                       20261164, "the amx attend differs from its twin at head dim 576");
 }

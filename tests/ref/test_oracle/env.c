@@ -55,7 +55,9 @@ void env_init(env *e, uattn_layer L, int32_t R, const int32_t *nc, const int32_t
     }
   }
   free(perm);
-  const size_t hq = (size_t)L.num_q_heads, hkv = (size_t)L.num_kv_heads, D = (size_t)L.head_dim;
+  /* buffers as wide as the wider of keys and values (head_dim_v), so one size serves both caches */
+  const size_t Dv = (size_t)oracle_value_dim(&L), D = (size_t)L.head_dim > Dv ? (size_t)L.head_dim : Dv;
+  const size_t hq = (size_t)L.num_q_heads, hkv = (size_t)L.num_kv_heads;
   const size_t es = oracle_dtype_size(L.dtype), ces = oracle_dtype_size(L.cache_dtype), T = (size_t)e->T;
   e->cache_elems = (size_t)e->nb * (size_t)bs * hkv * D;
   e->t.q = e->q = calloc(T * hq * D + 1, es);
@@ -92,7 +94,8 @@ void env_free(env *e) {
 }
 
 size_t slot_index(const env *e, int64_t slot, int32_t g, int32_t d, bool v) {
-  const size_t hkv = (size_t)e->L.num_kv_heads, D = (size_t)e->L.head_dim, bs = (size_t)e->bs;
+  const size_t hkv = (size_t)e->L.num_kv_heads, bs = (size_t)e->bs;
+  const size_t D = v ? (size_t)oracle_value_dim(&e->L) : (size_t)e->L.head_dim; /* each cache's row width */
   const size_t block = (size_t)slot / bs, off = (size_t)slot % bs;
   if (e->L.kv_layout == UATTN_LAYOUT_HND) return ((block * hkv + (size_t)g) * bs + off) * D + (size_t)d;
   if (e->L.kv_layout == UATTN_LAYOUT_TILED) {
@@ -116,19 +119,18 @@ void set_q(env *e, int32_t row, int32_t h, const double *x) {
 }
 
 void set_kv(env *e, int32_t row, int32_t g, const double *k, const double *v) {
-  const size_t D = (size_t)e->L.head_dim, off = ((size_t)row * (size_t)e->L.num_kv_heads + (size_t)g) * D;
-  for (size_t d = 0; d < D; d++) {
-    oracle_store(e->k, e->L.dtype, off + d, k[d]);
-    oracle_store(e->v, e->L.dtype, off + d, v[d]);
-  }
+  const size_t D = (size_t)e->L.head_dim, Dv = (size_t)oracle_value_dim(&e->L);
+  const size_t at = (size_t)row * (size_t)e->L.num_kv_heads + (size_t)g;
+  for (size_t d = 0; d < D; d++) oracle_store(e->k, e->L.dtype, at * D + d, k[d]);
+  for (size_t d = 0; d < Dv && !e->L.kv_latent; d++) oracle_store(e->v, e->L.dtype, at * Dv + d, v[d]);
 }
 
 void set_cache(env *e, bool cross, int32_t r, int32_t j, int32_t g, const double *k, const double *v) {
   const int64_t slot = slot_of(e, cross, r, j);
-  for (int32_t d = 0; d < e->L.head_dim; d++) {
+  for (int32_t d = 0; d < e->L.head_dim; d++)
     oracle_store(e->t.key_cache, e->L.cache_dtype, slot_index(e, slot, g, d, false), k[d]);
+  for (int32_t d = 0; d < oracle_value_dim(&e->L) && !e->L.kv_latent; d++)
     oracle_store(e->t.value_cache, e->L.cache_dtype, slot_index(e, slot, g, d, true), v[d]);
-  }
 }
 
 void env_run(env *e) {
@@ -137,13 +139,13 @@ void env_run(env *e) {
 }
 
 const double *out_at(const env *e, int32_t row, int32_t h) {
-  return e->out + ((size_t)row * (size_t)e->L.num_q_heads + (size_t)h) * (size_t)e->L.head_dim;
+  return e->out + ((size_t)row * (size_t)e->L.num_q_heads + (size_t)h) * (size_t)oracle_value_dim(&e->L);
 }
 double lse_at(const env *e, int32_t row, int32_t h) { return e->lse[row * e->L.num_q_heads + h]; }
 
 void expect_out(const env *e, int32_t row, int32_t h, const double *want, double tol) {
   const double *got = out_at(e, row, h);
-  for (int32_t d = 0; d < e->L.head_dim; d++)
+  for (int32_t d = 0; d < oracle_value_dim(&e->L); d++)
     cr_assert(fabs(got[d] - want[d]) <= tol, "row %d head %d out[%d] = %.17g, expected %.17g", row, h, d, got[d],
               want[d]);
 }

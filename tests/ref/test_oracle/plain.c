@@ -12,9 +12,11 @@
 /* a plain re-statement, against the oracle's tiled and threaded loops                               */
 /* ================================================================================================ */
 
-/* Key (or value) j of request r as the cache holds it after the step: every key, this step's too. */
+/* Key (or value) j of request r as the cache holds it after the step: every key, this step's too. A kv_latent
+ * layer's value dim d is its key's dim d. */
 static double key_elem(const env *e, bool v, int32_t r, int32_t j, int32_t g, int32_t d) {
   const bool cross = e->L.attn_type == UATTN_ATTENTION_ENCODER_DECODER;
+  if (e->L.kv_latent) v = false;
   const size_t at = slot_index(e, slot_of(e, cross, r, j), g, d, v);
   return oracle_load(v ? e->t.value_cache : e->t.key_cache, e->L.cache_dtype, at);
 }
@@ -22,7 +24,7 @@ static double key_elem(const env *e, bool v, int32_t r, int32_t j, int32_t g, in
 /* docs/design.md's semantics, one (row, head, key) at a time. */
 static void plain_attention(const env *e, double *out, double *lse) {
   const uattn_layer *L = &e->L;
-  const int32_t Hq = L->num_q_heads, D = L->head_dim, group = Hq / L->num_kv_heads;
+  const int32_t Hq = L->num_q_heads, D = L->head_dim, Dv = oracle_value_dim(L), group = Hq / L->num_kv_heads;
   double *logit = malloc(4096 * sizeof *logit);
   for (int32_t r = 0; r < e->R; r++) {
     for (int32_t i = 0; i < e->ns[r]; i++) {
@@ -51,18 +53,18 @@ static void plain_attention(const env *e, double *out, double *lse) {
           logit[j - lo] = x;
           if (x > m) m = x;
         }
-        double *o = out + ((size_t)row * (size_t)Hq + (size_t)h) * (size_t)D;
+        double *o = out + ((size_t)row * (size_t)Hq + (size_t)h) * (size_t)Dv;
         double z = 0;
-        for (int32_t d = 0; d < D; d++) o[d] = 0;
+        for (int32_t d = 0; d < Dv; d++) o[d] = 0;
         if (m != -INFINITY) {
           for (int32_t j = lo; j < hi; j++) {
             const double w = exp(logit[j - lo] - m);
             z += w;
-            for (int32_t d = 0; d < D; d++) o[d] += w * key_elem(e, true, r, j, g, d);
+            for (int32_t d = 0; d < Dv; d++) o[d] += w * key_elem(e, true, r, j, g, d);
           }
           if (L->sinks) z += exp((double)L->sinks[h] - m);
         }
-        for (int32_t d = 0; d < D; d++) o[d] = z == 0 ? 0 : o[d] / z;
+        for (int32_t d = 0; d < Dv; d++) o[d] = z == 0 ? 0 : o[d] / z;
         lse[(size_t)row * (size_t)Hq + (size_t)h] = z == 0 ? m : m + log(z);
       }
     }
@@ -72,8 +74,8 @@ static void plain_attention(const env *e, double *out, double *lse) {
 
 /* A random step: up to 6 requests mixing decodes, drafts, chunked prefills, fresh prefills and empty ones;
  * random heads, head_dim (not only multiples of 16), dtypes, layout (TILED where the block size and head dim
- * allow it), window, cap, ALiBi, sinks, type. */
-static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, float *slopes) {
+ * allow it), window, cap, ALiBi, sinks, type; with mla, a random head_dim_v and kv_latent half the time. */
+static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, float *slopes, bool mla) {
   const int32_t hkv = test_rng_range(rng, 1, 3), group = test_rng_range(rng, 1, 4);
   const int32_t D = (int32_t[]){1, 3, 8, 16, 20, 33}[test_rng_range(rng, 0, 5)];
   uattn_layer L = layer(hkv * group, hkv, D, (uattn_dtype)test_rng_range(rng, 0, 2));
@@ -92,6 +94,12 @@ static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, flo
   }
   if (test_rng_range(rng, 0, 2) == 0) L.sinks = sinks;
   if (test_rng_range(rng, 0, 2) == 0) L.alibi_slopes = slopes;
+  if (mla) { /* drawn after everything else, so that the other steps' draws stay what they were */
+    L.kv_latent = test_rng_range(rng, 0, 1);
+    L.head_dim_v = L.kv_latent ? test_rng_range(rng, 1, D) : test_rng_range(rng, 1, 40);
+    if (L.kv_latent && L.kv_layout == UATTN_LAYOUT_TILED) L.kv_layout = UATTN_LAYOUT_HND;
+  }
+  const int32_t W = D > oracle_value_dim(&L) ? D : oracle_value_dim(&L); /* the wider of keys and values */
   const int32_t R = test_rng_range(rng, 1, 6);
   int32_t nc[MAXR] = {0}, ns[MAXR] = {0}, enc[MAXR] = {0};
   for (int32_t r = 0; r < R; r++) {
@@ -104,19 +112,20 @@ static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, flo
     enc[r] = test_rng_range(rng, 0, max_len);
   }
   env_init(e, L, R, nc, ns, enc, bs, test_rng_next(rng));
+  if (L.kv_latent) e->t.v = NULL, e->t.value_cache = NULL; /* no values of its own */
   /* history in the caches, this step's q/k/v; NaN in the caches wherever nothing was placed */
   double x[64], y[64];
   for (int32_t r = 0; r < R; r++) {
     const bool cross = L.attn_type == UATTN_ATTENTION_ENCODER_DECODER;
     for (int32_t j = 0; j < (cross ? enc[r] : nc[r]); j++)
       for (int32_t g = 0; g < hkv; g++) {
-        for (int32_t d = 0; d < D; d++) x[d] = 2 * test_rng_unit(rng) - 1, y[d] = 4 * test_rng_unit(rng) - 2;
+        for (int32_t d = 0; d < W; d++) x[d] = 2 * test_rng_unit(rng) - 1, y[d] = 4 * test_rng_unit(rng) - 2;
         set_cache(e, cross, r, j, g, x, y);
       }
   }
   for (int32_t row = 0; row < e->T; row++) {
     for (int32_t g = 0; g < hkv; g++) {
-      for (int32_t d = 0; d < D; d++) x[d] = 2 * test_rng_unit(rng) - 1, y[d] = 4 * test_rng_unit(rng) - 2;
+      for (int32_t d = 0; d < W; d++) x[d] = 2 * test_rng_unit(rng) - 1, y[d] = 4 * test_rng_unit(rng) - 2;
       set_kv(e, row, g, x, y);
     }
     for (int32_t h = 0; h < L.num_q_heads; h++) {
@@ -127,10 +136,10 @@ static void random_env(env *e, test_rng *rng, int32_t max_len, float *sinks, flo
 }
 
 static void compare_with_plain(const env *e, int case_no) {
-  const size_t n = (size_t)e->T * (size_t)e->L.num_q_heads;
-  double *out = malloc((n * (size_t)e->L.head_dim + 1) * sizeof *out), *lse = malloc((n + 1) * sizeof *lse);
+  const size_t n = (size_t)e->T * (size_t)e->L.num_q_heads, Dv = (size_t)oracle_value_dim(&e->L);
+  double *out = malloc((n * Dv + 1) * sizeof *out), *lse = malloc((n + 1) * sizeof *lse);
   plain_attention(e, out, lse);
-  for (size_t i = 0; i < n * (size_t)e->L.head_dim; i++)
+  for (size_t i = 0; i < n * Dv; i++)
     cr_assert(fabs(e->out[i] - out[i]) <= 1e-13 * (1 + fabs(out[i])), "case %d: out[%zu] = %.17g, plain %.17g", case_no,
               i, e->out[i], out[i]);
   for (size_t i = 0; i < n; i++) {
@@ -145,23 +154,29 @@ static void compare_with_plain(const env *e, int case_no) {
 }
 
 /* num_cases random steps of requests up to max_len long, drawn from seed, each against the plain loops. */
-static void random_steps_against_plain(uint64_t seed, int num_cases, int32_t max_len) {
+static void random_steps_against_plain(uint64_t seed, int num_cases, int32_t max_len, bool mla) {
   test_rng rng = {seed};
   float sinks[16], slopes[16];
   for (int c = 0; c < num_cases; c++) {
     env e;
-    random_env(&e, &rng, max_len, sinks, slopes);
+    random_env(&e, &rng, max_len, sinks, slopes, mla);
     env_run(&e);
     compare_with_plain(&e, c);
     env_free(&e);
   }
 }
 
-Test(plain, random_steps_small) { random_steps_against_plain(2024, 150, 20); }
+Test(plain, random_steps_small) { random_steps_against_plain(2024, 150, 20, false); }
 
 Test(plain, random_steps_past_tiles_and_key_blocks) {
   /* long enough that rows span several 16-item tiles, 32-key blocks and 1024-item units */
-  random_steps_against_plain(77, 6, 300);
+  random_steps_against_plain(77, 6, 300, false);
+}
+
+/* Values of another width than the keys (head_dim_v) and latents whose first dims are their values (kv_latent). */
+Test(plain, random_mla_steps) {
+  random_steps_against_plain(58, 150, 20, true);
+  random_steps_against_plain(59, 6, 300, true);
 }
 
 Test(plain, row_samples_and_thread_counts_change_no_bit) {
@@ -169,7 +184,7 @@ Test(plain, row_samples_and_thread_counts_change_no_bit) {
   float sinks[16], slopes[16];
   for (int c = 0; c < 10; c++) {
     env e;
-    random_env(&e, &rng, 120, sinks, slopes);
+    random_env(&e, &rng, 120, sinks, slopes, false);
     if (e.T == 0) {
       env_free(&e);
       continue;
