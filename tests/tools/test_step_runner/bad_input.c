@@ -189,7 +189,7 @@ Test(step_runner, tensor_shape_and_dtype_errors) {
                       NULL);
   s = base_spec();
   expect_tensor_error(&s, "v.npy", NPY_F4, 2, (int64_t[]){12, 16}, "tensors.v: shape [12, 16] does not match",
-                      "(T, num_kv_heads, head_dim)");
+                      "(T, num_kv_heads, head_dim_v)");
   s = base_spec();
   expect_tensor_error(&s, "q.npy", NPY_U2, 3, (int64_t[]){12, 4, 8},
                       "tensors.q: ", "dtype <u2 does not match dtype \"f32\" (<f4)");
@@ -199,13 +199,13 @@ Test(step_runner, tensor_shape_and_dtype_errors) {
   s = base_spec();
   s.layout = "HND";
   expect_tensor_error(&s, "vc.npy", NPY_F4, 3, (int64_t[]){48, 2, 8}, "tensors.value_cache: shape [48, 2, 8]",
-                      "does not match [12, 2, 4, 8] (num_blocks, num_kv_heads, block_size, head_dim)");
+                      "does not match [12, 2, 4, 8] (num_blocks, num_kv_heads, block_size, head_dim_v)");
   s = base_spec();
   s.layout = "TILED";
   s.bs = 16; /* a value cache shaped like the keys */
   expect_tensor_error(&s, "vc.npy", NPY_F4, 6, (int64_t[]){12, 1, 2, 4, 16, 2},
                       "tensors.value_cache: shape [12, 1, 2, 4, 16, 2] does not match [12, 1, 2, 8, 8, 2]",
-                      "(TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2)");
+                      "(TILED values: num_blocks, block_size / 16, num_kv_heads, 8, head_dim_v, 2)");
   s = base_spec();
   s.cache_dtype = "bf16";
   expect_tensor_error(&s, "kc.npy", NPY_F2, 3, (int64_t[]){48, 2, 8}, "tensors.key_cache",
