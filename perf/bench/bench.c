@@ -36,6 +36,7 @@ typedef struct options {
   const char *scenario; /* a part of the case names to run; NULL: all */
   const char *plot;
   bool preset[16];
+  bool preset_named[16]; /* named in --preset rather than by all */
 } options;
 
 /* One thread count's timed runs of a case: each run's seconds, and the read bandwidth the machine had at
@@ -78,7 +79,7 @@ static int parse_presets(const char *s, options *o) {
     while (p < bench_num_presets && (strlen(bench_presets[p].name) != len || strncmp(bench_presets[p].name, s, len)))
       p++;
     if (p == bench_num_presets) return bad_usage("unknown preset '%.*s' (--list shows them)", (int)len, s);
-    o->preset[p] = true;
+    o->preset[p] = o->preset_named[p] = true;
     s += len + (s[len] == ',');
   }
   return 0;
@@ -90,8 +91,16 @@ static void print_list(void) {
     printf("  %-16s %-24s %s\n",
            i && !strcmp(bench_cases[i].scenario, bench_cases[i - 1].scenario) ? "" : bench_cases[i].scenario,
            bench_cases[i].name, bench_cases[i].what);
-  printf("presets (--preset NAME[,NAME..] or all; default %s):\n", bench_presets[0].name);
-  for (int p = 0; p < bench_num_presets; p++) printf("  %-16s %s\n", bench_presets[p].name, bench_presets[p].what);
+  printf("presets (--preset NAME[,NAME..] or all; default %s), each running every case unless it says:\n",
+         bench_presets[0].name);
+  for (int p = 0; p < bench_num_presets; p++) {
+    const bench_preset *b = &bench_presets[p];
+    printf("  %-20s %s\n", b->name, b->what);
+    if (b->cases == BENCH_CASES_DECODE)
+      printf("  %-20s runs the cases without prompt rows (decodes, verifications, the shared prefix)\n", "");
+    else if (b->cases == BENCH_CASES_PROMPT)
+      printf("  %-20s runs the cases of prompt chunks alone (prefill, chunked prefill, decode-heavy's chunk)\n", "");
+  }
 }
 
 /* Returns -1 to go on, else the exit code. */
@@ -161,13 +170,30 @@ static int parse_args(int argc, char **argv, options *o) {
     if (rc) return rc;
   } else
     o->preset[0] = true;
+  /* a latent has no value rows to tile: a preset named so is refused, and `all` goes on without it */
+  for (int p = 0; p < bench_num_presets && o->layout == UATTN_LAYOUT_TILED; p++)
+    if (o->preset[p] && bench_presets[p].kv_latent) {
+      if (o->preset_named[p])
+        return bad_usage("--layout tiled does not go with %s, whose latent cache has no value rows to tile",
+                         bench_presets[p].name);
+      o->preset[p] = false;
+      fprintf(stderr, "uattn-bench: %s left out: --layout tiled has no latent cache\n", bench_presets[p].name);
+    }
   if (!o->cache_dtype_set) o->cache_dtype = o->dtype;
   /* the library would refuse every case's forward; say why once, before the machine's limits are measured */
   if (o->layout == UATTN_LAYOUT_TILED && o->block_size % 16)
     return bad_usage("--layout tiled wants a --block-size that is a multiple of 16, not %d", o->block_size);
-  int matched = 0;
-  for (int i = 0; i < bench_num_cases; i++) matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
+  int matched = 0, runs = 0;
+  for (int i = 0; i < bench_num_cases; i++) {
+    const bool match = !o->scenario || strstr(bench_cases[i].name, o->scenario);
+    matched += match;
+    for (int p = 0; p < bench_num_presets; p++)
+      runs += match && o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[i]);
+  }
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
+  if (!runs)
+    return bad_usage("the presets chosen run no case whose name contains '%s' (--list says which they run)",
+                     o->scenario ? o->scenario : "");
   if (o->plot && !bench_plot_available()) {
     fprintf(stderr,
             "uattn-bench: --plot needs gnuplot, which is not on PATH "
@@ -249,26 +275,32 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
       uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens, s.max_model_len);
   uattn_plan *plan = NULL;
   const size_t elem = uattn_dtype_size(o->dtype), bs = (size_t)o->block_size, D = (size_t)p->head_dim;
-  const size_t celem = uattn_dtype_size(o->cache_dtype);
-  const size_t cache_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
-  void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * D * elem);
-  void *k = malloc(T * (size_t)p->hkv * D * elem), *v = malloc(T * (size_t)p->hkv * D * elem);
+  const size_t Dv = (size_t)bench_head_dim_v(p), celem = uattn_dtype_size(o->cache_dtype);
+  /* a latent layer has neither v nor a value cache: its latents are the key cache's rows */
+  const size_t kc_elems = (size_t)s.num_blocks * bs * (size_t)p->hkv * D, T = (size_t)s.max_tokens;
+  const size_t vc_elems = p->kv_latent ? 0 : (size_t)s.num_blocks * bs * (size_t)p->hkv * Dv;
+  const size_t v_elems = p->kv_latent ? 0 : T * (size_t)p->hkv * Dv;
+  void *q = malloc(T * (size_t)p->hq * D * elem), *out = malloc(T * (size_t)p->hq * Dv * elem);
+  void *k = malloc(T * (size_t)p->hkv * D * elem), *v = v_elems ? malloc(v_elems * elem) : NULL;
   void *kc = NULL, *vc = NULL; /* on 2 MiB pages, as an engine should give them (the read limit is measured so) */
   int rc = -1;
-  if (uattn_cache_alloc(cache_elems * celem, &kc) || uattn_cache_alloc(cache_elems * celem, &vc)) goto done;
-  if (!q || !out || !k || !v) goto done;
+  if (uattn_cache_alloc(kc_elems * celem, &kc) || (vc_elems && uattn_cache_alloc(vc_elems * celem, &vc))) goto done;
+  if (!q || !out || !k || (v_elems && !v)) goto done;
   if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
     snprintf(err, sizeof err, "%s", uattn_last_error());
     goto done;
   }
   uint64_t rng = 1;
-  fill_random(kc, cache_elems, o->cache_dtype, &rng);
-  fill_random(vc, cache_elems, o->cache_dtype, &rng);
+  fill_random(kc, kc_elems, o->cache_dtype, &rng);
+  if (vc) fill_random(vc, vc_elems, o->cache_dtype, &rng);
   fill_random(q, T * (size_t)p->hq * D, o->dtype, &rng);
   fill_random(k, T * (size_t)p->hkv * D, o->dtype, &rng);
-  fill_random(v, T * (size_t)p->hkv * D, o->dtype, &rng);
+  if (v) fill_random(v, v_elems, o->dtype, &rng);
   uattn_layer L = uattn_layer_default(p->hq, p->hkv, p->head_dim, o->dtype);
   L.soft_cap = p->soft_cap;
+  L.head_dim_v = p->head_dim_v;
+  L.kv_latent = p->kv_latent;
+  if (p->scale > 0) L.scale = p->scale;
   L.kv_layout = o->layout;
   L.probs_fp32 = o->probs_fp32;
   L.cache_dtype = o->cache_dtype; /* fp8: k_scale = v_scale = 1 (the default); the values are in range */
@@ -288,7 +320,7 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
 done:
   if (rc) fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, err);
   uattn_plan_destroy(plan);
-  uattn_cache_free(kc, cache_elems * celem), uattn_cache_free(vc, cache_elems * celem);
+  uattn_cache_free(kc, kc_elems * celem), uattn_cache_free(vc, vc_elems * celem);
   free(q), free(out), free(k), free(v);
   bench_step_free(&s);
   return rc;
@@ -407,6 +439,12 @@ static void print_table(const options *o, const bench_limits *lim, const uattn_t
     printf(
         "'of dot1' and 'of dot': a compute-bound case's GFLOP/s against the bf16 dot peak on 1 thread and on all\n"
         "(its limit for bf16 work; 'of lim' is against the fp32 FMA peak).\n");
+  bool mla = false; /* values of another width, or a latent cache: their counts differ from the lines above */
+  for (int i = 0; i < n; i++) mla |= res[i].preset->head_dim_v > 0 || res[i].preset->kv_latent;
+  if (mla)
+    printf(
+        "MLA presets: flops 2 x (head_dim + head_dim_v) per pair and query head; a latent cache's bytes one row of\n"
+        "head_dim per key and KV head (its first head_dim_v dims are the value), with no v and no value cache.\n");
   for (int i = 0; i < n; i++) /* a layer's kernels depend on its preset only: once per preset */
     if (!res[i].kernels.bucket_hit && (i == 0 || res[i - 1].preset != res[i].preset))
       printf("%s, generic kernels: %s\n", res[i].preset->name, res[i].kernels.reason);
@@ -530,10 +568,13 @@ int main(int argc, char **argv) {
   int todo = 0, n = 0;
   for (int p = 0; p < bench_num_presets; p++)
     for (int c = 0; c < bench_num_cases; c++)
-      todo += o.preset[p] && (!o.scenario || strstr(bench_cases[c].name, o.scenario));
+      todo += o.preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
+              (!o.scenario || strstr(bench_cases[c].name, o.scenario));
   for (int p = 0; p < bench_num_presets; p++)
     for (int c = 0; c < bench_num_cases; c++) {
-      if (!o.preset[p] || (o.scenario && !strstr(bench_cases[c].name, o.scenario))) continue;
+      if (!o.preset[p] || !bench_preset_runs(&bench_presets[p], &bench_cases[c]) ||
+          (o.scenario && !strstr(bench_cases[c].name, o.scenario)))
+        continue;
       progress("uattn-bench: %d/%d %s %s", n + 1, todo, bench_presets[p].name, bench_cases[c].name);
       if (run_case(&env, &bench_presets[p], &bench_cases[c], &res[n])) return 1;
       n++;

@@ -7,12 +7,22 @@
 #include "common/random.h"
 
 const bench_preset bench_presets[] = {
-    {"llama3-8b", "Llama-3-8B: 32 query heads, 8 KV heads, head dim 128", 32, 8, 128, 0},
+    {"llama3-8b", "Llama-3-8B: 32 query heads, 8 KV heads, head dim 128", 32, 8, 128, 0, 0, false, 0, BENCH_CASES_ALL},
     {"llama3-70b-tp8", "Llama-3-70B, one rank of tensor parallel 8: 8 query heads, 1 KV head, head dim 128", 8, 1, 128,
-     0},
-    {"qwen2-7b", "Qwen2-7B: 28 query heads, 4 KV heads, head dim 128", 28, 4, 128, 0},
-    {"falcon-7b", "Falcon-7B, multi-query: 71 query heads, 1 KV head, head dim 64", 71, 1, 64, 0},
-    {"gemma2-9b", "Gemma-2-9B, a global layer: 16 query heads, 8 KV heads, head dim 256, soft cap 50", 16, 8, 256, 50},
+     0, 0, false, 0, BENCH_CASES_ALL},
+    {"qwen2-7b", "Qwen2-7B: 28 query heads, 4 KV heads, head dim 128", 28, 4, 128, 0, 0, false, 0, BENCH_CASES_ALL},
+    {"falcon-7b", "Falcon-7B, multi-query: 71 query heads, 1 KV head, head dim 64", 71, 1, 64, 0, 0, false, 0,
+     BENCH_CASES_ALL},
+    {"gemma2-9b", "Gemma-2-9B, a global layer: 16 query heads, 8 KV heads, head dim 256, soft cap 50", 16, 8, 256, 50,
+     0, false, 0, BENCH_CASES_ALL},
+    /* multi-head latent attention: the model's scale is 1/sqrt(192), the head dim of its expanded keys, in both
+     * forms */
+    {"deepseek-v3",
+     "DeepSeek-V3, absorbed MLA: 128 query heads, 1 latent KV head of 576 (values its first 512), scale 1/sqrt(192)",
+     128, 1, 576, 0, 512, true, 0.07216878365f, BENCH_CASES_DECODE},
+    {"deepseek-v3-prefill",
+     "DeepSeek-V3, expanded MLA: 128 query heads, 128 KV heads, keys 192, values 128, scale 1/sqrt(192)", 128, 128, 192,
+     0, 128, false, 0.07216878365f, BENCH_CASES_PROMPT},
 };
 const int bench_num_presets = (int)(sizeof bench_presets / sizeof *bench_presets);
 
@@ -96,6 +106,16 @@ const bench_case bench_cases[] = {
     {"decode-short", "decode-short 1x4k", "one decode over 4096 cached keys", 0, {DECODES(1, 4096, 4096)}, false},
 };
 const int bench_num_cases = (int)(sizeof bench_cases / sizeof *bench_cases);
+
+bool bench_preset_runs(const bench_preset *p, const bench_case *c) {
+  if (p->cases == BENCH_CASES_ALL) return true;
+  if (c->from_trace) return false; /* a trace step mixes prompts with decodes */
+  for (int g = 0; g < 2; g++)
+    if (c->groups[g].count > 0 && c->groups[g].prompt != (p->cases == BENCH_CASES_PROMPT)) return false;
+  return true;
+}
+
+int32_t bench_head_dim_v(const bench_preset *p) { return p->head_dim_v ? p->head_dim_v : p->head_dim; }
 
 static int32_t blocks_for(int32_t keys, int32_t block_size) { return (keys + block_size - 1) / block_size; }
 
@@ -236,12 +256,13 @@ int bench_count_work(const uattn_plan *plan, const uattn_step *step, int32_t num
   }
   for (int32_t b = 0; b < num_blocks; b++) cached_keys += keys_used[b];
   free(keys_used);
-  const double kv_row = (double)p->hkv * p->head_dim * elem_bytes, q_row = (double)p->hq * p->head_dim * elem_bytes;
-  const double cache_row = (double)p->hkv * p->head_dim * cache_elem_bytes;
+  const double d = p->head_dim, dv = bench_head_dim_v(p);
+  /* a key's elements over its KV heads: its key and value rows, or its latent alone (which is its value too) */
+  const double kv_elems = p->hkv * (p->kv_latent ? d : d + dv);
   out->tokens = in.num_tokens;
-  out->cache_bytes = cached_keys * cache_row * 2;
+  out->cache_bytes = cached_keys * kv_elems * cache_elem_bytes;
   /* q and out, k and v in, k and v into the cache (in the cache's dtype) */
-  out->io_bytes = in.num_tokens * (2 * q_row + 2 * kv_row + 2 * cache_row);
-  out->flops = pairs * p->hq * 4.0 * p->head_dim;
+  out->io_bytes = in.num_tokens * ((p->hq * (d + dv) + kv_elems) * elem_bytes + kv_elems * cache_elem_bytes);
+  out->flops = pairs * p->hq * 2.0 * (d + dv);
   return 0;
 }

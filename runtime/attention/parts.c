@@ -247,13 +247,92 @@ static void merge_chunk(const step_ctx *c) {
     }
 }
 
+/* Each of rows [row_lo, row_hi) of the tile sees of a run of `blocks` blocks from block_start the whole of
+ * all but the last: into w->visible (the first head's slots: every head's rows see the same keys). Returns
+ * the most any of them sees. */
+static int32_t run_visible(const step_ctx *c, int32_t row_lo, int32_t row_hi, int32_t block_start, int32_t blocks) {
+  const int32_t bs = c->in->block_size;
+  int32_t most = 0;
+  for (int32_t row = row_lo; row < row_hi; row++) {
+    const int32_t u = (blocks - 1) * bs + context_usage(c, row, block_start + (blocks - 1) * bs);
+    c->w->visible[tile_slot(c, row)] = u;
+    if (u > most) most = u;
+  }
+  return most;
+}
+
+/* Whether a panel run of m blocks from position first_start takes the block at block_start too (unique_panel_run,
+ * shared_part): the next position, within the unit's keys and the workspace's panel, and not in pieces (ALiBi
+ * under context parallelism loads a block's keys in runs of their own). A run is as many blocks as fill the panel
+ * where the decode kernel does not serve them, so that a kernel call's fixed cost (its queries rounded, its
+ * outputs read and written) is paid once for them; which blocks go together depends on the block table alone. */
+static bool joins_panel_run(const step_ctx *c, int32_t first_start, int32_t m, int32_t block_start) {
+  const int32_t bs = c->in->block_size;
+  return !c->pieces && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->panel &&
+         block_start == first_start + m * bs && block_start < c->key_hi;
+}
+
+/* Attends the tile's rows in [row_lo, row_hi) to a run of m cache blocks at consecutive positions from
+ * block_start (joins_panel_run), each row seeing all but the last whole, into `acc`: one block as attend_rows
+ * does, several staged one after another into rows (uattn_stage_block), loaded into one panel and attended. */
+static void attend_run(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *ids, int32_t m,
+                       int32_t block_start) {
+  if (m == 1) {
+    attend_rows(c, acc, row_lo, row_hi, ids[0], block_start, c->in->block_size, context_usage);
+    return;
+  }
+  if (row_lo < c->row0) row_lo = c->row0;
+  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
+  if (row_lo >= row_hi) return;
+  const int32_t bs = c->in->block_size;
+  const size_t esz = uattn_dtype_size(c->cache.dtype), rows_bytes = (size_t)bs * c->dim * esz;
+  const size_t half = (size_t)c->w->panel * c->dim * esz;
+  for (int32_t b = 0; b < m; b++)
+    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
+                      c->w->stage + half + b * rows_bytes);
+  run_visible(c, row_lo, row_hi, block_start, m);
+  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
+                   c->w->keys, c->w->values);
+  attend_panel(c, acc, row_lo, row_hi, m * bs, block_start);
+}
+
+/* Whether the tile's rows in [row_lo, row_hi) see the whole block at block_start. */
+static bool rows_see_whole(const step_ctx *c, int32_t row_lo, int32_t row_hi, int32_t block_start) {
+  if (row_lo < c->row0) row_lo = c->row0;
+  if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
+  for (int32_t row = row_lo; row < row_hi; row++)
+    if (context_usage(c, row, block_start) != c->in->block_size) return false;
+  return true;
+}
+
+/* The shared part's panel runs (joins_panel_run): the request's spans from its k-th (spans_by_req order, up to
+ * end) of the same rows at the next positions, in one chunk (chunk_size), which the rows see whole but for the
+ * last; their cache blocks into ids. */
+static int32_t shared_panel_run(const step_ctx *c, int32_t k, int32_t end, int32_t *ids) {
+  const uattn_shared_span *spans = c->in->shared_spans;
+  const int32_t *order = c->sched->spans_by_req, chunk = c->L->chunk_size, bs = c->in->block_size;
+  const uattn_shared_span *a = &spans[order[k]];
+  int32_t m = 1;
+  ids[0] = c->in->shared_blocks[a->shared_index];
+  for (; k + m < end; m++) {
+    const uattn_shared_span *b = &spans[order[k + m]];
+    if (b->token_begin != a->token_begin || b->token_end != a->token_end ||
+        (chunk > 0 && b->shared_index / chunk != a->shared_index / chunk) ||
+        !joins_panel_run(c, a->block_start, m, b->block_start) ||
+        !rows_see_whole(c, a->token_begin, a->token_end, b->block_start - bs))
+      break;
+    ids[m] = c->in->shared_blocks[b->shared_index];
+  }
+  return m;
+}
+
 PART_FN void uattn_shared_part(const step_ctx *c) {
   const uattn_plan_info *in = c->in;
   const int32_t chunk = c->L->chunk_size;
   const int acc = chunk > 0 ? ACC_CHUNK : ACC_SHARED;
   int32_t current_chunk = -1;
-  const int32_t *order = c->sched->spans_by_req;
-  for (int32_t k = c->sched->span_req_begin[c->req]; k < c->sched->span_req_begin[c->req + 1]; k++) {
+  const int32_t *order = c->sched->spans_by_req, end = c->sched->span_req_begin[c->req + 1];
+  for (int32_t k = c->sched->span_req_begin[c->req]; k < end; k++) {
     const uattn_shared_span *sp = &in->shared_spans[order[k]];
     if (sp->token_end <= c->row0 || sp->token_begin >= c->row0 + c->rows) continue;
     if (sp->block_start < c->key_lo || sp->block_start >= c->key_hi) continue;
@@ -261,8 +340,10 @@ PART_FN void uattn_shared_part(const step_ctx *c) {
       if (current_chunk >= 0) merge_chunk(c);
       current_chunk = sp->shared_index / chunk;
     }
-    attend_rows(c, acc, sp->token_begin, sp->token_end, in->shared_blocks[sp->shared_index], sp->block_start,
-                in->block_size, context_usage);
+    int32_t ids[UATTN_DECODE_MAX_BLOCKS];
+    const int32_t blocks = shared_panel_run(c, k, end, ids);
+    attend_run(c, acc, sp->token_begin, sp->token_end, ids, blocks, sp->block_start);
+    k += blocks - 1;
   }
   if (current_chunk >= 0) merge_chunk(c);
 }
@@ -443,52 +524,17 @@ static int32_t shared_run(const step_ctx *c, int32_t k, int32_t end, int32_t row
   return m;
 }
 
-/* Each of rows [row_lo, row_hi) of the tile sees of a run of `blocks` blocks from block_start the whole of
- * all but the last: into w->visible (the first head's slots: every head's rows see the same keys). Returns
- * the most any of them sees. */
-static int32_t run_visible(const step_ctx *c, int32_t row_lo, int32_t row_hi, int32_t block_start, int32_t blocks) {
-  const int32_t bs = c->in->block_size;
-  int32_t most = 0;
-  for (int32_t row = row_lo; row < row_hi; row++) {
-    const int32_t u = (blocks - 1) * bs + context_usage(c, row, block_start + (blocks - 1) * bs);
-    c->w->visible[tile_slot(c, row)] = u;
-    if (u > most) most = u;
-  }
-  return most;
-}
-
-/* How many of the row's unique blocks from its k-th one a panel takes where the decode kernel does not serve the
- * layer (the blocks of a row of many query heads, or of a set without a decode kernel): as many as fill the
- * workspace's panel, at consecutive positions within the unit's keys, the row seeing all but the last whole, so
- * that a kernel call's fixed cost (its queries rounded, its outputs read and written) is paid once for them. Which
- * blocks go together depends on the block table alone. Their cache blocks into ids (at most
- * UATTN_DECODE_MAX_BLOCKS). */
+/* The unique part's panel runs (joins_panel_run): the row's unique blocks from its k-th, which it sees whole but
+ * for the last; their cache blocks into ids. */
 static int32_t unique_panel_run(const step_ctx *c, int32_t row, int32_t k, int32_t *ids) {
   const uattn_unique_block *u = c->in->unique_blocks;
   const int32_t bs = c->in->block_size, end = c->sched->unique_row_begin[row + 1];
   int32_t m = 1;
   ids[0] = u[k].block;
-  if (c->pieces) return 1; /* ALiBi under context parallelism: a block's keys in runs of their own */
-  while (k + m < end && m < UATTN_DECODE_MAX_BLOCKS && (m + 1) * bs <= c->w->panel &&
-         u[k + m].block_start == u[k].block_start + m * bs && u[k + m].block_start < c->key_hi &&
+  while (k + m < end && joins_panel_run(c, u[k].block_start, m, u[k + m].block_start) &&
          context_usage(c, row, u[k + m].block_start - bs) == bs)
     ids[m] = u[k + m].block, m++;
   return m;
-}
-
-/* The row's run of m unique blocks from block_start (unique_panel_run) in one panel: staged one after the other
- * into rows (uattn_stage_block), loaded, and attended. */
-static void attend_unique_run(const step_ctx *c, int32_t row, const int32_t *ids, int32_t m, int32_t block_start) {
-  const int32_t bs = c->in->block_size;
-  const size_t rows_bytes = (size_t)bs * c->dim * uattn_dtype_size(c->cache.dtype);
-  const size_t half = (size_t)c->w->panel * c->dim * uattn_dtype_size(c->cache.dtype);
-  for (int32_t b = 0; b < m; b++)
-    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
-                      c->w->stage + half + b * rows_bytes);
-  run_visible(c, row, row + 1, block_start, m);
-  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
-                   c->w->keys, c->w->values);
-  attend_panel(c, ACC_UNIQUE, row, row + 1, m * bs, block_start);
 }
 
 PART_FN void uattn_unique_part(const step_ctx *c) {
@@ -501,10 +547,7 @@ PART_FN void uattn_unique_part(const step_ctx *c) {
       if (!direct) {
         int32_t ids[UATTN_DECODE_MAX_BLOCKS];
         const int32_t blocks = unique_panel_run(c, row, k, ids);
-        if (blocks == 1)
-          attend_rows(c, ACC_UNIQUE, row, row + 1, u->block, u->block_start, in->block_size, context_usage);
-        else
-          attend_unique_run(c, row, ids, blocks, u->block_start);
+        attend_run(c, ACC_UNIQUE, row, row + 1, ids, blocks, u->block_start);
         k += blocks - 1;
         continue;
       }

@@ -52,8 +52,9 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
     const bool all_rows = w->use.all_heads && !w->use.decode_tiled;
     bytes = 2 * (size_t)in->block_size * (all_rows ? L->num_kv_heads : 1) * D * uattn_dtype_size(L->cache_dtype);
   }
-  if (!w->use.decode && in->block_size < w->panel) /* a panel's run of unique blocks, staged (parts.c) */
-    bytes = 2 * (size_t)w->panel * D * uattn_dtype_size(L->cache_dtype);
+  const size_t run_bytes = 2 * (size_t)w->panel * D * uattn_dtype_size(L->cache_dtype);
+  if (in->block_size < w->panel && run_bytes > bytes) /* a panel's run of blocks, staged (parts.c: attend_run) */
+    bytes = run_bytes;
   if (bytes) w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
 }
 
