@@ -250,14 +250,6 @@ Test(attention, decodes_over_runs_of_blocks, .timeout = 300) {
     }
 }
 
-/* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
-static void restore_isa(const char *forced) {
-  if (forced)
-    setenv("UATTN_ISA", forced, 1);
-  else
-    unsetenv("UATTN_ISA");
-}
-
 /* ---- the avx512bf16 level against the oracle ------------------------------------------------------------ */
 
 /* bf16 models on the avx512bf16 level (UATTN_ISA names it; a CPU without AVX512-BF16 runs its exact twin), P in
@@ -299,7 +291,7 @@ Test(attention, bf16_level_against_the_oracle, .timeout = 300) {
             cases[i].name, level, err[0], err[1], err[2]);
     attention_run_free(&run);
   }
-  restore_isa(forced);
+  attention_restore_isa(forced);
 }
 
 /* ---- fp8 caches ------------------------------------------------------------------------------------------ */
@@ -625,5 +617,5 @@ Test(attention, unseen_cache_entries_never_matter, .timeout = 600) {
     POISONED(tiled_fp8);
 #undef POISONED
   }
-  restore_isa(forced);
+  attention_restore_isa(forced);
 }

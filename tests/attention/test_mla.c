@@ -16,15 +16,7 @@
 #include <string.h>
 
 #include "common/attention_case.h"
-
-#define F32 UATTN_F32
-#define BF16 UATTN_BF16
-#define F16 UATTN_F16
-#define E4M3 UATTN_FP8_E4M3
-#define E5M2 UATTN_FP8_E5M2
-#define NHD UATTN_LAYOUT_NHD
-#define HND UATTN_LAYOUT_HND
-#define TILED UATTN_LAYOUT_TILED
+#include "common/case_names.h"
 
 /* The expanded form: 4 query heads on 2 KV heads, keys D long and values DV long. */
 #define EXPANDED(D, DV) .num_q_heads = 4, .num_kv_heads = 2, .head_dim = D, .head_dim_v = DV
@@ -243,14 +235,6 @@ Test(mla, out_f32_is_the_unrounded_output, .timeout = 300) {
 
 /* ---- every kernel level, over caches whose unseen entries are NaN ------------------------------------------ */
 
-/* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
-static void restore_isa(const char *forced) {
-  if (forced)
-    setenv("UATTN_ISA", forced, 1);
-  else
-    unsetenv("UATTN_ISA");
-}
-
 /* Every table above on every level of the ladder (a level this CPU lacks through its twin: the suites run with
  * UATTN_TWINS), each layer on the level at or below the named one that keeps its precision, within that level's
  * contract, with every cache entry no query sees NaN or -inf (attention_run_poison_unseen; on the absorbed form the
@@ -274,7 +258,7 @@ Test(mla, every_level_over_poisoned_caches, .timeout = 600) {
     run_table(features, COUNT(features), true);
     run_table(deepseek, COUNT(deepseek), true);
   }
-  restore_isa(forced);
+  attention_restore_isa(forced);
 }
 
 /* ---- the identity multi-head latent attention rests on --------------------------------------------------- */

@@ -411,3 +411,10 @@ void attention_run_check(attention_run *run) {
   attention_tensors_free(&t);
   attention_tensors_free(&ref);
 }
+
+void attention_restore_isa(const char *forced) {
+  if (forced)
+    setenv("UATTN_ISA", forced, 1);
+  else
+    unsetenv("UATTN_ISA");
+}

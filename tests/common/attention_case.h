@@ -99,4 +99,7 @@ precision_contract attention_run_contract(const attention_run *run);
 /* The bound the contract gives the run's output, whose largest magnitude is max_out. */
 double attention_run_bound(const attention_run *run, double max_out);
 
+/* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
+void attention_restore_isa(const char *forced);
+
 #endif
