@@ -418,3 +418,23 @@ void attention_restore_isa(const char *forced) {
   else
     unsetenv("UATTN_ISA");
 }
+
+size_t attention_check_out_f32(const attention_run *run, const uattn_tensors *narrow, const uattn_tensors *wide) {
+  const attention_case *c = &run->c;
+  const size_t rows = (size_t)run->info.num_tokens * c->num_q_heads, n = rows * (size_t)run->head_dim_v;
+  const float *w = wide->out;
+  const uint16_t *d = narrow->out;
+  size_t not_dtype = 0;
+  for (size_t x = 0; x < n; x++) {
+    const uint16_t want = c->dtype == UATTN_BF16 ? oracle_float_to_bf16(w[x]) : oracle_float_to_f16(w[x]);
+    cr_assert_eq(d[x], want, "%s: element %zu: dtype output 0x%04x, the fp32 output %.9g rounds to 0x%04x", c->name, x,
+                 d[x], w[x], want);
+    not_dtype += (double)w[x] != oracle_load(d, c->dtype, x);
+  }
+  cr_assert_eq(memcmp(wide->lse, narrow->lse, sizeof(float) * rows), 0, "%s: the lse differs", c->name);
+  cr_assert_eq(memcmp(wide->key_cache, narrow->key_cache, run->cache_bytes), 0, "%s: the key cache", c->name);
+  if (!c->kv_latent)
+    cr_assert_eq(memcmp(wide->value_cache, narrow->value_cache, run->value_cache_bytes), 0, "%s: the value cache",
+                 c->name);
+  return not_dtype;
+}

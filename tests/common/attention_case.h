@@ -99,6 +99,11 @@ precision_contract attention_run_contract(const attention_run *run);
 /* The bound the contract gives the run's output, whose largest magnitude is max_out. */
 double attention_run_bound(const attention_run *run, double max_out);
 
+/* Holds a forward of the run with out_f32 (wide) to one without (narrow): each dtype output (bf16 or f16) is the
+ * fp32 one rounded once, the lse and the caches the same. Returns how many fp32 outputs are not dtype values (0:
+ * the fp32 output was rounded already). */
+size_t attention_check_out_f32(const attention_run *run, const uattn_tensors *narrow, const uattn_tensors *wide);
+
 /* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
 void attention_restore_isa(const char *forced);
 
