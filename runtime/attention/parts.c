@@ -272,6 +272,19 @@ static bool joins_panel_run(const step_ctx *c, int32_t first_start, int32_t m, i
          block_start == first_start + m * bs && block_start < c->key_hi;
 }
 
+/* Widens a run of m cache blocks (joins_panel_run) for the tile's KV head into the panels, staged one after another
+ * into rows (uattn_stage_block). */
+static void load_run(const step_ctx *c, const int32_t *ids, int32_t m) {
+  const int32_t bs = c->in->block_size;
+  const size_t esz = uattn_dtype_size(c->cache.dtype), rows_bytes = (size_t)bs * c->dim * esz;
+  const size_t half = (size_t)c->w->panel * c->dim * esz;
+  for (int32_t b = 0; b < m; b++)
+    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
+                      c->w->stage + half + b * rows_bytes);
+  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
+                   c->w->keys, c->w->values);
+}
+
 /* Attends the tile's rows in [row_lo, row_hi) to a run of m cache blocks at consecutive positions from
  * block_start (joins_panel_run), each row seeing all but the last whole, into `acc`: one block as attend_rows
  * does, several staged one after another into rows (uattn_stage_block), loaded into one panel and attended. */
@@ -284,16 +297,9 @@ static void attend_run(const step_ctx *c, int acc, int32_t row_lo, int32_t row_h
   if (row_lo < c->row0) row_lo = c->row0;
   if (row_hi > c->row0 + c->rows) row_hi = c->row0 + c->rows;
   if (row_lo >= row_hi) return;
-  const int32_t bs = c->in->block_size;
-  const size_t esz = uattn_dtype_size(c->cache.dtype), rows_bytes = (size_t)bs * c->dim * esz;
-  const size_t half = (size_t)c->w->panel * c->dim * esz;
-  for (int32_t b = 0; b < m; b++)
-    uattn_stage_block(&c->cache, ids[b], 0, bs, c->kv_head, 1, c->dim, c->w->stage + b * rows_bytes,
-                      c->w->stage + half + b * rows_bytes);
   run_visible(c, row_lo, row_hi, block_start, m);
-  c->w->kern->load(c->cache.dtype, c->w->stage, c->w->stage + half, (size_t)c->dim, m * bs, c->dim, c->w->panel,
-                   c->w->keys, c->w->values);
-  attend_panel(c, acc, row_lo, row_hi, m * bs, block_start);
+  load_run(c, ids, m);
+  attend_panel(c, acc, row_lo, row_hi, m * c->in->block_size, block_start);
 }
 
 /* Whether the tile's rows in [row_lo, row_hi) see the whole block at block_start. */
@@ -348,9 +354,43 @@ PART_FN void uattn_shared_part(const step_ctx *c) {
   if (current_chunk >= 0) merge_chunk(c);
 }
 
+/* A prefix run's panel run (uattn_shared_part_prefix_run): m blocks from position start, read by the tile's rows
+ * [lo, hi), each seeing vis[i] of them (tile row i; 0: it reads none) and last[i] of the last. */
+typedef struct prefix_panel_run {
+  int32_t ids[UATTN_DECODE_MAX_BLOCKS];
+  int32_t m, start, lo, hi, chunk;
+  int32_t vis[UATTN_PREFIX_RUN_MAX_ROWS], last[UATTN_PREFIX_RUN_MAX_ROWS];
+} prefix_panel_run;
+
+/* Whether the block at block_start, which the tile's rows [lo, hi) read use[i] keys of, joins the run: the next
+ * position in the same chunk (joins_panel_run), read by the same rows, each of which saw the run's last block
+ * whole. */
+static bool joins_prefix_run(const step_ctx *c, const prefix_panel_run *p, int32_t block_start, int32_t chunk,
+                             int32_t lo, int32_t hi, const int32_t *use) {
+  if (p->m == 0 || chunk != p->chunk || lo != p->lo || hi != p->hi || !joins_panel_run(c, p->start, p->m, block_start))
+    return false;
+  for (int32_t i = 0; i < c->rows; i++)
+    if ((use[i] > 0) != (p->last[i] > 0) || (p->last[i] > 0 && p->last[i] != c->in->block_size)) return false;
+  return true;
+}
+
+/* Attends the run's rows to its blocks (one as it lies, several through the stage) and empties it. */
+static void flush_prefix_run(const step_ctx *c, int acc, prefix_panel_run *p) {
+  if (p->m == 0) return;
+  for (int32_t i = 0; i < c->rows; i++) c->w->visible[c->slot + i] = p->vis[i];
+  if (p->m == 1) {
+    attend_block(c, acc, p->lo, p->hi, p->ids[0], p->start, c->in->block_size);
+  } else {
+    load_run(c, p->ids, p->m);
+    attend_panel(c, acc, p->lo, p->hi, p->m * c->in->block_size, p->start);
+  }
+  p->m = 0;
+}
+
 /* The shared part of a prefix run (requests [first, end), consecutive, all reading the cache only):
  * their span lists merged by shared block, so each block is loaded once for every row of the tile that
- * reads it. A row that does not read the block sees none of it (visible 0). */
+ * reads it, and blocks that the same rows read at consecutive positions go a panel at a time (joins_prefix_run).
+ * A row that does not read a block sees none of it (visible 0). */
 PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int32_t end) {
   const uattn_plan_info *in = c->in;
   const int32_t chunk = c->L->chunk_size, *order = c->sched->spans_by_req, *begin = c->sched->span_req_begin;
@@ -358,6 +398,7 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
   int32_t cursor[UATTN_PREFIX_RUN_MAX_ROWS]; /* each request's next span (a run has at most that many) */
   for (int32_t r = first; r < end; r++) cursor[r - first] = begin[r];
   int32_t current_chunk = -1;
+  prefix_panel_run run = {.m = 0};
   for (;;) {
     int32_t next = INT32_MAX; /* the lowest shared block any request has left */
     for (int32_t r = first; r < end; r++)
@@ -365,6 +406,7 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
         next = in->shared_spans[order[cursor[r - first]]].shared_index;
     if (next == INT32_MAX) break;
     int32_t lo = INT32_MAX, hi = INT32_MIN, block_start = 0; /* the tile's rows that read it */
+    int32_t use[UATTN_PREFIX_RUN_MAX_ROWS] = {0};
     for (int32_t r = first; r < end; r++) {
       if (cursor[r - first] >= begin[r + 1]) continue;
       const uattn_shared_span *sp = &in->shared_spans[order[cursor[r - first]]];
@@ -373,20 +415,25 @@ PART_FN void uattn_shared_part_prefix_run(const step_ctx *c, int32_t first, int3
       const int32_t a = sp->token_begin > c->row0 ? sp->token_begin : c->row0;
       const int32_t b = sp->token_end < c->row0 + c->rows ? sp->token_end : c->row0 + c->rows;
       if (a >= b) continue;
-      if (lo == INT32_MAX)
-        for (int32_t i = 0; i < c->rows; i++) c->w->visible[c->slot + i] = 0;
       block_start = sp->block_start; /* the same in every request that holds the block */
-      for (int32_t row = a; row < b; row++) c->w->visible[tile_slot(c, row)] = context_usage(c, row, block_start);
+      for (int32_t row = a; row < b; row++) use[row - c->row0] = context_usage(c, row, block_start);
       if (a < lo) lo = a;
       if (b > hi) hi = b;
     }
     if (lo >= hi) continue;
-    if (chunk > 0 && next / chunk != current_chunk) {
-      if (current_chunk >= 0) merge_chunk(c);
-      current_chunk = next / chunk;
+    const int32_t block_chunk = chunk > 0 ? next / chunk : -1;
+    if (!joins_prefix_run(c, &run, block_start, block_chunk, lo, hi, use)) {
+      flush_prefix_run(c, acc, &run);
+      if (chunk > 0 && block_chunk != current_chunk) {
+        if (current_chunk >= 0) merge_chunk(c);
+        current_chunk = block_chunk;
+      }
+      run = (prefix_panel_run){.m = 0, .start = block_start, .lo = lo, .hi = hi, .chunk = block_chunk};
     }
-    attend_block(c, acc, lo, hi, in->shared_blocks[next], block_start, in->block_size);
+    run.ids[run.m++] = in->shared_blocks[next];
+    for (int32_t i = 0; i < c->rows; i++) run.vis[i] += use[i], run.last[i] = use[i];
   }
+  flush_prefix_run(c, acc, &run);
   if (current_chunk >= 0) merge_chunk(c);
 }
 
