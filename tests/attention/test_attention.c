@@ -592,14 +592,7 @@ Test(attention, unseen_cache_entries_never_matter, .timeout = 600) {
   const char *forced = getenv("UATTN_ISA");
   const char *ran[sizeof isas / sizeof *isas];
   for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
-    setenv("UATTN_ISA", isas[k], 1);
-    const char *why;
-    ran[k] = uattn_kernel_set(&why);
-    bool again = false; /* a level this CPU lacks, without its twin, runs a set below it, which ran already */
-    for (size_t e = 0; e < k; e++) again |= strcmp(ran[e], ran[k]) == 0;
-    fprintf(stderr, "unseen entries poisoned: UATTN_ISA=%s runs %s (%s)%s\n", isas[k], ran[k], why,
-            again ? " (again: skipped)" : "");
-    if (again) continue;
+    if (!attention_force_level(isas, k, ran, "unseen entries poisoned")) continue;
 #define POISONED(table) run_poisoned(table, sizeof table / sizeof *table)
     POISONED(kinds), POISONED(shapes), POISONED(dtypes), POISONED(features), POISONED(fp8_cases);
     POISONED(tiled_kinds), POISONED(tiled_shapes), POISONED(tiled_dtypes), POISONED(tiled_features);

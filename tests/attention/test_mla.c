@@ -231,14 +231,7 @@ Test(mla, every_level_over_poisoned_caches, .timeout = 600) {
   const char *forced = getenv("UATTN_ISA");
   const char *ran[COUNT(isas)];
   for (size_t k = 0; k < COUNT(isas); k++) {
-    setenv("UATTN_ISA", isas[k], 1);
-    const char *why;
-    ran[k] = uattn_kernel_set(&why);
-    bool again = false; /* a level this CPU lacks, without its twin, runs a set below it, which ran already */
-    for (size_t e = 0; e < k; e++) again |= strcmp(ran[e], ran[k]) == 0;
-    fprintf(stderr, "mla, unseen entries poisoned: UATTN_ISA=%s runs %s (%s)%s\n", isas[k], ran[k], why,
-            again ? " (again: skipped)" : "");
-    if (again) continue;
+    if (!attention_force_level(isas, k, ran, "mla, unseen entries poisoned")) continue;
     run_table(expanded_kinds, COUNT(expanded_kinds), true);
     run_table(absorbed_kinds, COUNT(absorbed_kinds), true);
     run_table(fp8_cases, COUNT(fp8_cases), true);

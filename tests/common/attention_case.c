@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #endif
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -437,4 +438,14 @@ size_t attention_check_out_f32(const attention_run *run, const uattn_tensors *na
     cr_assert_eq(memcmp(wide->value_cache, narrow->value_cache, run->value_cache_bytes), 0, "%s: the value cache",
                  c->name);
   return not_dtype;
+}
+
+bool attention_force_level(const char *const *isas, size_t k, const char **ran, const char *label) {
+  setenv("UATTN_ISA", isas[k], 1);
+  const char *why;
+  ran[k] = uattn_kernel_set(&why);
+  bool again = false;
+  for (size_t e = 0; e < k; e++) again |= strcmp(ran[e], ran[k]) == 0;
+  fprintf(stderr, "%s: UATTN_ISA=%s runs %s (%s)%s\n", label, isas[k], ran[k], why, again ? " (again: skipped)" : "");
+  return !again;
 }
