@@ -34,7 +34,16 @@ typedef struct uattn_panel_job {
   const void *next_k;         /* decode, decode_tiled: the next call's first key row (decode: its first block's, head
                                * 0's; NULL: none, or not known), whose first keys a kernel may ask for as it ends */
   const void *next_v;         /* decode, decode_tiled: the next call's first value row, the same for its first values */
+  int32_t value_dim;          /* the dims of o the caller keeps (0: head_dim): P V must compute o's first value_dim
+                               * dims and may skip the rest (o's stride stays head_dim), whose values are then
+                               * unspecified; where a layer's values are shorter than its keys (uattn_layer:
+                               * head_dim_v), the forward's rows are zero past them or not kept */
 } uattn_panel_job;
+
+/* The dims of o a job's P V must compute (uattn_panel_job.value_dim). */
+static inline int32_t uattn_job_value_dim(const uattn_panel_job *job) {
+  return job->value_dim > 0 ? job->value_dim : job->head_dim;
+}
 
 /* Where a decode call's keys and values lie: its cache blocks in the order of their keys, block_keys keys each
  * (the last may hold fewer): key i of head g at k[i / block_keys] + (i % block_keys) * stride + g * head_stride

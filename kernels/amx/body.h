@@ -15,7 +15,7 @@
  *               from one FMA), with the online rescale; P into bf16 pairs;
  *   P V         the block's outputs, in fp32 in the job's o (a last partial block's in a padded copy),
  *               rescaled there by each row's factor, take tdpbf16ps over 32 keys a step, 32 dims at a time,
- *               over the keys the block sees.
+ *               over the keys the block sees and the dims the job keeps (uattn_job_value_dim).
  * The outputs, m and l are the job's, so a vector's result depends on its own row alone, as elsewhere.
  * What tiles do not fill goes to avx512bf16's attend on the same panels: jobs of fewer than 16 vectors
  * (decodes, short verifications), head dims that are not multiples of 32 or past AMX_MAX_DIM, and P kept in
@@ -45,7 +45,7 @@ static const amx_config amx_tile_config __attribute__((aligned(64))) = {
 typedef struct amx_ctx {
   const uattn_panel_job *job;
   const uint32_t *kp, *vp;
-  int32_t P, Dv;
+  int32_t P, Dv, E;       /* E: the dims of o that P V computes, uattn_job_value_dim rounded up to a tile's 32 */
   float (*S)[KC];         /* [AMX_QB][KC] scores */
   uint32_t (*pp)[AMX_PP]; /* [AMX_QB][AMX_PP] P in bf16 pairs, finite everywhere (zeros at first) */
 } amx_ctx;
@@ -117,7 +117,7 @@ AMX_INLINE void amx_softmax(const int32_t D, const amx_ctx *c, const amx_step *s
     if (alpha[i] != 1.0f) {
       float *o = s->o + (size_t)i * D;
       const v16 a = v16_set1(alpha[i]);
-      for (int32_t d = 0; d < D; d += 16) v16_store(o + d, v16_mul(a, v16_load(o + d)));
+      for (int32_t d = 0; d < c->E; d += 16) v16_store(o + d, v16_mul(a, v16_load(o + d)));
     }
 }
 
@@ -131,7 +131,7 @@ AMX_INLINE void amx_values(amx_tiles *t, const int32_t D, const amx_ctx *c, cons
   const int32_t r0 = s->klo / 2, r1 = (s->khi + 1) / 2, tail = (r1 - r0) % 16, rt = r1 - tail;
   _Alignas(64) uint32_t vt[16][32];
   if (tail) memset(vt[tail], 0, sizeof(uint32_t) * 32 * (size_t)(16 - tail));
-  for (int32_t d = 0; d < D; d += 32) {
+  for (int32_t d = 0; d < c->E; d += 32) {
     float *o = s->o + d, *o1 = s->o + (size_t)AMX_M * D + d;
     amx_load(t, 0, o, os);
     amx_load(t, 1, o + 16, os);
@@ -220,6 +220,7 @@ AMX_INLINE void amx_attend_body(const uattn_panel_job *job, int32_t panel_keys, 
                      (const uint32_t *)align64c(job->values),
                      key_stride(panel_keys),
                      value_stride(D),
+                     (uattn_job_value_dim(job) + 31) & ~31,
                      S,
                      pp};
   amx_walk w = {n, kmax, 0, 0, qp, ob};

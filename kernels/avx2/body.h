@@ -123,14 +123,14 @@ AVX2_INLINE void pv_part(const int NB, const int W, float (*S)[KC], int32_t j0, 
 }
 
 /* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors (o_i at o + i * D), 16 dims at a time, then
- * 8 (masked in the last vector when D is not a multiple of 8). Each o_i is read and written once per chunk
+ * 8 (masked in the last vector when E is not a multiple of 8), over o's first E dims (uattn_job_value_dim). Each o_i is read and written once per chunk
  * (alpha folded into that read), and each value load serves NB broadcasts. */
 AVX2_INLINE void pv_tile(const int NB, float (*S)[KC], int32_t j0, int32_t klo, int32_t khi, const float *vp,
-                         int32_t Dv, float *o, int32_t D, const float *alpha) {
+                         int32_t Dv, float *o, int32_t D, int32_t E, const float *alpha) {
   int32_t d = 0;
   const __m256i all = _mm256_set1_epi32(-1);
-  for (; d + 16 <= D; d += 16) pv_part(NB, 2, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, all);
-  for (; d < D; d += 8) pv_part(NB, 1, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, tail_mask(D - d));
+  for (; d + 16 <= E; d += 16) pv_part(NB, 2, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, all);
+  for (; d < E; d += 8) pv_part(NB, 1, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, tail_mask(E - d));
 }
 
 /* Query vectors [x0, x0 + NB) of the job against keys [c0, c1) of the panel. */
@@ -148,7 +148,7 @@ AVX2_INLINE void attend_block(const int NB, const int32_t D, const attend_ctx *c
   score_tile(NB, q, D, c->kt, c->P, j0, j1, S);
   float alpha[QB];
   block_softmax(job, x0, NB, rule, S[0], KC, j0, j1, alpha);
-  pv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, alpha);
+  pv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, uattn_job_value_dim(job), alpha);
 }
 
 /* The job's vectors against its panel. D is the job's head dim and ROWS its rows (0: job->rows), constants

@@ -138,14 +138,14 @@ V16_INLINE void zpv_part(const int NB, const int W, float (*S)[KC], int32_t j0, 
     }
 }
 
-/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors, 32 dims at a time, then 16 or fewer (the value
+/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors, over o's first E dims, 32 at a time, then 16 or fewer (the value
  * panel's rows are zero past the head dim only to the next 8, and every row is read whole: a value stride is
  * a multiple of 16, so a 16-float load past the head dim stays within the row's line). */
 V16_INLINE void zpv_tile(const int NB, float (*S)[KC], int32_t j0, int32_t klo, int32_t khi, const float *vp,
-                         int32_t Dv, float *o, int32_t D, const float *alpha) {
+                         int32_t Dv, float *o, int32_t D, int32_t E, const float *alpha) {
   int32_t d = 0;
-  for (; d + 32 <= D; d += 32) zpv_part(NB, 2, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, 16);
-  for (; d < D; d += 16) zpv_part(NB, 1, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, D - d >= 16 ? 16 : (int)(D - d));
+  for (; d + 32 <= E; d += 32) zpv_part(NB, 2, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, 16);
+  for (; d < E; d += 16) zpv_part(NB, 1, S, j0, klo, khi, vp + d, Dv, o + d, D, alpha, E - d >= 16 ? 16 : (int)(E - d));
 }
 
 /* common/softmax.h's softmax_row with the exp pass in 16 lanes: S[j0, j1) to P, m and l updated, the factor o is
@@ -191,7 +191,7 @@ V16_INLINE void zattend_block(const int NB, const int32_t D, const attend_ctx *c
       memset(S[i], 0, sizeof(float) * (size_t)(j1 - j0));
     }
   }
-  zpv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, alpha);
+  zpv_tile(NB, S, j0, klo, khi, c->vp, c->Dv, job->o + (size_t)x0 * D, D, uattn_job_value_dim(job), alpha);
 }
 
 /* The job's vectors against its panel: common/attend_plan.h's ATTEND_BLOCKS plan with blocks of up to ZQB. */

@@ -354,12 +354,12 @@ BF16_INLINE void bf16_pv_part(const int NB, const int W, const bool FP32, float 
 }
 
 BF16_INLINE void bf16_pv_tile(const int NB, const bool FP32, float (*S)[KC], uint32_t (*pp)[KC / 2], int32_t j0,
-                              int32_t klo, int32_t khi, const uint32_t *vp, int32_t Dv, float *o, int32_t D,
+                              int32_t klo, int32_t khi, const uint32_t *vp, int32_t Dv, float *o, int32_t D, int32_t E,
                               const float *alpha) {
   int32_t d = 0;
-  for (; d + 64 <= D; d += 64) bf16_pv_part(NB, 4, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 64, alpha);
-  for (; d + 32 <= D; d += 32) bf16_pv_part(NB, 2, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 32, alpha);
-  for (; d < D; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, D - d, alpha);
+  for (; d + 64 <= E; d += 64) bf16_pv_part(NB, 4, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 64, alpha);
+  for (; d + 32 <= E; d += 32) bf16_pv_part(NB, 2, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, 32, alpha);
+  for (; d < E; d += 16) bf16_pv_part(NB, 1, FP32, S, pp, j0, klo, khi, vp + d, Dv, o + d, D, E - d, alpha);
 }
 
 /* One vector's row of a tile (softmax_row's job, 16 scores at a time): S[j0, j1) holds <q, k> unscaled;
@@ -476,9 +476,9 @@ BF16_INLINE void bf16_attend_block(const int NB, const int32_t D, const bf16_ctx
   }
   float *o = job->o + (size_t)x0 * D;
   if (job->probs_fp32) /* FP32 a constant in each call: one loop of either kind, all its accumulators in registers */
-    bf16_pv_tile(NB, true, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, alpha);
+    bf16_pv_tile(NB, true, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, uattn_job_value_dim(job), alpha);
   else
-    bf16_pv_tile(NB, false, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, alpha);
+    bf16_pv_tile(NB, false, S, pp, j0, klo, khi, c->vp, c->Dv, o, D, uattn_job_value_dim(job), alpha);
 }
 
 /* The job's vectors against its panel (avx2_attend_body's plan); D constant where the caller is specialized. */

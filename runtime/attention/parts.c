@@ -60,6 +60,7 @@ static uattn_panel_job panel_job(const step_ctx *c, int acc, int32_t row_lo, int
       .scores = w->scores,
       .scale = cache_score_scale(c->L), /* fp8: the folded k_scale, in every part */
       .probs_fp32 = c->L->probs_fp32,
+      .value_dim = layer_dims(c->L).v, /* out's dims: a latent's first head_dim_v, an expanded form's own */
   };
   return job;
 }

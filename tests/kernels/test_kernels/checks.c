@@ -24,6 +24,23 @@ void check_sets_same_bits(const uattn_kernels *a, const uattn_kernels *b, uattn_
   }
 }
 
+void check_value_dim_is_a_prefix(const uattn_kernels *set, uattn_part part, const case_limits *lim, int cases,
+                                 uint64_t seed, const char *label) {
+  test_rng rng = {seed};
+  for (int i = 0; i < cases; i++) {
+    job_case c;
+    make_case(&c, &rng, lim);
+    c.value_dim = 0;
+    job_result all = run_set(set, part, &c);
+    c.value_dim = test_rng_range(&rng, 1, c.D);
+    job_result kept = run_set(set, part, &c);
+    cr_assert(same_bits(&all, &kept, &c),
+              "%s: case %d (rows %d, group %d, D %d, keys %d, dtype %d): value_dim %d changes the bits it keeps", label,
+              i, c.rows, c.group, c.D, c.num_keys, (int)c.dtype, c.value_dim);
+    free_result(&all), free_result(&kept), free_case(&c);
+  }
+}
+
 /* The case in fp64 from the same widened inputs: out[x * D + d] (NaN where the vector sees nothing),
  * score_size[x] (the largest sum_d |q_d k_d| + |score| of the vector's keys, what the fp32 rounding of a
  * score is proportional to), and the scale errors are measured against: the larger of max |out| and max over (x, d) of
@@ -90,7 +107,7 @@ static double error_against(const job_case *c, const job_result *r, const double
   const size_t n = (size_t)c->rows * c->group * c->D;
   double err = 0;
   for (size_t i = 0; i < n; i++)
-    if (!isnan(ref[i])) err = fmax(err, fabs(r->o[i] / r->l[i / c->D] - ref[i]));
+    if (!isnan(ref[i]) && kept_dim(c, i)) err = fmax(err, fabs(r->o[i] / r->l[i / c->D] - ref[i]));
   return scale > 0 ? err / scale : err;
 }
 
@@ -101,11 +118,12 @@ static void check_states(const job_case *c, const job_result *ref, const job_res
                          int index) {
   const size_t nx = (size_t)c->rows * c->group;
   for (size_t x = 0; x < nx; x++) {
+    const size_t kept = (size_t)(c->value_dim ? c->value_dim : c->D);
     const bool untouched = ref->m[x] == c->m0[x] && ref->l[x] == c->l0[x] &&
                            !memcmp(ref->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D);
     if (untouched && c->m0[x] == -INFINITY) { /* nothing seen: bit for bit */
       cr_assert(got->m[x] == -INFINITY && got->l[x] == 0.0f, "case %d vector %zu: an empty state changed", index, x);
-      cr_assert(!memcmp(got->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D), "case %d: o of an empty state",
+      cr_assert(!memcmp(got->o + x * c->D, c->o0 + x * c->D, sizeof(float) * kept), "case %d: o of an empty state",
                 index);
       continue;
     }
@@ -155,11 +173,12 @@ void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const c
     if (ea > worst_set) worst_set = ea;
     sum_set += ea, sum_portable += ep;
     if (tol > worst_tol) worst_tol = tol;
-    cr_assert(e <= tol,
-              "%s: case %d (rows %d, group %d, D %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
-              "%.3g; against fp64: %.3g, portable %.3g)",
-              label, i, c.rows, c.group, c.D, c.num_keys, c.panel_keys, uattn_dtype_name(c.dtype), c.soft_cap, c.window,
-              c.has_alibi, e, tol, ea, ep);
+    cr_assert(
+        e <= tol,
+        "%s: case %d (rows %d, group %d, D %d, value_dim %d, keys %d/%d, %s, cap %g, window %d, alibi %d): %.3g (bound "
+        "%.3g; against fp64: %.3g, portable %.3g)",
+        label, i, c.rows, c.group, c.D, c.value_dim, c.num_keys, c.panel_keys, uattn_dtype_name(c.dtype), c.soft_cap,
+        c.window, c.has_alibi, e, tol, ea, ep);
     /* the same job again: the same bits (no state, no data-dependent order) */
     job_result again = run_set(set, part, &c);
     cr_assert(same_bits(&again, &got, &c), "%s: case %d: two runs differ", label, i);

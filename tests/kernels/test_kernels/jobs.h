@@ -56,6 +56,7 @@ typedef struct job_case {
   int32_t list_keys;   /* case_limits.list: the keys of each block of the decode call's list (scatter_blocks) */
   uint64_t list_seed;  /* where the list's blocks lie */
   float *m0, *l0, *o0; /* the state before the call */
+  int32_t value_dim;   /* the job's uattn_panel_job.value_dim: o's dims the set must compute (0: all D) */
 } job_case;
 
 /* What a kernel under test is specialized for (a generated bucket), so its random jobs have that shape;
@@ -101,7 +102,9 @@ void tiled_copy(uattn_dtype t, const char *k, const char *v, int32_t count, int3
  * that it did not write shows), then attend from the case's initial state. */
 job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c);
 void free_result(job_result *r);
-/* Whether two runs of a case left the same bits in every state and output. */
+/* Whether o's element i (of a vector's D) is one the case keeps (job_case.value_dim): the others are unspecified. */
+bool kept_dim(const job_case *c, size_t i);
+/* Whether two runs of a case left the same bits in every state and in every output dim the case keeps. */
 bool same_bits(const job_result *a, const job_result *b, const job_case *c);
 /* A random bf16: mostly of attention's sizes, now and then tiny or denormal (the flushes), never inf or NaN. */
 uint16_t random_bf16(test_rng *rng, int kind);
@@ -114,6 +117,11 @@ void check_sets_same_bits(const uattn_kernels *a, const uattn_kernels *b, uattn_
  * same bits when run twice. */
 void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const char *label, const case_limits *lim,
                               int cases, uint64_t seed);
+/* A set's part computes, bit for bit, the same states and first value_dim dims of o whether a job keeps every
+ * dim or only those (uattn_panel_job.value_dim, drawn at random below the head dim): skipping dims changes no
+ * other dim's arithmetic. */
+void check_value_dim_is_a_prefix(const uattn_kernels *set, uattn_part part, const case_limits *lim, int cases,
+                                 uint64_t seed, const char *label);
 /* A set's decode kernel over a list of blocks (case_limits.list: blocks of 8 to 64 keys, in order or scattered)
  * computes, bit for bit, what it computes on the same keys in one block: the avx2 kernel's P V tiles never
  * straddle two blocks, the avx512 sets' fused walks take a share over blocks smaller than it in pieces.
