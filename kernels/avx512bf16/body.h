@@ -141,6 +141,7 @@ BF16_INLINE void bf16_load_rows_zmm(const uint8_t *tab, const char *k_src, const
   const v16i lo = _mm512_load_si512(pair_lo), hi = _mm512_load_si512(pair_hi);
   const size_t esz = tab ? 1 : 2, row_bytes = esz * (size_t)D;
   const bool prefetch = step != row_bytes; /* bf16_load_body's prefetches, where rows are apart (NHD) */
+  const bool latent = k_src == v_src;
   const int32_t end = (count + 15) & ~15;
   const v16i zero = _mm512_setzero_si512();
   for (int32_t i = 0; i < end; i += 16) {
@@ -151,15 +152,20 @@ BF16_INLINE void bf16_load_rows_zmm(const uint8_t *tab, const char *k_src, const
     for (int32_t d = 0; d < D; d += 32) {
       v16i a[16];
       for (int k = 0; k < 16; k++) a[k] = k < rows ? bf16_dims32(tab, k_src + (size_t)(i + k) * step + esz * d) : zero;
-      transpose16_32(a);
-      for (int j = 0; j < 16; j++) _mm512_store_si512(kp + (size_t)(d / 2 + j) * P + i, a[j]);
       for (int r = 0; r < 8; r++) {
-        const v16i x = 2 * r < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r) * step + esz * d) : zero;
-        const v16i y = 2 * r + 1 < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r + 1) * step + esz * d) : zero;
+        /* a latent's values are its keys' rows (uattn_layer.kv_latent): the ones just read, not read again */
+        const v16i x = latent         ? a[2 * r]
+                       : 2 * r < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r) * step + esz * d)
+                                      : zero;
+        const v16i y = latent             ? a[2 * r + 1]
+                       : 2 * r + 1 < rows ? bf16_dims32(tab, v_src + (size_t)(i + 2 * r + 1) * step + esz * d)
+                                          : zero;
         uint32_t *o = vp + (size_t)(i / 2 + r) * Dv + d;
         _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x, lo, y));
         _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x, hi, y));
       }
+      transpose16_32(a);
+      for (int j = 0; j < 16; j++) _mm512_store_si512(kp + (size_t)(d / 2 + j) * P + i, a[j]);
     }
   }
 }
