@@ -36,8 +36,8 @@ typedef struct uattn_panel_job {
   const void *next_v;         /* decode, decode_tiled: the next call's first value row, the same for its first values */
   int32_t value_dim;          /* the dims of o the caller keeps (0: head_dim): P V must compute o's first value_dim
                                * dims and may skip the rest (o's stride stays head_dim), whose values are then
-                               * unspecified; where a layer's values are shorter than its keys (uattn_layer:
-                               * head_dim_v), the forward's rows are zero past them or not kept */
+                               * unspecified. The forward passes the layer's head_dim_v: an MLA layer's values
+                               * are shorter than its keys, and out keeps only their dims */
 } uattn_panel_job;
 
 /* The dims of o a job's P V must compute (uattn_panel_job.value_dim). */
