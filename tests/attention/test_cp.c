@@ -15,7 +15,7 @@
  * the single-rank dtype output; and against the oracle the rounded result has the forward's own tolerance
  * (attention_tolerance), as it is rounded once, as the forward's output is. Not so where the kernels round
  * the softmax weights P to bf16 (the avx512bf16 level's default for bf16 layers on bf16 caches): the rounding
- * depends on the grouping, so the products differ, by up to 2^-9 max |v| in each result (cp_case_p); such a
+ * depends on the grouping, so the products differ, by up to 2^-8 max |v| in each result (cp_case_p); such a
  * case runs twice, as it is with that term added to the bounds, and with probs_fp32 under the bounds above. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -270,10 +270,10 @@ static bool cp_case_p(const attention_case *c, const int32_t *ils, int32_t num_i
   cr_assert_eq(uattn_describe_kernels(&run.layer, c->block_size, &kr), UATTN_OK, "%s", uattn_last_error());
   const bool p_bf16 = attention_contract(kr.kernel_set, run.layer.dtype, run.layer.cache_dtype, probs_fp32).abs > 0;
   /* P in bf16: each weight p_j is rounded to bf16 relative to its tile's running max, which the ranks'
-   * groupings of keys change, so the products are no longer the same ones: each result is within 2^-9
-   * sum_j p_j |v_j| / l <= 2^-9 max |v| = 2^-9 (values in [-1, 1]) of its P-in-fp32 value
+   * groupings of keys change, so the products are no longer the same ones: each result is within 2^-8
+   * sum_j p_j |v_j| / l <= 2^-8 max |v| = 2^-8 (values in [-1, 1]) of its P-in-fp32 value
    * (tests/attention/test_attention.c, the bf16 level), and two of them within twice that */
-  const double p_abs = p_bf16 ? 0x1p-8 : 0.0, p_oracle = p_bf16 ? 0x1p-9 : 0.0;
+  const double p_abs = p_bf16 ? 0x1p-7 : 0.0, p_oracle = p_bf16 ? 0x1p-8 : 0.0;
   const int32_t T = run.info.num_tokens, Hq = c->num_q_heads, D = c->head_dim;
   const size_t rows = (size_t)T * Hq, elems = rows * D;
   /* the single rank: its output in the layer's dtype (and its caches after the step), and in fp32 */

@@ -82,7 +82,7 @@ static void *engine_main(void *p) {
 }
 
 /* A reference against the oracle. On the avx512bf16 level a bf16 or fp8 cache's kernels round P to bf16 (the
- * layer's default; TILED's decode kernel only runs so), which moves an output by up to 2^-9 max |v| beyond
+ * layer's default; TILED's decode kernel only runs so), which moves an output by up to 2^-8 max |v| beyond
  * attention_tolerance (tests/attention/test_attention.c, bf16_level_against_the_oracle; measured on the TILED
  * engine: 0.0041 of its largest output, against 0.004): there the output is held to that bound, as
  * tests/kernels/test_dispatch.c holds a bucket's, and attention_run_check's caches, outputs and lse to the
@@ -96,7 +96,7 @@ static void check_reference(attention_run *run) {
   }
   double scale;
   const double err = attention_run_error(run, &scale);
-  const double bound = attention_tolerance(run->c.dtype, run->c.cache_dtype) * scale + 0x1p-9;
+  const double bound = attention_tolerance(run->c.dtype, run->c.cache_dtype) * scale + 0x1p-8;
   cr_assert(err <= bound, "%s (P in bf16): max error %.3g exceeds %.3g (max |out| %.3g)", run->c.name, err, bound,
             scale);
   run->layer.probs_fp32 = true;
