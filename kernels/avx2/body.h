@@ -122,9 +122,10 @@ AVX2_INLINE void pv_part(const int NB, const int W, float (*S)[KC], int32_t j0, 
     }
 }
 
-/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors (o_i at o + i * D), 16 dims at a time, then
- * 8 (masked in the last vector when E is not a multiple of 8), over o's first E dims (uattn_job_value_dim). Each o_i is read and written once per chunk
- * (alpha folded into that read), and each value load serves NB broadcasts. */
+/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors (o_i at o + i * D), over o's first E dims
+ * (uattn_job_value_dim), 16 at a time, then 8 (masked in the last vector when E is not a multiple of 8). Each
+ * o_i is read and written once per chunk (alpha folded into that read), and each value load serves NB
+ * broadcasts. */
 AVX2_INLINE void pv_tile(const int NB, float (*S)[KC], int32_t j0, int32_t klo, int32_t khi, const float *vp,
                          int32_t Dv, float *o, int32_t D, int32_t E, const float *alpha) {
   int32_t d = 0;

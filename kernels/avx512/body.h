@@ -138,9 +138,10 @@ V16_INLINE void zpv_part(const int NB, const int W, float (*S)[KC], int32_t j0, 
     }
 }
 
-/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors, over o's first E dims, 32 at a time, then 16 or fewer (the value
- * panel's rows are zero past the head dim only to the next 8, and every row is read whole: a value stride is
- * a multiple of 16, so a 16-float load past the head dim stays within the row's line). */
+/* o_i = alpha_i o_i + P V over keys [klo, khi) for NB vectors, over o's first E dims (uattn_job_value_dim), 32
+ * at a time, then 16 or fewer (the value panel's rows are zero past the head dim only to the next 8, and every
+ * row is read whole: a value stride is a multiple of 16, so a 16-float load past the head dim stays within the
+ * row's line). */
 V16_INLINE void zpv_tile(const int NB, float (*S)[KC], int32_t j0, int32_t klo, int32_t khi, const float *vp,
                          int32_t Dv, float *o, int32_t D, int32_t E, const float *alpha) {
   int32_t d = 0;

@@ -116,9 +116,8 @@ static double error_against(const job_case *c, const job_result *r, const double
  * size) into a relative error of l: the bound on l grows with the scores' size, as the one on m does. */
 static void check_states(const job_case *c, const job_result *ref, const job_result *got, const double *score_size,
                          int index) {
-  const size_t nx = (size_t)c->rows * c->group;
+  const size_t nx = (size_t)c->rows * c->group, kept = (size_t)(c->value_dim ? c->value_dim : c->D);
   for (size_t x = 0; x < nx; x++) {
-    const size_t kept = (size_t)(c->value_dim ? c->value_dim : c->D);
     const bool untouched = ref->m[x] == c->m0[x] && ref->l[x] == c->l0[x] &&
                            !memcmp(ref->o + x * c->D, c->o0 + x * c->D, sizeof(float) * c->D);
     if (untouched && c->m0[x] == -INFINITY) { /* nothing seen: bit for bit */
