@@ -5,16 +5,13 @@
 #ifndef UATTN_AMX_H
 #define UATTN_AMX_H
 
+#include "avx512bf16/avx512bf16.h"
 #include "kernels.h"
 
 extern const uattn_kernels uattn_kernels_amx;
 
-/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): avx512bf16's, whose load and decode
- * kernels it runs. */
-#define AMX_CAPS                                                                                                       \
-  1, 1, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                         \
-      UATTN_DTYPE_BIT(UATTN_BF16) | UATTN_DTYPE_BIT(UATTN_FP8_E4M3) | UATTN_DTYPE_BIT(UATTN_FP8_E5M2), 32, 0
-UATTN_CAPS_CHECK(AMX_CAPS);
+/* Its capability record: avx512bf16's, whose load and decode kernels it runs. */
+#define AMX_CAPS AVX512BF16_CAPS
 
 /* 1 when this CPU runs the avx512bf16 set and has AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22), and
  * the OS grants this process the tile data state (Linux's arch_prctl ARCH_REQ_XCOMP_PERM, asked once per
