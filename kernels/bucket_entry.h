@@ -17,8 +17,10 @@
  *   BUCKET_DECODE_TILED_BODY (optional)  the same for kernels.h's decode_tiled (BUCKET_DECODE_TILED, named by
  *                                   generate.py), where the bucket's shape allows one;
  *   BUCKET_LOAD_TILED_BODY (optional)    the same for kernels.h's load_tiled (BUCKET_LOAD_TILED, named by
- *                                   generate.py).
- * The ISA's bucket.h defines the attend functions (their bodies differ in what each part gets). */
+ *                                   generate.py);
+ *   BUCKET_UNIQUE_BODY (optional)   an attend body whose last argument, 1, compiles its copy for single-row
+ *                                   jobs: BUCKET_UNIQUE is defined here with it.
+ * The ISA's bucket.h defines the other attend functions (their bodies differ in what each part gets). */
 #include "kernels.h"
 
 #define BUCKET_STR_(x) #x
@@ -39,6 +41,16 @@ BUCKET_TARGET void BUCKET_LOAD(uattn_dtype dtype, const void *k_src, const void 
     BUCKET_LOAD_BODY(BUCKET_DTYPE, k_src, v_src, stride, BUCKET_BLOCK_SIZE, BUCKET_HEAD_DIM, panel_keys, keys, values);
   else /* this step's keys (the causal part, in the layer's dtype) or a partial block */
     BUCKET_LOAD_BODY(dtype, k_src, v_src, stride, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
+}
+#endif
+
+/* The unique part's jobs have a single row (one decode row at a time), which the body's copy is compiled for. */
+#if defined(BUCKET_UNIQUE_BODY)
+BUCKET_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
+  if (job->rows == 1)
+    BUCKET_UNIQUE_BODY(job, panel_keys, BUCKET_HEAD_DIM, 1);
+  else /* not what the forward sends, but still right */
+    BUCKET_UNIQUE_BODY(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }
 #endif
 

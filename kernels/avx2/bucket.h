@@ -21,6 +21,7 @@
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats
 #define BUCKET_CAPS AVX2_CAPS
 #define BUCKET_LOAD_BODY avx2_load_body
+#define BUCKET_UNIQUE_BODY avx2_attend_body
 #define BUCKET_DECODE_BODY avx2_decode_body
 #include "bucket_entry.h"
 
@@ -35,12 +36,5 @@ AVX2_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
   if (uattn_xsmm_wins(job))
     uattn_xsmm_attend(job, panel_keys);
   else
-    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
-}
-
-AVX2_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
-  if (job->rows == 1)
-    avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 1);
-  else /* not what the forward sends, but still right */
     avx2_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }

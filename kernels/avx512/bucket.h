@@ -16,6 +16,7 @@
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats
 #define BUCKET_CAPS AVX512_CAPS
 #define BUCKET_LOAD_BODY avx2_load_body
+#define BUCKET_UNIQUE_BODY avx512_attend_body
 #define BUCKET_DECODE_BODY avx512_decode_body
 #include "bucket_entry.h"
 
@@ -25,11 +26,4 @@ AVX512_TARGET void BUCKET_CAUSAL(const uattn_panel_job *job, int32_t panel_keys)
 
 AVX512_TARGET void BUCKET_SHARED(const uattn_panel_job *job, int32_t panel_keys) {
   avx512_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
-}
-
-AVX512_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys) {
-  if (job->rows == 1)
-    avx512_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 1);
-  else /* not what the forward sends, but still right */
-    avx512_attend_body(job, panel_keys, BUCKET_HEAD_DIM, 0);
 }
