@@ -93,6 +93,22 @@ static void check_shape(const npy_array *a, const char *name, npy_dtype dtype, i
                  (long long)shape[d]);
 }
 
+/* The key and the value cache are checked alike: out/NAME must be `want` (count elements) encoded in the input's
+ * layout and dtype, shape and every byte. */
+static void check_cache(const spec *s, const float *want, double scale, bool value, const char *name, size_t count) {
+  int64_t shape[6];
+  int nd;
+  void *encoded = encode_cache(s, want, scale, value, shape, &nd);
+  char path[64];
+  snprintf(path, sizeof path, "out/%s", name);
+  npy_array got = load(path);
+  check_shape(&got, name, npy_of(s->cache_dtype), nd, shape);
+  cr_assert(memcmp(got.data, encoded, count * npy_dtype_size(got.dtype)) == 0, "%s differs from the expected update",
+            name);
+  npy_free(&got);
+  free(encoded);
+}
+
 /* Runs the step and checks every output: out and lse against the dense attention within tol (relative to
  * the largest |out|), the caches exactly, plan.json's slots and offsets. */
 static void run_and_check(spec *s, const char *extra, double tol) {
@@ -126,26 +142,11 @@ static void run_and_check(spec *s, const char *extra, double tol) {
   const size_t slots = (size_t)s->nb * s->bs, cn = slots * s->hkv * s->d, vn = slots * s->hkv * dv;
   float *kc = malloc(sizeof(float) * cn), *vc = malloc(sizeof(float) * vn);
   updated_caches(s, kc, vc);
-  int64_t kshape[6], vshape[6];
-  int nd;
-  void *want_k = encode_cache(s, kc, s->k_scale, false, kshape, &nd);
-  npy_array gk = load("out/key_cache.npy");
-  check_shape(&gk, "key_cache.npy", npy_of(s->cache_dtype), nd, kshape);
-  cr_assert(memcmp(gk.data, want_k, cn * npy_dtype_size(gk.dtype)) == 0,
-            "key_cache.npy differs from the expected update");
-  npy_free(&gk);
-  free(want_k);
-  if (s->latent) {
+  check_cache(s, kc, s->k_scale, false, "key_cache.npy", cn);
+  if (s->latent)
     cr_assert_not(file_exists(in_scratch("out/value_cache.npy")), "a kv_latent step has no value cache to write");
-  } else {
-    void *want_v = encode_cache(s, vc, s->v_scale, true, vshape, &nd);
-    npy_array gv = load("out/value_cache.npy");
-    check_shape(&gv, "value_cache.npy", npy_of(s->cache_dtype), nd, vshape);
-    cr_assert(memcmp(gv.data, want_v, vn * npy_dtype_size(gv.dtype)) == 0,
-              "value_cache.npy differs from the expected update");
-    npy_free(&gv);
-    free(want_v);
-  }
+  else
+    check_cache(s, vc, s->v_scale, true, "value_cache.npy", vn);
   free(kc);
   free(vc);
 
