@@ -7,7 +7,7 @@
  *
  *   uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]
  *               [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]
- *               [--layout nhd|hnd|tiled] [--probs-fp32] [--scatter] [--json] [--plot FILE.png] [--list] */
+ *               [--layout nhd|hnd|tiled] [--probs-fp32] [--scatter] [--json] [--plot FILE.png] [--list] [--count] */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,7 @@ enum { MAX_RUNS = 101, MAX_BLOCK_SIZE = 4096 };
 
 typedef struct options {
   int runs, threads, block_size, json;
+  bool count;                     /* --count: each case's work, without running it */
   uattn_dtype dtype, cache_dtype; /* q/k/v/out; the caches (--cache-dtype, default --dtype's) */
   bool cache_dtype_set;
   uattn_kv_layout layout;
@@ -122,16 +123,20 @@ static int parse_args(int argc, char **argv, options *o) {
       o->scatter = true;
     else if (!strcmp(a, "--list"))
       return print_list(), 0;
+    else if (!strcmp(a, "--count"))
+      o->count = true;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf(
           "usage: uattn-bench [--preset NAME[,NAME..]|all] [--scenario NAME-PART] [--runs N] [--threads N]\n"
           "                   [--block-size N] [--dtype bf16|f16|f32] [--cache-dtype f32|bf16|f16|fp8_e4m3|fp8_e5m2]\n"
           "                   [--layout nhd|hnd|tiled] [--probs-fp32] [--scatter] [--json] [--plot FILE.png] [--list]\n"
+          "                   [--count]\n"
           "--dtype: q, k, v and out (default bf16); --cache-dtype: the KV caches (default: --dtype's), whose\n"
           "element size the read bytes count; --probs-fp32: the layers keep P in fp32 for P V (uattn_layer's\n"
           "probs_fp32; the bf16 kernels round it to bf16 by default); --scatter: the fixed batches' blocks in a\n"
           "shuffled order, as an engine's cache holds them after a while (default: numbered as handed out; the\n"
-          "serving-trace step's always are shuffled)\n");
+          "serving-trace step's always are shuffled); --count: each case's rows, bytes and flops (what its fractions\n"
+          "rest on), planned but not run\n");
       return 0;
     } else if (!strcmp(a, "--runs")) {
       if (perf_parse_int(v, 1, MAX_RUNS, &o->runs)) return bad_usage("--runs wants 1 to %d, not '%s'", MAX_RUNS, v);
@@ -263,17 +268,31 @@ typedef struct bench_env {
   bench_reader reader;
 } bench_env;
 
+/* A case's step, planned: what a run and a count both start from. On an error, says so and frees what it made. */
+static int plan_case(const options *o, const bench_preset *p, const bench_case *c, bench_step *s, uattn_plan **plan) {
+  char err[160];
+  if (bench_step_build(c, o->block_size, o->scatter, s, err, sizeof err)) {
+    fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
+    return -1;
+  }
+  const uattn_plan_config pc =
+      uattn_plan_config_default(o->block_size, s->num_blocks, s->step.num_reqs, s->max_tokens, s->max_model_len);
+  *plan = NULL;
+  if (uattn_plan_create(&pc, plan) || uattn_plan_step(*plan, &s->step)) {
+    fprintf(stderr, "uattn-bench: %s, %s: %s\n", p->name, c->name, uattn_last_error());
+    uattn_plan_destroy(*plan);
+    bench_step_free(s);
+    return -1;
+  }
+  return 0;
+}
+
 static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, case_result *res) {
   const options *o = env->o;
   char err[160] = "out of memory";
   bench_step s;
-  if (bench_step_build(c, o->block_size, o->scatter, &s, err, sizeof err)) {
-    fprintf(stderr, "uattn-bench: %s: %s\n", c->name, err);
-    return -1;
-  }
-  uattn_plan_config pc =
-      uattn_plan_config_default(o->block_size, s.num_blocks, s.step.num_reqs, s.max_tokens, s.max_model_len);
-  uattn_plan *plan = NULL;
+  uattn_plan *plan;
+  if (plan_case(o, p, c, &s, &plan)) return -1;
   const size_t elem = uattn_dtype_size(o->dtype), bs = (size_t)o->block_size, D = (size_t)p->head_dim;
   const size_t Dv = (size_t)bench_head_dim_v(p), celem = uattn_dtype_size(o->cache_dtype);
   /* a latent layer has neither v nor a value cache: its latents are the key cache's rows */
@@ -286,10 +305,6 @@ static int run_case(bench_env *env, const bench_preset *p, const bench_case *c, 
   int rc = -1;
   if (uattn_cache_alloc(kc_elems * celem, &kc) || (vc_elems && uattn_cache_alloc(vc_elems * celem, &vc))) goto done;
   if (!q || !out || !k || (v_elems && !v)) goto done;
-  if (uattn_plan_create(&pc, &plan) || uattn_plan_step(plan, &s.step)) {
-    snprintf(err, sizeof err, "%s", uattn_last_error());
-    goto done;
-  }
   uint64_t rng = 1;
   fill_random(kc, kc_elems, o->cache_dtype, &rng);
   if (vc) fill_random(vc, vc_elems, o->cache_dtype, &rng);
@@ -324,6 +339,47 @@ done:
   free(q), free(out), free(k), free(v);
   bench_step_free(&s);
   return rc;
+}
+
+/* Whether case c of preset p is one the options ask for. */
+static bool case_chosen(const options *o, int p, int c) {
+  return o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
+         (!o->scenario || strstr(bench_cases[c].name, o->scenario));
+}
+
+/* --count: each chosen case planned and its work counted (bench_count_work), nothing run or measured. */
+static int count_cases(const options *o) {
+  const size_t elem = uattn_dtype_size(o->dtype), celem = uattn_dtype_size(o->cache_dtype);
+  if (o->json)
+    printf("{\"cases\": [");
+  else
+    printf("%-20s %-24s %6s %12s %12s %12s\n", "preset", "case", "rows", "cache MB", "io MB", "GFLOP");
+  int n = 0;
+  for (int p = 0; p < bench_num_presets; p++)
+    for (int c = 0; c < bench_num_cases; c++) {
+      if (!case_chosen(o, p, c)) continue;
+      const bench_preset *b = &bench_presets[p];
+      bench_step s;
+      uattn_plan *plan;
+      if (plan_case(o, b, &bench_cases[c], &s, &plan)) return 1;
+      bench_work w;
+      const int rc = bench_count_work(plan, &s.step, s.num_blocks, b, (int32_t)elem, (int32_t)celem, &w);
+      uattn_plan_destroy(plan);
+      bench_step_free(&s);
+      if (rc) return fprintf(stderr, "uattn-bench: out of memory\n"), 1;
+      if (o->json)
+        printf(
+            "%s\n  {\"preset\": \"%s\", \"scenario\": \"%s\", \"name\": \"%s\", \"tokens\": %d, "
+            "\"cache_bytes\": %.0f, \"io_bytes\": %.0f, \"flops\": %.0f}",
+            n ? "," : "", b->name, bench_cases[c].scenario, bench_cases[c].name, w.tokens, w.cache_bytes, w.io_bytes,
+            w.flops);
+      else
+        printf("%-20s %-24s %6d %12.2f %12.2f %12.2f\n", b->name, bench_cases[c].name, w.tokens, w.cache_bytes / 1e6,
+               w.io_bytes / 1e6, w.flops / 1e9);
+      n++;
+    }
+  if (o->json) printf("]}\n");
+  return 0;
 }
 
 /* What a result achieved against the limits: a case is memory-bound when moving its bytes at the read
@@ -540,6 +596,7 @@ int main(int argc, char **argv) {
   const int parsed = parse_args(argc, argv, &o);
   if (parsed >= 0) return parsed;
   progress_on = isatty(STDERR_FILENO);
+  if (o.count) return count_cases(&o);
 
   bench_env env = {.o = &o};
   uattn_runtime_config one_cfg = uattn_runtime_config_default(), all_cfg = uattn_runtime_config_default();
@@ -567,14 +624,10 @@ int main(int argc, char **argv) {
 
   int todo = 0, n = 0;
   for (int p = 0; p < bench_num_presets; p++)
-    for (int c = 0; c < bench_num_cases; c++)
-      todo += o.preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
-              (!o.scenario || strstr(bench_cases[c].name, o.scenario));
+    for (int c = 0; c < bench_num_cases; c++) todo += case_chosen(&o, p, c);
   for (int p = 0; p < bench_num_presets; p++)
     for (int c = 0; c < bench_num_cases; c++) {
-      if (!o.preset[p] || !bench_preset_runs(&bench_presets[p], &bench_cases[c]) ||
-          (o.scenario && !strstr(bench_cases[c].name, o.scenario)))
-        continue;
+      if (!case_chosen(&o, p, c)) continue;
       progress("uattn-bench: %d/%d %s %s", n + 1, todo, bench_presets[p].name, bench_cases[c].name);
       if (run_case(&env, &bench_presets[p], &bench_cases[c], &res[n])) return 1;
       n++;
