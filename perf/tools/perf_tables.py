@@ -28,7 +28,7 @@ FIELDS = ("title", "family", "cpu", "date", "command", "setup", "columns", "rows
 OPTIONAL = ("plot",)
 COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44")
 # CPU families in the order the page gives them; a family not listed comes after these, by name.
-FAMILY_ORDER = ("Zen 4 (AVX512-BF16)", "Zen 5 (AVX512-BF16)", "Zen 4 and Zen 5 (AVX512-BF16)",
+FAMILY_ORDER = ("Zen 4 (AVX512-BF16)", "Zen 5 (AVX512-BF16)", "Zen 4 and Zen 5 (AVX512-BF16)", "Zen 3 (AVX2)",
                 "AVX2 only (Zen 4 with AVX-512 hidden)")
 
 HEADER = """# Performance
