@@ -104,6 +104,12 @@ static void print_list(void) {
   }
 }
 
+/* Whether case c of preset p is one the options ask for. */
+static bool case_chosen(const options *o, int p, int c) {
+  return o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
+         (!o->scenario || strstr(bench_cases[c].name, o->scenario));
+}
+
 /* Returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.runs = 5, .block_size = 128, .dtype = UATTN_BF16};
@@ -190,10 +196,8 @@ static int parse_args(int argc, char **argv, options *o) {
     return bad_usage("--layout tiled wants a --block-size that is a multiple of 16, not %d", o->block_size);
   int matched = 0, runs = 0;
   for (int i = 0; i < bench_num_cases; i++) {
-    const bool match = !o->scenario || strstr(bench_cases[i].name, o->scenario);
-    matched += match;
-    for (int p = 0; p < bench_num_presets; p++)
-      runs += match && o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[i]);
+    matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
+    for (int p = 0; p < bench_num_presets; p++) runs += case_chosen(o, p, i);
   }
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
   if (!runs)
@@ -339,12 +343,6 @@ done:
   free(q), free(out), free(k), free(v);
   bench_step_free(&s);
   return rc;
-}
-
-/* Whether case c of preset p is one the options ask for. */
-static bool case_chosen(const options *o, int p, int c) {
-  return o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
-         (!o->scenario || strstr(bench_cases[c].name, o->scenario));
 }
 
 /* --count: each chosen case planned and its work counted (bench_count_work), nothing run or measured. */
