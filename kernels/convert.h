@@ -13,8 +13,9 @@
 /* For the plain loops the forward runs over every output row (conversions, the merge of partial states): copies
  * compiled for AVX-512 and AVX2 as well, the one the CPU runs picked when the library loads (target_clones).
  * The same operations element by element, nothing contracted (ISO C's FP_CONTRACT off), so the same bits on
- * every path. Not under ThreadSanitizer, whose runtime is not up yet when the resolver runs. */
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
+ * every path. Not under ThreadSanitizer, whose runtime is not up yet when the resolver runs, and GCC only: clang
+ * 14 names the resolved function `name.ifunc`, so other files' calls to `name` do not link. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__) && !defined(__clang__)
 #if __has_attribute(target_clones)
 #define UATTN_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
