@@ -104,10 +104,14 @@ static void print_list(void) {
   }
 }
 
+/* Whether case c's name holds --scenario's text (any case without one). */
+static bool scenario_matches(const options *o, int c) {
+  return !o->scenario || strstr(bench_cases[c].name, o->scenario);
+}
+
 /* Whether case c of preset p is one the options ask for. */
 static bool case_chosen(const options *o, int p, int c) {
-  return o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) &&
-         (!o->scenario || strstr(bench_cases[c].name, o->scenario));
+  return o->preset[p] && bench_preset_runs(&bench_presets[p], &bench_cases[c]) && scenario_matches(o, c);
 }
 
 /* Returns -1 to go on, else the exit code. */
@@ -196,7 +200,7 @@ static int parse_args(int argc, char **argv, options *o) {
     return bad_usage("--layout tiled wants a --block-size that is a multiple of 16, not %d", o->block_size);
   int matched = 0, runs = 0;
   for (int i = 0; i < bench_num_cases; i++) {
-    matched += !o->scenario || strstr(bench_cases[i].name, o->scenario);
+    matched += scenario_matches(o, i);
     for (int p = 0; p < bench_num_presets; p++) runs += case_chosen(o, p, i);
   }
   if (!matched) return bad_usage("no case's name contains '%s' (--list shows them)", o->scenario);
