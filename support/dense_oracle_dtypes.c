@@ -140,17 +140,19 @@ uint8_t oracle_double_to_fp8(uattn_dtype t, double x) {
   int top = 127;
   while (!isfinite(v[top])) top--; /* E4M3's NaN, E5M2's NaNs and inf */
   if (ax >= v[top]) return sign | (uint8_t)top;
-  /* The search: codes of x's sign only, so a value that rounds to zero keeps its sign (-0 is 0x80). Below
-   * the largest finite value both neighbours are within one binade of x, so their distances are exact. */
-  int best = -1;
-  double best_d = INFINITY;
-  for (int c = 0; c <= top; c++) {
-    const double d = fabs(v[c] - ax);
-    if (best < 0 || d < best_d || (d == best_d && (c & 1) == 0)) {
-      best = c;
-      best_d = d;
-    }
+  /* The search: codes of x's sign only, so a value that rounds to zero keeps its sign (-0 is 0x80). Codes
+   * 0..top increase with their value, so bisection finds the two that bracket x, v[lo] <= x < v[hi] (v[0]
+   * is 0); below the largest finite value they are within one binade of x, so their distances are exact. */
+  int lo = 0, hi = top;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v[mid] <= ax)
+      lo = mid;
+    else
+      hi = mid;
   }
+  const double d_lo = ax - v[lo], d_hi = v[hi] - ax;
+  const int best = d_lo < d_hi ? lo : d_hi < d_lo ? hi : (lo & 1) == 0 ? lo : hi; /* a tie goes to the even code */
   return sign | (uint8_t)best;
 }
 
