@@ -10,6 +10,7 @@
  * 576-dim cases are bf16, whose output rounding (4e-3) dwarfs them. A latent's value is read from the key cache
  * with the key's own rounding and scale, the bits the oracle reads, so the absorbed form adds no term. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,12 +227,18 @@ Test(mla, out_f32_is_the_unrounded_output, .timeout = 300) {
  * UATTN_TWINS), each layer on the level at or below the named one that keeps its precision, within that level's
  * contract, with every cache entry no query sees NaN or -inf (attention_run_poison_unseen; on the absorbed form the
  * latent's value dims too): a kernel that scores such a key or weighs such a value by zero returns NaN. */
-Test(mla, every_level_over_poisoned_caches, .timeout = 600) {
-  static const char *const isas[] = {"portable", "avx2", "avx512", "avx512bf16", "amx"};
+static const char *const ladder[] = {"portable", "avx2", "avx512", "avx512bf16", "amx"};
+
+ParameterizedTestParameters(mla, every_level_over_poisoned_caches) {
+  static size_t levels[COUNT(ladder)];
+  for (size_t k = 0; k < COUNT(ladder); k++) levels[k] = k;
+  return cr_make_param_array(size_t, levels, COUNT(ladder));
+}
+
+/* Each level its own test, so each has the whole timeout (a twin's pass takes minutes under ASan). */
+ParameterizedTest(size_t *level, mla, every_level_over_poisoned_caches, .timeout = 600) {
   const char *forced = getenv("UATTN_ISA");
-  const char *ran[COUNT(isas)];
-  for (size_t k = 0; k < COUNT(isas); k++) {
-    if (!attention_force_level(isas, k, ran, "mla, unseen entries poisoned")) continue;
+  if (attention_force_level(ladder[*level], "mla, unseen entries poisoned")) {
     run_table(expanded_kinds, COUNT(expanded_kinds), true);
     run_table(absorbed_kinds, COUNT(absorbed_kinds), true);
     run_table(fp8_cases, COUNT(fp8_cases), true);

@@ -104,10 +104,10 @@ double attention_run_bound(const attention_run *run, double max_out);
  * the fp32 output was rounded already). */
 size_t attention_check_out_f32(const attention_run *run, const uattn_tensors *narrow, const uattn_tensors *wide);
 
-/* Forces level isas[k] (UATTN_ISA) for a test that walks the ladder, records the set it runs in ran[k] and says so
- * (label first). Returns false where that set ran already for an earlier k: a level this CPU lacks, without its
- * twin, runs a set below it. */
-bool attention_force_level(const char *const *isas, size_t k, const char **ran, const char *label);
+/* Forces level `isa` (UATTN_ISA) for a test of one level of the ladder and says what it runs (label first). Returns
+ * false where that is not the level itself: a level this CPU lacks, without its twin, runs a set below it, which
+ * that set's own level's test covers. */
+bool attention_force_level(const char *isa, const char *label);
 
 /* UATTN_ISA back to what it was before a test forced levels (forced: its value then, NULL for unset). */
 void attention_restore_isa(const char *forced);
