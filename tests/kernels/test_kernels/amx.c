@@ -20,12 +20,12 @@
  * runs: check_bf16_set's jobs (many of 16 vectors or more, which the tiles take; the rest, P in fp32 and head
  * dims that are not multiples of 32 go to avx512bf16's attend), and long jobs of many rows, several key chunks
  * each, on bf16 and fp8 caches, against the portable set and the fp64 oracle. */
-Test(kernels, amx_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, amx_twin_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   check_bf16_set(&uattn_kernels_amx_twin, "amx (twin)", false, 20261150, AMX_TWIN_SPARSE);
 }
 
-Test(kernels, amx_twin_long_jobs_match_portable, .timeout = 300) {
+Test(kernels, amx_twin_long_jobs_match_portable, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   for (int fp8 = 0; fp8 < 2; fp8++) {
     const case_limits lim = {.large = true, .bf16 = true, .fp8 = fp8};
@@ -73,7 +73,7 @@ static void tdpbf16ps_twin(float *c, const uint32_t *a, const uint32_t *b, int K
 /* Where AMX runs: the instruction is the emulation, element for element, on tiles of every size of operand
  * (denormals and tiny products included, so the flushes count) with accumulators that cancel the sums; a
  * model of the instruction in Intel's pseudocode order (each pair added to C in turn) fails this test. */
-Test(kernels, tdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
+Test(kernels, tdpbf16ps_is_its_emulation_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_amx_runs_here())
     cr_skip_test("this CPU lacks AMX, or the OS grants no tiles (the emulation is what the twin runs)");
 #if defined(__x86_64__)
@@ -105,7 +105,7 @@ Test(kernels, tdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
 
 /* Where AMX runs: the set computes its twin's bits, attend (tiles and the jobs it hands avx512bf16) and decode,
  * both P modes, bf16 and fp8 caches. */
-Test(kernels, amx_is_its_twin_bit_for_bit, .timeout = 300) {
+Test(kernels, amx_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_amx_runs_here()) cr_skip_test("this CPU lacks AMX, or the OS grants no tiles (the twin is tested above)");
   for (int fp32 = 0; fp32 < 2; fp32++) {
     const case_limits any = {.probs_fp32 = fp32}, few_rows = {.decode = true, .probs_fp32 = fp32};

@@ -13,7 +13,7 @@
 #include "jobs.h"
 #include "portable/portable.h"
 
-Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx2_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   /* $UATTN_TEST_KERNEL_CASES: more (a soak) or fewer */
   const char *env = getenv("UATTN_TEST_KERNEL_CASES");
@@ -31,7 +31,7 @@ static void need_xsmm(void) {
 
 /* The libxsmm GEMM body on every job, whatever its size (the avx2 set and the buckets hand it only large
  * ones; the bucket tests above cover that choice): mostly large jobs, then any shape. */
-Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_xsmm();
   const case_limits large = {.large = true}, any = {0};
   check_set_on_random_jobs(&uattn_kernels_xsmm, UATTN_PART_SHARED, "xsmm (large jobs)", &large, 800 / SPARSE, 20240612);
@@ -42,7 +42,7 @@ Test(kernels, xsmm_attend_matches_portable_on_random_jobs, .timeout = 300) {
  * body computes the same bits: its S is summed in the same DB-dim pieces, each one chain in dim order (as
  * libxsmm's NN kernels run k), and its P V is one chain over keys on top of alpha o. So handing a job to one
  * or the other (uattn_xsmm_wins) never changes a result. Jobs of 8 vectors or more (n = 7 splits 4 + 3). */
-Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 300) {
+Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_xsmm();
   const case_limits large = {.large = true};
   check_sets_same_bits(&uattn_kernels_avx2_fused, &uattn_kernels_xsmm, UATTN_PART_SHARED, &large, 300 / SPARSE, 4242,
@@ -52,7 +52,7 @@ Test(kernels, xsmm_attend_is_bitwise_the_fused_kernel_on_large_jobs, .timeout = 
 /* The libxsmm body pins libxsmm to AVX2 code, whatever the CPU offers: on an AVX-512 CPU libxsmm would JIT
  * AVX-512 kernels by itself, and the test above would find other bits. LIBXSMM_TARGET asks for more; the pin
  * still wins (libxsmm reads the variable at its first use, in this process: each test is a fresh child). */
-Test(kernels, xsmm_body_generates_avx2_code_on_every_cpu, .timeout = 300) {
+Test(kernels, xsmm_body_generates_avx2_code_on_every_cpu, .timeout = KERNEL_TEST_TIMEOUT) {
   setenv("LIBXSMM_TARGET", "cpx", 1);
   need_xsmm();
   cr_assert_str_eq(uattn_xsmm_target(), "hsw", "libxsmm generates %s code for the body, not AVX2 (hsw)",
@@ -61,7 +61,7 @@ Test(kernels, xsmm_body_generates_avx2_code_on_every_cpu, .timeout = 300) {
 
 /* UATTN_PERF_MAP=1: every JIT kernel the body dispatches is listed in /tmp/perf-<pid>.map as
  * "START SIZE libxsmm_smm_m<M>_n<N>_k<K>_beta<B>", START inside an executable mapping of the process. */
-Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
+Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = KERNEL_TEST_TIMEOUT) {
   char path[64];
   snprintf(path, sizeof path, "/tmp/perf-%ld.map", (long)getpid());
   remove(path);
@@ -108,7 +108,7 @@ Test(kernels, xsmm_perf_map_lists_the_jit_kernels, .timeout = 300) {
 
 /* The decode kernel (a few rows straight from the cache) on jobs of every shape it takes: one row half the
  * time, else up to UATTN_DECODE_MAX_VECTORS vectors. */
-Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode", &few_rows, 1500 / SPARSE, 20261121);
@@ -117,7 +117,7 @@ Test(kernels, avx2_decode_matches_portable_on_random_jobs, .timeout = 300) {
 /* The decode kernel over a list of blocks (uattn_decode_src: a request's blocks wherever the cache holds
  * them): against the portable set, and bit for bit what it computes on the same keys in one block (it walks
  * a list as one stretch of keys, its P V tiles never straddling two blocks). */
-Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .timeout = 300) {
+Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits lists = {.decode = true, .list = true};
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode, a list of blocks", &lists,
@@ -129,7 +129,7 @@ Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .t
  * folds the formats' rebias into the queries, P, the scores and the outputs (common/decode8.h), which is exact
  * only while they stay in f32's normal range: queries of 2^76 at a dim (too large to fold) take its
  * natural-order path. The bound and the fp64 oracle are check_set_on_random_jobs'. */
-Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = 300) {
+Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits codes = {.decode = true, .every_code = true};
   check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode, every fp8 code", &codes, 800 / SPARSE,
@@ -140,7 +140,7 @@ Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = 300) {
  * portable set makes NaN or infinite, the decode kernel makes the same (a NaN key makes its vectors' rows
  * NaN, a NaN value its dim; an infinite score or value infinite outputs, or NaN ones), the rest within 1e-5
  * of the format's largest value (a sum of values up to 57344 in another order). */
-Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = 300) {
+Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits specials = {.decode = true, .every_code = true, .specials = true};
   test_rng rng = {20261130};
@@ -172,7 +172,7 @@ Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = 300) {
             inf_outputs);
 }
 
-Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);

@@ -17,7 +17,7 @@
 
 /* The avx512 set's decode kernel, through its twin (common/vec16.h: the same arithmetic on pairs of ymm
  * registers), which runs wherever AVX2 does: against the portable set, and over several heads. */
-Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin)", &few_rows,
@@ -26,7 +26,7 @@ Test(kernels, avx512_twin_decode_matches_portable_on_random_jobs, .timeout = 300
 
 /* Over a list of blocks, which the phases walk (bf16 rows) and the fused walk (16-key shares, in pieces over
  * 8-key blocks) take as it is: against the portable set, and bit for bit the same keys in one block. */
-Test(kernels, avx512_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = 300) {
+Test(kernels, avx512_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits lists = {.decode = true, .list = true};
   check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE, "avx512 decode (twin), a list of blocks",
@@ -34,7 +34,7 @@ Test(kernels, avx512_twin_decode_over_a_list_of_blocks_matches_portable, .timeou
   check_list_is_one_block(&uattn_kernels_avx512_twin, &lists, 800 / SPARSE, 20261205, "avx512 decode (twin)");
 }
 
-Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx512_twin, "avx512 decode (twin)", &few_rows, 400 / SPARSE, 20261124);
@@ -42,7 +42,7 @@ Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout
 
 /* The avx512 set's attend (avx512/body.h) through its twin: against the portable set on jobs of any shape, and
  * on large ones (many rows, several key chunks). */
-Test(kernels, avx512_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx512_twin_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits any = {0}, large = {.large = true};
   check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_SHARED, "avx512 attend (twin)", &any, 1500 / SPARSE,
@@ -53,14 +53,14 @@ Test(kernels, avx512_twin_attend_matches_portable_on_random_jobs, .timeout = 300
 
 /* Where AVX-512 runs: the zmm kernels compute their twin's bits, decode and attend (what the tests above
  * checked). */
-Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = 300) {
+Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
   const case_limits few_rows = {.decode = true};
   check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &few_rows, 1000 / SPARSE,
                        20261125, "the zmm kernel differs from its twin");
 }
 
-Test(kernels, avx512_attend_is_its_twin_bit_for_bit, .timeout = 300) {
+Test(kernels, avx512_attend_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_avx512_runs_here()) cr_skip_test("this CPU lacks AVX-512F (the twin is tested above)");
   const case_limits any = {0}, large = {.large = true};
   check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_SHARED, &any, 1000 / SPARSE,
@@ -74,12 +74,12 @@ Test(kernels, avx512_attend_is_its_twin_bit_for_bit, .timeout = 300) {
 /* Its arithmetic through its twin (avx512bf16/vec.h: vdpbf16ps emulated exactly), which runs wherever AVX2
  * does: attend and decode against the portable set, P in bf16 (the default) and in fp32, on what the set is
  * dispatched for: bf16 queries on bf16 keys and values, and on fp8 ones (half as many cases). */
-Test(kernels, avx512bf16_twin_attend_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx512bf16_twin_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", false, 20261130, SPARSE);
 }
 
-Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   check_bf16_set(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", true, 20261132, SPARSE);
 }
@@ -87,7 +87,7 @@ Test(kernels, avx512bf16_twin_decode_matches_portable_on_random_jobs, .timeout =
 /* Over a list of blocks, taken as it is: bf16 and fp8 rows, P in bf16 (the fused walks: shares of 16 keys of
  * bf16 and 32 of fp8, in pieces over smaller blocks) and in fp32 (the phases walk): against the portable set,
  * and bit for bit the same keys in one block. */
-Test(kernels, avx512bf16_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = 300) {
+Test(kernels, avx512bf16_twin_decode_over_a_list_of_blocks_matches_portable, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   for (int fp8 = 0; fp8 < 2; fp8++)
     for (int fp32 = 0; fp32 < 2; fp32++) {
@@ -100,7 +100,7 @@ Test(kernels, avx512bf16_twin_decode_over_a_list_of_blocks_matches_portable, .ti
     }
 }
 
-Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 decode (twin)", &few_rows, 400 / SPARSE, 20261134);
@@ -108,7 +108,7 @@ Test(kernels, avx512bf16_twin_decode_over_several_heads_is_each_head_alone, .tim
 
 /* Its decode kernel on a TILED cache (decode_tiled.h), through the twin: against the portable set on bf16 and
  * fp8 blocks with NaN in the slots past the keys (tiled_copy), and over several heads. */
-Test(kernels, avx512bf16_twin_tiled_decode_matches_portable_on_random_jobs, .timeout = 300) {
+Test(kernels, avx512bf16_twin_tiled_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   for (int fp8 = 0; fp8 < 2; fp8++) {
     const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
@@ -118,7 +118,7 @@ Test(kernels, avx512bf16_twin_tiled_decode_matches_portable_on_random_jobs, .tim
   }
 }
 
-Test(kernels, avx512bf16_twin_tiled_decode_over_several_heads_is_each_head_alone, .timeout = 300) {
+Test(kernels, avx512bf16_twin_tiled_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits lim = {.decode = true, .bf16 = true, .fp8 = true, .tiled = true};
   check_decode_heads(&uattn_kernels_avx512bf16_twin, "avx512bf16 tiled decode (twin)", &lim, 400 / SPARSE, 20261128);
@@ -169,7 +169,7 @@ static void random_dpbf16_lanes(test_rng *rng, int it, float *acc, uint32_t *a, 
 }
 
 /* The twin's vector emulation is the scalar pseudocode, lane for lane, wherever AVX2 runs. */
-Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = 300) {
+Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
 #if defined(__x86_64__)
   test_rng rng = {20261137};
@@ -189,7 +189,7 @@ Test(kernels, vdpbf16ps_twin_is_the_pseudocode, .timeout = 300) {
 
 /* Where AVX512-BF16 runs: the instruction is that pseudocode too, lane for lane (so the twin can be held to
  * the real kernels, as the next test does). */
-Test(kernels, vdpbf16ps_is_its_emulation_bit_for_bit, .timeout = 300) {
+Test(kernels, vdpbf16ps_is_its_emulation_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the emulation is what the twin runs)");
 #if defined(__x86_64__)
   test_rng rng = {20261135};
@@ -265,7 +265,7 @@ Test(kernels, vcvtneps2bf16_twin_and_instruction_are_the_pseudocode) {
 }
 
 /* Where AVX512-BF16 runs: the set computes its twin's bits, attend and decode, both P modes, every dtype. */
-Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = 300) {
+Test(kernels, avx512bf16_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
   if (!uattn_avx512bf16_runs_here()) cr_skip_test("this CPU lacks AVX512-BF16 (the twin is tested above)");
   for (int fp32 = 0; fp32 < 2; fp32++) {
     const case_limits any = {.probs_fp32 = fp32}, few_rows = {.decode = true, .probs_fp32 = fp32};

@@ -38,7 +38,7 @@ ParameterizedTestParameters(buckets, match_portable_on_random_jobs) {
  * mostly whole blocks of its block size and dtype (the unique part: the decode kernel's jobs of a few rows),
  * NHD and HND sources; an fp8 bucket's blocks are raw codes of its format, as the cache holds them (the forward
  * applies the scales). */
-ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = 300) {
+ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
   const uattn_bucket_kernels *b = uattn_bucket_registry[param->index];
   if (!b->runs_here()) cr_skip_test("this CPU lacks %s", b->isa);
   const bool decode = param->part == UATTN_PART_UNIQUE;

@@ -31,6 +31,9 @@
 /* The amx twin emulates every tile product element by element in C, many times slower than the other twins'
  * vector code, which ASan slows down further: its jobs a further 4 times fewer there. */
 #define AMX_TWIN_SPARSE (SPARSE > 1 ? 4 * SPARSE : 1)
+/* A test's timeout, a guard against a hang: sanitized builds run several times slower, and slower still on a
+ * loaded host (a twin's pass under ASan ran past 300 s where the host took half the CPU). */
+#define KERNEL_TEST_TIMEOUT (SPARSE > 1 ? 900 : 300)
 
 void need_avx2(void);
 float uniform(test_rng *rng, float lo, float hi);

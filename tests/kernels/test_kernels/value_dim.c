@@ -17,7 +17,7 @@ static void check_set(const uattn_kernels *set, uint64_t seed) {
   check_value_dim_is_a_prefix(set, UATTN_PART_CAUSAL, &large, 100 / SPARSE / sparse, seed + 10, set->name);
 }
 
-Test(kernels, every_attend_keeps_its_bits_with_fewer_value_dims, .timeout = 300) {
+Test(kernels, every_attend_keeps_its_bits_with_fewer_value_dims, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   for (size_t i = 0; i < uattn_isa_registry_size; i++) {
     const uattn_isa *isa = &uattn_isa_registry[i];

@@ -56,7 +56,7 @@ static size_t negative_floats(uint32_t *u, uint32_t last, uint32_t step, float *
   return k;
 }
 
-Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = 300) {
+Test(kernels, avx2_exp_is_within_2_ulps_of_expf, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   /* every 7th float of [-104, 0] (subnormal results included), and a few special points */
   enum { N = 1 << 16 };
@@ -98,7 +98,7 @@ AVX2_TARGET static void exp2_fms_all(const float *x, float c, float mc, float *y
 /* Its accuracy: within 2.5e-7 of 2^t relative (the polynomial's 1.6e-7, its fp32 evaluation and the one
  * rounding of the result), plus half a subnormal step below 2^-126; t comes from one FMA, so 2^(x c - mc) is
  * also off by t's rounding, |t| 2^-24 ln 2 relative. */
-Test(kernels, exp2_fms_is_within_its_stated_error_of_exp2, .timeout = 300) {
+Test(kernels, exp2_fms_is_within_its_stated_error_of_exp2, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   enum { N = 1 << 16 };
   static float x[N], y[N];
@@ -136,7 +136,7 @@ Test(kernels, exp2_fms_is_within_its_stated_error_of_exp2, .timeout = 300) {
 /* Random bits in every element (NaNs, infinities, subnormals included), random shapes and strides: the avx2
  * panels hold exactly what the portable widening gives, where its layout puts it, and zeros in the padding
  * it promises. F16C quiets signaling NaNs, so a 16-bit NaN need only stay a NaN of the same sign. */
-Test(kernels, avx2_load_is_bit_exact, .timeout = 300) {
+Test(kernels, avx2_load_is_bit_exact, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   test_rng rng = {77};
   for (int it = 0; it < 600 / SPARSE; it++) {
@@ -184,7 +184,7 @@ Test(kernels, avx2_load_is_bit_exact, .timeout = 300) {
 }
 
 /* Every f16 and bf16 value through the 8 x 8 transposes and the row widening. */
-Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = 300) {
+Test(kernels, avx2_load_widens_every_16_bit_value, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   enum { D = 256, KEYS = 256 }; /* 65536 elements */
   uint16_t *src = malloc(sizeof(uint16_t) * D * KEYS);
@@ -258,7 +258,7 @@ static void check_load_tiled(const uattn_kernels *set, const char *what, const u
   }
 }
 
-Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = 300) {
+Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   check_load_tiled(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE,
                    20261126);
@@ -311,7 +311,7 @@ static void check_load_against_twin(const uattn_kernels *set, const char *what, 
   }
 }
 
-Test(kernels, avx512bf16_load_is_its_twins, .timeout = 300) {
+Test(kernels, avx512bf16_load_is_its_twins, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   if (!uattn_avx512bf16_runs_here()) return; /* the twin is the staged path itself */
   check_load_against_twin(&uattn_kernels_avx512bf16, "avx512bf16", 0, -1, 1200 / SPARSE, 20261129);
@@ -385,7 +385,7 @@ Test(kernels, avx512bf16_fp8_widening_is_exact_for_every_code) {
 /* The soft cap's tanh is computed in fp64 and rounded once: every 5th float of [-20, 20] (tiny magnitudes
  * included) within 1 ulp of the correctly rounded value (within half an ulp but for near-ties), and tanhf's
  * own error on top. */
-Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = 300) {
+Test(kernels, avx2_tanh_is_within_1_ulp_of_the_rounded_exact_value, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   enum { N = 1 << 16 };
   static float x[N], y[N];
