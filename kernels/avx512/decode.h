@@ -3,7 +3,7 @@
  * P V loops in 16-float vectors (common/vec16.h), where AVX-512's width and 32 registers halve the
  * instructions a key and give the FMAs twice the independent chains:
  *   scores  WIDE_KEYS keys at a time against up to 4 query vectors: 16 accumulators of 16 lanes over the
- *           head dim, folded to 8 lanes and summed by hsum8x8's hadd tree;
+ *           head dim, folded to 8 lanes and summed by hsum8x8;
  *   softmax common/decode8.h's (block_softmax: mask, soft cap, ALiBi, online rescale), per head and block;
  *   P V     register tiles of up to 4 vectors x 64 dims, each value row widened as it is used.
  * bf16 rows with a head dim a multiple of 32 are widened 32 elements at a time into even/odd halves (a

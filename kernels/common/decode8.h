@@ -10,9 +10,9 @@
  * few rows at a time, every head in turn. A head at a time would read 256 bytes of every 2 KB row, a
  * pattern the hardware prefetchers follow worse than a sequential read, which row order is.
  *
- *   scores  two keys at a time, every head in turn, against up to 4 query vectors: 8 accumulators of 8
- *           lanes over the head dim (a chain of D / 8 FMAs each, like the panel kernel's DB-dim partial
- *           sums), then one hadd tree turns the 8 accumulators into the 8 scores;
+ *   scores  two keys at a time, half the call's keys apart, every head in turn, against up to 4 query
+ *           vectors: 8 accumulators of 8 lanes over the head dim (a chain of D / 8 FMAs each, like the panel
+ *           kernel's DB-dim partial sums), then one sum tree (hsum8x8) turns them into the 8 scores;
  *   softmax the panel kernel's softmax_row (mask, soft cap, ALiBi, online rescale), per head and block;
  *   P V     PV_TILE keys at a time, every head in turn: register tiles of up to 4 vectors x 16 dims, each
  *           value vector widened from the cache row as it is used.
@@ -189,26 +189,21 @@ AVX2_INLINE __m256 scores_pair(const int NB, const int ORDER, uattn_dtype t, con
   return hsum8x8(a);
 }
 
-/* scores_pair's lanes into S: vector i's two scores at Sb + i * W, or (an odd last key: both false) its first
- * only. Two scores a store, not one. */
-AVX2_INLINE void store_score_pairs(const int NB, __m256 x, float *Sb, int32_t W, bool both) {
-  const __m128 lo = _mm256_castps256_ps128(x), hi = _mm256_extractf128_ps(x, 1);
-  if (both) {
-    _mm_storel_pi((__m64 *)Sb, lo);
-    if (NB > 1) _mm_storeh_pi((__m64 *)(Sb + W), lo);
-    if (NB > 2) _mm_storel_pi((__m64 *)(Sb + 2 * (size_t)W), hi);
-    if (NB > 3) _mm_storeh_pi((__m64 *)(Sb + 3 * (size_t)W), hi);
-    return;
-  }
+/* scores_pair's lanes into S: vector i's first score at S0 + i * W, and (both; false at an odd count's last
+ * step) its second at S1 + i * W. */
+AVX2_INLINE void store_score_pair(const int NB, __m256 x, float *S0, float *S1, int32_t W, bool both) {
   _Alignas(32) float p[8];
   _mm256_store_ps(p, x);
-  for (int i = 0; i < NB; i++) Sb[(size_t)i * W] = p[2 * i];
+  for (int i = 0; i < NB; i++) {
+    S0[(size_t)i * W] = p[2 * i];
+    if (both) S1[(size_t)i * W] = p[2 * i + 1];
+  }
 }
 
-/* scores_pair of NB vectors into S (store_score_pairs). */
+/* scores_pair of NB vectors into S (store_score_pair). */
 AVX2_INLINE void score_pair_step(const int NB, const int ORDER, uattn_dtype t, const float *q, const int32_t D,
-                                 const char *r0, const char *r1, float *Sb, int32_t W, bool both) {
-  store_score_pairs(NB, scores_pair(NB, ORDER, t, q, D, r0, r1), Sb, W, both);
+                                 const char *r0, const char *r1, float *S0, float *S1, int32_t W, bool both) {
+  store_score_pair(NB, scores_pair(NB, ORDER, t, q, D, r0, r1), S0, S1, W, both);
 }
 
 /* 16 dims (from d) of o_i += sum_{j in [lo, hi)} P[i][j] v_j for NB vectors (P[i][j] at S + i * ld + j - j0,
@@ -317,26 +312,47 @@ AVX2_INLINE bool q_fits_fold(const uattn_panel_job *job, int32_t heads, size_t h
   return _mm256_movemask_ps(_mm256_cmp_ps(m, _mm256_set1_ps(ldexpf(1.0f, 126 - H)), _CMP_GE_OQ)) == 0;
 }
 
+/* Rows [w0, w1) of the scores' walk into r: step i reads keys LO + i and LO + half + i (rows 2 i and 2 i + 1;
+ * at an odd count's last step the second is past HI: none), then come ahead_rows's values and next keys.
+ * Returns how many. */
+AVX2_INLINE int32_t score_walk_rows(const decode_shape *s, int32_t half, int32_t w0, int32_t w1, const char **r) {
+  int32_t n = 0;
+  for (int32_t w = w0; w < w1; w++) {
+    const int32_t i = w >> 1, j = s->LO + i + (w & 1) * half, past = s->HI + w - 2 * half;
+    if (i >= half)
+      n += ahead_rows(s, past, past + 1, r + n);
+    else if (j < s->HI)
+      r[n++] = decode_row(s, s->kb, j);
+  }
+  return n;
+}
+
 /* The scores of every head and block, two rows at a time, every head in turn: S[g][x][j - j0] for keys
- * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The rows ahead are asked for a
- * head's share at a time. */
+ * [LO, HI) (q: head g's vectors at q + g * qstep, in even/odd order when EO). The two rows are half the keys
+ * apart, so that each half is read in the order of its bytes: two ascending streams, which the hardware
+ * prefetchers follow. Adjacent rows, every head in turn, go back and forth between two rows, which they do
+ * not follow: the reads then rest on the requests below alone, about half the read bandwidth on Zen 3. The
+ * rows ahead are asked for a head's share at a time. */
 AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dtype t, const float *q, size_t qstep,
                                float *S, const int32_t D) {
-  const int32_t heads = s->heads, n = s->n;
-  const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD);
-  begin_scores(s, S, ahead);
-  for (int32_t j = s->LO; j < s->HI; j += 2) {
-    const char *r0 = decode_row(s, s->kb, j),
-               *r1 = j + 1 < s->HI ? decode_row(s, s->kb, j + 1) : r0; /* odd last: twice */
-    const char *a[2];
-    const int32_t na = ahead_rows(s, j + ahead, j + ahead + 2, a);
+  const int32_t heads = s->heads, n = s->n, half = (s->HI - s->LO + 1) / 2;
+  const int32_t ahead = decode_rows_ahead(s, DECODE_AHEAD); /* at most 64 */
+  const char *a[64];
+  begin_scores(s, S, 0);
+  const int32_t na0 = score_walk_rows(s, half, 0, ahead, a); /* the first rows, which no step asks for */
+  for (int32_t g = 0; g < heads; g++) prefetch_rows(s, a, na0, g);
+  for (int32_t i = 0; i < half; i++) {
+    const int32_t j0 = s->LO + i, j1 = j0 + half;
+    const char *r0 = decode_row(s, s->kb, j0), *r1 = j1 < s->HI ? decode_row(s, s->kb, j1) : r0;
+    const int32_t na = score_walk_rows(s, half, 2 * i + ahead, 2 * i + ahead + 2, a);
     for (int32_t g = 0; g < heads; g++) {
       prefetch_rows(s, a, na, g);
       const char *g0 = r0 + (size_t)g * s->head_step, *g1 = r1 + (size_t)g * s->head_step;
       for (int32_t b = 0; b < s->blocks; b++) {
         const float *qb = q + (size_t)g * qstep + (size_t)s->x0[b] * D;
-        float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W + (j - s->j0);
-        DECODE_BY_NB(s->nb[b], score_pair_step, ORDER, t, qb, D, g0, g1, Sb, s->W, j + 1 < s->HI);
+        float *Sb = S + ((size_t)g * n + s->x0[b]) * s->W;
+        DECODE_BY_NB(s->nb[b], score_pair_step, ORDER, t, qb, D, g0, g1, Sb + (j0 - s->j0), Sb + (j1 - s->j0), s->W,
+                     j1 < s->HI);
       }
     }
   }

@@ -146,12 +146,22 @@ AVX2_INLINE __m256i tail_mask(int32_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The 8 sums of a[0..7], in order. */
+/* The 8 sums of a[0..7], in order: each level halves the vectors, adding 128-bit halves, then pairs of
+ * lanes, then lanes. One operand of each add at the first two levels is a blend (any FP pipe): 8 shuffles in
+ * all, where a hadd tree takes 14 (two a hadd, two to cross the halves). The tree puts input k's sum in lane
+ * slot[k] (its own inverse), so input k is a[slot[k]]. */
 AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3); /* [a0..a3 | a0..a3] halves */
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+  static const int slot[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  __m256 b[4], c[2];
+  for (int k = 0; k < 4; k++) {
+    const __m256 x = a[slot[k]], y = a[slot[k + 4]];
+    b[k] = _mm256_add_ps(_mm256_blend_ps(x, y, 0xf0), _mm256_permute2f128_ps(x, y, 0x21));
+  }
+  for (int k = 0; k < 2; k++)
+    c[k] = _mm256_add_ps(_mm256_blend_ps(b[k], b[k + 2], 0xcc),
+                         _mm256_shuffle_ps(b[k], b[k + 2], _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 #endif
