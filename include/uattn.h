@@ -453,9 +453,10 @@ typedef enum uattn_kv_layout {
    *   value_cache [num_blocks, block_size / 16, num_kv_heads, 8, head_dim, 2]:      element (b, t, h, i / 2, d, i % 2)
    * The same bytes as NHD and HND (fp8 caches: one code an element), written by uattn_forward's cache write;
    * an engine allocates it like the others and leaves its contents to uattn. Needs a block size that is a
-   * multiple of 16 and an even head dim. Where the CPU has AVX512-BF16 its decodes are the fastest of the three
-   * layouts and its prefill-like parts a little slower: a layout for decode-heavy serving. Elsewhere its
-   * blocks are gathered into rows. Figures: docs/performance.md. */
+   * multiple of 16 and an even head dim. Its decodes are the fastest of the three layouts where the CPU has
+   * AVX512-BF16 (bf16 and fp8 caches, head dims a multiple of 32) and, of bf16 caches, on AVX2 (head dims a
+   * multiple of 16; fp8 there about level with NHD), and its prefill-like parts a little slower: a layout for
+   * decode-heavy serving. Other caches' blocks are gathered into rows. Figures: docs/performance.md. */
   UATTN_LAYOUT_TILED = 2,
 } uattn_kv_layout;
 

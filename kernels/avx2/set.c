@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "avx2/body.h"
-#include "common/decode8.h"
+#include "avx2/decode_tiled.h"
 #include "avx2/xsmm.h"
 
 int uattn_avx2_runs_here(void) {
@@ -78,11 +78,18 @@ AVX2_TARGET static void avx2_decode(const uattn_panel_job *job, int32_t heads, s
   avx2_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
 }
 
+AVX2_TARGET static void avx2_decode_tiled(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                                          uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                          size_t head_stride, float *scratch) {
+  avx2_decode_tiled_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
+}
+
 const uattn_kernels uattn_kernels_avx2 = {.name = "avx2",
                                           .load = uattn_avx2_load,
                                           .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
                                           .panel_floats = uattn_avx2_panel_floats,
                                           .decode = avx2_decode,
+                                          .decode_tiled = avx2_decode_tiled,
                                           .caps = UATTN_CAPS_RECORD(AVX2_CAPS)};
 
 /* The fused register-tile body alone, whatever the job's size. */

@@ -3,13 +3,14 @@
 #ifndef UATTN_AVX512_H
 #define UATTN_AVX512_H
 
+#include "avx2/avx2.h"
 #include "kernels.h"
 
 extern const uattn_kernels uattn_kernels_avx512;
 
 /* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled, fp32 inputs; decode of
- * head dims of whole ymm vectors, P V tiles of 8 keys; no TILED kernels. */
-#define AVX512_CAPS 0, 0, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8, 0, 0, 0
+ * head dims of whole ymm vectors, P V tiles of 8 keys; the avx2 set's decode_tiled (avx2/avx2.h). */
+#define AVX512_CAPS AVX2_CAPS
 UATTN_CAPS_CHECK(AVX512_CAPS);
 
 /* 1 when this CPU runs the avx2 set and AVX-512F, and the OS saves the zmm and opmask registers; always 0

@@ -4,10 +4,18 @@
 #include "avx512/avx512.h"
 #include "avx512/body.h"
 #include "avx512/decode.h"
+#include "avx2/decode_tiled.h"
 
 AVX512_TARGET static void avx512_decode(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
                                         uattn_dtype dtype, const uattn_decode_src *src, float *scratch) {
   avx512_decode_body(job, heads, head_vectors, dtype, src, scratch, job->head_dim);
+}
+
+/* On a TILED cache, the avx2 set's kernel (its 8-float products; no 16-lane one yet). */
+AVX512_TARGET static void avx512_decode_tiled(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
+                                              uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                              size_t head_stride, float *scratch) {
+  avx2_decode_tiled_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
 AVX512_TARGET static void avx512_attend(const uattn_panel_job *job, int32_t panel_keys) {
@@ -19,4 +27,5 @@ const uattn_kernels AVX512_SET = {.name = "avx512",
                                   .attend = {avx512_attend, avx512_attend, avx512_attend},
                                   .panel_floats = uattn_avx2_panel_floats,
                                   .decode = avx512_decode,
+                                  .decode_tiled = avx512_decode_tiled,
                                   .caps = UATTN_CAPS_RECORD(AVX512_CAPS)};

@@ -359,8 +359,9 @@ AVX2_INLINE void decode_scores(const int ORDER, const decode_shape *s, uattn_dty
 }
 
 /* The softmax of every head and block (S to P, m and l updated), each output rescaled by its alpha and put
- * in the call's order; for DECODE_Q4, P times 2^fold and the outputs times 2^-fold. */
+ * in the call's order; for DECODE_Q4 and DECODE_EO8, P times 2^fold and the outputs times 2^-fold. */
 AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *s, float *S, const int32_t D) {
+  const bool folded = s->order == DECODE_Q4 || s->order == DECODE_EO8;
   for (int32_t g = 0; g < s->heads; g++) {
     const uattn_panel_job h = uattn_decode_head_job(job, g, s->hv);
     for (int32_t b = 0; b < s->blocks; b++) {
@@ -370,32 +371,54 @@ AVX2_INLINE void decode_softmax(const uattn_panel_job *job, const decode_shape *
       block_rules(&h, s->x0[b], s->nb[b], 0, h.num_keys, rule, &lo, &hi);
       float *Sb = S + ((size_t)g * s->n + s->x0[b]) * s->W;
       block_softmax(&h, s->x0[b], s->nb[b], rule, Sb, s->W, s->j0, s->j0 + s->W, alpha);
-      if (s->order == DECODE_Q4) {
+      if (folded) {
         const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
         for (size_t x = 0; x < (size_t)s->nb[b] * s->W; x += 8)
           _mm256_storeu_ps(Sb + x, _mm256_mul_ps(up, _mm256_loadu_ps(Sb + x)));
       }
       for (int i = 0; i < s->nb[b]; i++) {
         float *o = h.o + (size_t)(s->x0[b] + i) * D;
-        const __m256 a = _mm256_set1_ps(alpha[i]);
+        const __m256 a = _mm256_set1_ps(alpha[i]), down = _mm256_mul_ps(a, _mm256_set1_ps(ldexpf(1.0f, -s->fold)));
         if (s->order == DECODE_Q4) {
-          const __m256 down = _mm256_mul_ps(a, _mm256_set1_ps(ldexpf(1.0f, -s->fold)));
           for (int32_t d = 0; d < D; d += 32) {
             __m256 x[4];
             to_q4(o + d, x);
             for (int c = 0; c < 4; c++) _mm256_storeu_ps(o + d + 8 * c, _mm256_mul_ps(down, x[c]));
           }
-        } else if (s->order == DECODE_EO)
+        } else if (s->order == DECODE_EO || s->order == DECODE_EO8) {
+          const __m256 f = s->order == DECODE_EO8 ? down : a;
           for (int32_t d = 0; d < D; d += 16) {
             __m256 e, od;
             to_eo(o + d, &e, &od);
-            _mm256_storeu_ps(o + d, _mm256_mul_ps(a, e)), _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(a, od));
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(f, e)), _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(f, od));
           }
-        else if (alpha[i] != 1.0f)
+        } else if (alpha[i] != 1.0f)
           for (int32_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(a, _mm256_loadu_ps(o + d)));
       }
     }
   }
+}
+
+/* The outputs of every head back in natural order from the call's (decode_softmax's), and for DECODE_Q4 and
+ * DECODE_EO8 times 2^fold: what a decode kernel ends with. */
+AVX2_INLINE void decode_outputs_natural(const uattn_panel_job *job, const decode_shape *s, const int32_t D) {
+  const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
+  for (int32_t g = 0; g < s->heads && s->order != DECODE_NATURAL; g++)
+    for (int32_t x = 0; x < s->n; x++) {
+      float *o = job->o + g * s->hq + (size_t)x * D;
+      if (s->order == DECODE_Q4)
+        for (int32_t d = 0; d < D; d += 32) {
+          __m256 y[4];
+          for (int c = 0; c < 4; c++) y[c] = _mm256_mul_ps(up, _mm256_loadu_ps(o + d + 8 * c));
+          from_q4(y, o + d);
+        }
+      else
+        for (int32_t d = 0; d < D; d += 16) {
+          __m256 e = _mm256_loadu_ps(o + d), od = _mm256_loadu_ps(o + d + 8);
+          if (s->order == DECODE_EO8) e = _mm256_mul_ps(up, e), od = _mm256_mul_ps(up, od);
+          from_eo(e, od, o + d);
+        }
+    }
 }
 
 /* One block's P V step p: keys [p->lo, p->hi) of NB vectors of one head into its outputs (P at p->S). */
@@ -420,24 +443,7 @@ AVX2_INLINE void pv_block(const int NB, const decode_shape *s, uattn_dtype t, co
 AVX2_INLINE void decode_pv(const uattn_panel_job *job, const decode_shape *s, uattn_dtype t, const float *S,
                            const int32_t D) {
   DECODE_PV_TILES(job, s, S, D, pv_block, s, t, D);
-  if (s->order == DECODE_Q4) {
-    const __m256 up = _mm256_set1_ps(ldexpf(1.0f, s->fold));
-    for (int32_t g = 0; g < s->heads; g++)
-      for (int32_t x = 0; x < s->n; x++)
-        for (int32_t d = 0; d < D; d += 32) {
-          float *o = job->o + g * s->hq + (size_t)x * D + d;
-          __m256 y[4];
-          for (int c = 0; c < 4; c++) y[c] = _mm256_mul_ps(up, _mm256_loadu_ps(o + 8 * c));
-          from_q4(y, o);
-        }
-  }
-  if (s->order == DECODE_EO)
-    for (int32_t g = 0; g < s->heads; g++)
-      for (int32_t x = 0; x < s->n; x++)
-        for (int32_t d = 0; d < D; d += 16) {
-          float *o = job->o + g * s->hq + (size_t)x * D + d;
-          from_eo(_mm256_loadu_ps(o), _mm256_loadu_ps(o + 8), o);
-        }
+  decode_outputs_natural(job, s, D);
 }
 
 /* decode in kernels.h: `heads` KV heads of the job, their keys and values where src says, elements of dtype,

@@ -14,8 +14,9 @@ enum {
 };
 
 /* The order a call's query vectors and outputs take (decode_shape.order): natural, bf16's even/odd halves
- * of 16, fp8's quarters of 32. */
-typedef enum { DECODE_NATURAL, DECODE_EO, DECODE_Q4 } decode_order;
+ * of 16, fp8's quarters of 32; DECODE_EO8, the outputs alone in even/odd halves, folded as DECODE_Q4's (the
+ * avx2 set's fp8 TILED values, avx2/decode_tiled.h). */
+typedef enum { DECODE_NATURAL, DECODE_EO, DECODE_Q4, DECODE_EO8 } decode_order;
 
 /* FN(NB, ...) with NB the constant 1, 2, 3 or 4 that n (a block's vectors) is: one instance of a step per
  * block size, each with its accumulators in registers. */
@@ -50,8 +51,8 @@ typedef struct decode_shape {
   size_t step, head_step, span; /* bytes: key to key, head to head, of a row the heads read */
   size_t share;                 /* bytes of span each head asks for (whole lines) */
   size_t hv, hq;      /* vectors (states) and floats (query vectors, outputs) from a head's to the next head's */
-  decode_order order; /* the query vectors' and outputs' (DECODE_Q4: times 2^fp8_fold's H) */
-  int fold;           /* DECODE_Q4: fp8_fold */
+  decode_order order; /* the query vectors' and outputs' (DECODE_Q4, DECODE_EO8: times 2^fp8_fold's H) */
+  int fold;           /* DECODE_Q4, DECODE_EO8: fp8_fold */
 } decode_shape;
 
 /* Row j of the call (its first head's) in the call's blocks of keys (s->kb) or of values (s->vb). */

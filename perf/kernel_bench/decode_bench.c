@@ -249,8 +249,9 @@ static void run_layout(void *arg, long call) {
  * uattn's own is allowed where it pays). The same kernel on the same 512 MiB of blocks (keys and values
  * adjacent) in three layouts, cold, and the set's decode_tiled (where it has one) on them as a TILED cache,
  * hot and cold, and cold as TILED K|V, against a plain read of the blocks and the kernel hot, for 1 and 2 rows
- * of GQA 4, in ns per key and KV head. */
-int bench_decode_layouts(const uattn_kernels *set, const char *which) {
+ * of GQA 4, in ns per key and KV head. With a variant (NULL: none) its decode_tiled too, hot and cold, in the
+ * same rounds. */
+int bench_decode_layouts(const uattn_kernels *set, const uattn_kernels *variant, const char *which) {
   if (!uattn_decode_fits(set, block_keys, head_dim, GROUP)) {
     fprintf(stderr, "uattn-kernel-bench: the %s set has no decode kernel for this shape\n", set->name);
     return 1;
@@ -264,8 +265,9 @@ int bench_decode_layouts(const uattn_kernels *set, const char *which) {
       (long)(2 * block * cold_blocks * uattn_dtype_size(cache_dtype) >> 20));
   const bool tiled = block_keys % UATTN_TILED_KEYS == 0 &&
                      uattn_decode_tiled_fits(set, block_keys, head_dim, GROUP, cache_dtype, false);
-  printf("  %-28s %8s %8s %8s %10s %8s %8s %9s %8s\n", "", "hot", "hot T", "NHD", "HND", "head K|V", "TILED",
-         "TILED K|V", "read");
+  const bool vt = tiled && variant && variant->decode_tiled; /* the variant's decode_tiled beside the set's */
+  printf("  %-28s %8s %8s %8s %10s %8s %8s %9s %8s%s\n", "", "hot", "hot T", "NHD", "HND", "head K|V", "TILED",
+         "TILED K|V", "read", vt ? "  hot T B  TILED B" : "");
   for (int32_t rows = 1; rows <= 2; rows++) {
     decode_rows d;
     decode_rows_init(&d, rows, block_keys);
@@ -276,10 +278,13 @@ int bench_decode_layouts(const uattn_kernels *set, const char *which) {
                                      {set, LAYOUT_READ, kv, cold_blocks, d.job, d.scratch, {0}},
                                      {set, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
                                      {set, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}},
-                                     {set, LAYOUT_TILED_KV, kv, cold_blocks, d.job, d.scratch, {0}}};
+                                     {set, LAYOUT_TILED_KV, kv, cold_blocks, d.job, d.scratch, {0}},
+                                     {variant, LAYOUT_TILED, kv, 1, d.job, d.scratch, {0}},
+                                     {variant, LAYOUT_TILED, kv, cold_blocks, d.job, d.scratch, {0}}};
     double sec[PERF_MAX_CASES];
-    const int n = tiled ? 8 : 5;
-    time_interleaved(run_layout, n, (void *const[8]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]}, sec,
+    const int n = vt ? 10 : tiled ? 8 : 5;
+    time_interleaved(run_layout, n,
+                     (void *const[10]){&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9]}, sec,
                      NULL);
     const double kh = (double)block_keys * KV_HEADS;
     char name[48], hot_t[16] = "-", cold_t[16] = "-", kv_t[16] = "-";
@@ -288,14 +293,17 @@ int bench_decode_layouts(const uattn_kernels *set, const char *which) {
       snprintf(hot_t, sizeof hot_t, "%.1f", sec[5] / kh * 1e9),
           snprintf(cold_t, sizeof cold_t, "%.1f", sec[6] / kh * 1e9),
           snprintf(kv_t, sizeof kv_t, "%.1f", sec[7] / kh * 1e9);
-    printf("  %-28s %8.1f %8s %8.1f %10.1f %8.1f %8s %9s %8.1f\n", name, sec[0] / kh * 1e9, hot_t, sec[1] / kh * 1e9,
+    printf("  %-28s %8.1f %8s %8.1f %10.1f %8.1f %8s %9s %8.1f", name, sec[0] / kh * 1e9, hot_t, sec[1] / kh * 1e9,
            sec[2] / kh * 1e9, sec[3] / kh * 1e9, cold_t, kv_t, sec[4] / kh * 1e9);
+    if (vt) printf(" %9.1f %8.1f", sec[8] / kh * 1e9, sec[9] / kh * 1e9);
+    printf("\n");
     decode_rows_free(&d);
   }
   printf(
       "\n  hot: NHD, one block again and again; hot T: the same with decode_tiled (- : the set has none for\n"
       "  this shape); NHD, HND, head K|V, TILED: the cold walk in each layout; TILED K|V: decode_tiled on\n"
-      "  TILED blocks whose heads' values of a tile follow their keys (one stream; not a layout of uattn's)\n");
+      "  TILED blocks whose heads' values of a tile follow their keys (one stream; not a layout of uattn's)%s\n",
+      vt ? ";\n  hot T B, TILED B: the variant's decode_tiled (--variant), hot and cold" : "");
   free_cache(kv, 2 * block * cold_blocks);
   return 0;
 }

@@ -32,7 +32,8 @@
  * --decode-layouts: that decode kernel's cold walk over the same blocks in three layouts (NHD in one call a
  * block, HND and a head-major layout with each head's keys then its values, one call a head), against a
  * plain read and the kernel hot, 1 and 2 rows of GQA 4: what a layout of uattn's own would buy the memory
- * side before anyone builds one (DESIGN: allowed beside NHD and HND where it pays).
+ * side before anyone builds one (DESIGN: allowed beside NHD and HND where it pays); where the set has a
+ * decode_tiled, it hot and cold on the blocks as a TILED cache (and with --variant, the variant's beside it).
  *
  * --variant: the bucket (A) against the same bucket compiled from the kernel code of the build option
  * UATTN_KERNEL_VARIANT (B, perf/kernel_bench/kernel_variant*.c: the bf16 b128 d128 bucket of avx2 and of
@@ -44,7 +45,7 @@
  * --cpu-time: time with the thread's CPU clock instead of the wall clock (a loaded shared host).
  *
  *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] [--decode] [--variant] [--cpu-time]
- *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--cpu-time]
+ *   uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts [--variant] [--cpu-time]
  *   uattn-kernel-bench [RUNS] --xsmm [--cpu-time]          (RUNS: timed runs per figure, 7 by default) */
 #include <math.h>
 #include <stdio.h>
@@ -409,11 +410,11 @@ int main(int argc, char **argv) {
     else if (perf_parse_int(argv[i], 1, MAX_RUNS, &runs))
       runs = 0; /* refused below, with the usage */
   }
-  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant)) || (layouts && variant)) {
+  if (runs < 1 || runs > MAX_RUNS || (xsmm && (bucket || decode || variant))) {
     fprintf(stderr,
             "usage: uattn-kernel-bench [RUNS (1-%d)] [--bucket [DTYPE:BLOCK_SIZE:HEAD_DIM:CHUNK_SIZE[:ISA]]] "
             "[--decode] [--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] [--bucket [SPEC]] --decode-layouts "
-            "[--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
+            "[--variant] [--cpu-time]\n       uattn-kernel-bench [RUNS] --xsmm [--cpu-time]\n",
             MAX_RUNS);
     return 2;
   }
@@ -465,11 +466,12 @@ int main(int argc, char **argv) {
    * Intel servers) peaks at twice this, which uattn-bench's machine line reports */
   printf("  this core's fp32 FMA peak on ymm: %.1f GFLOP/s\n\n", peak);
   if (xsmm) return bench_xsmm(peak);
+  if (layouts && variant) return bench_decode_layouts(sets[0], sets[1], which);
   if (decode && variant) return bench_decode(sets[0], sets[1], which, peak);
   if (decode) { /* the kernel the forward runs on this shape: the bucket's, else the generic set's */
     const bool own = e && e->set.decode;
     const uattn_kernels *set = own ? &e->set : &uattn_kernels_avx2;
-    if (layouts) return bench_decode_layouts(set, own ? which : "generic avx2 set's");
+    if (layouts) return bench_decode_layouts(set, NULL, own ? which : "generic avx2 set's");
     return bench_decode(set, NULL, own ? which : "generic avx2 set's", peak);
   }
   const char *const name[2] = {variant ? "bucket" : sets[0]->name, variant ? "variant" : bucket ? "bucket" : "avx2"};

@@ -35,6 +35,6 @@ size_t walk_offset(long blocks, long call);
 /* decode_bench.c: --decode (with a variant, or NULL) and --decode-layouts; 0, or 1 when the set has no decode
  * kernel for the shape. */
 int bench_decode(const uattn_kernels *set, const uattn_kernels *variant, const char *which, double peak);
-int bench_decode_layouts(const uattn_kernels *set, const char *which);
+int bench_decode_layouts(const uattn_kernels *set, const uattn_kernels *variant, const char *which);
 
 #endif

@@ -19,6 +19,7 @@
 #define BUCKET_HEAD_DIM 128
 #define BUCKET_CHUNK_SIZE 0
 #define BUCKET_DECODE uattn_variant_decode
+#define BUCKET_DECODE_TILED uattn_variant_decode_tiled
 #define BUCKET_LOAD uattn_variant_load
 #define BUCKET_CAUSAL uattn_variant_causal
 #define BUCKET_SHARED uattn_variant_shared

@@ -132,50 +132,60 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
   cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
 }
 
-/* On a TILED cache the report says what reads the blocks as they lie: the avx512bf16 level's decode_tiled
- * (its bucket's, where generated) and its panel loads for bf16 and fp8 caches; the other levels, f16 and f32
- * caches and P in fp32 gather them into rows (decode kernel "... (gathered)", panels_gathered). NHD and HND
- * never gather. */
+/* What a level reads of a TILED cache as it lies, the contract its record states (kernels.h's caps): the
+ * avx512bf16 level (and amx, whose decode kernels are its) decodes bf16 and fp8 tiles with P in bf16 and loads
+ * their panels; the avx2 and avx512 levels decode bf16 and fp8 tiles (the same kernel), P in fp32 either way,
+ * and gather the panels; every other case gathers both. */
+static bool bf16_level(const char *set) { return !strcmp(set, "avx512bf16") || !strcmp(set, "amx"); }
+
+static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
+  if (bf16_level(set)) return !probs_fp32 && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
+  return (!strcmp(set, "avx2") || !strcmp(set, "avx512")) && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
+}
+
+static bool loads_tiles(const char *set, uattn_dtype t) {
+  return bf16_level(set) && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
+}
+
+/* The report of a Llama-3-8B layer on a TILED cache of dtype t against that contract, for the set it names:
+ * its decode_tiled (its bucket's, where generated and no UATTN_ISA forces the generic set), else its decode
+ * kernel "... (gathered)". */
+static void check_tiled_report(uattn_layer L, uattn_dtype t, bool probs_fp32, bool forced) {
+  uattn_kernel_report r;
+  L.cache_dtype = t, L.probs_fp32 = probs_fp32;
+  if (t == UATTN_F16) L.dtype = UATTN_F16;
+  cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
+  const char *set = !strcmp(r.kernel_set, "amx") ? "avx512bf16" : r.kernel_set; /* whose decode kernels run */
+  const char *what = uattn_dtype_name(t);
+  if (decodes_tiles(r.kernel_set, t, probs_fp32)) {
+    char want[64];
+    snprintf(want, sizeof want, "%s", r.kernel_set);
+    if (!forced && generated(t, 128, 128, 0, r.kernel_set))
+      snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__%s", what, r.kernel_set);
+    cr_assert_str_eq(r.decode_kernel, want, "%s cache on %s, P in fp%d: %s", what, set, probs_fp32 ? 32 : 16, r.reason);
+  } else if (r.decode_kernel[0]) {
+    cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s cache on %s, P in fp%d: %s", what, set, probs_fp32 ? 32 : 16,
+              r.decode_kernel);
+  }
+  cr_assert_eq(r.panels_gathered, !loads_tiles(r.kernel_set, t), "%s cache on %s: panels gathered %d", what,
+               r.kernel_set, r.panels_gathered);
+}
+
+/* On a TILED cache the report says what reads the blocks as they lie (above), on this CPU's best level and on
+ * the avx2 level; NHD and HND never gather. */
 Test(dispatch, tiled_caches_say_what_reads_them) {
-  unsetenv("UATTN_ISA");
-  const char *set = uattn_kernel_set(NULL); /* amx's decode kernels are avx512bf16's */
-  const bool bf16_level = !strcmp(set, "avx512bf16") || !strcmp(set, "amx");
   uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
   L.kv_layout = UATTN_LAYOUT_TILED;
-  uattn_kernel_report r;
-  for (uattn_dtype t = UATTN_BF16; t <= UATTN_FP8_E5M2; t++) {
-    if (t != UATTN_BF16 && !uattn_dtype_is_fp8(t)) continue;
-    L.cache_dtype = t;
-    L.probs_fp32 = false;
-    cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-    if (bf16_level) {
-      char want[64];
-      snprintf(want, sizeof want, "%s", set);
-      if (generated(t, 128, 128, 0, set))
-        snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__%s", uattn_dtype_name(t), set);
-      cr_assert_str_eq(r.decode_kernel, want, "%s cache: %s", uattn_dtype_name(t), r.reason);
-      cr_assert(!r.panels_gathered, "%s cache: the %s level gathers its panels", uattn_dtype_name(t), set);
-      L.probs_fp32 = true; /* decode.h's fp32 P V on gathered rows; the panels still as they lie */
-      cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-      cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s cache, P in fp32: %s", uattn_dtype_name(t),
-                r.decode_kernel);
-      cr_assert(!r.panels_gathered);
-    } else {
-      cr_assert(r.panels_gathered && strstr(r.decode_kernel, " (gathered)"), "%s cache on %s: %s, panels %d",
-                uattn_dtype_name(t), r.kernel_set, r.decode_kernel, r.panels_gathered);
-    }
+  for (int level = 0; level < 2; level++) { /* the best level; then avx2, where the CPU runs it */
+    if (level)
+      setenv("UATTN_ISA", "avx2", 1);
+    else
+      unsetenv("UATTN_ISA");
+    for (uattn_dtype t = UATTN_BF16; t <= UATTN_FP8_E5M2; t++)
+      for (int fp32 = 0; fp32 < 2; fp32++) check_tiled_report(L, t, fp32, level);
   }
-  L.dtype = L.cache_dtype = UATTN_F16; /* no level reads f16 tiles as they lie */
-  L.probs_fp32 = false;
-  cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  cr_assert(r.panels_gathered, "f16 cache on %s", r.kernel_set);
-  if (r.decode_kernel[0]) cr_assert(strstr(r.decode_kernel, " (gathered)"), "f16 cache: %s", r.decode_kernel);
-  L.dtype = L.cache_dtype = UATTN_BF16;
-  setenv("UATTN_ISA", "avx2", 1); /* a level without either: both gathered, where the CPU runs it */
-  cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  cr_assert(r.panels_gathered, "bf16 cache on %s", r.kernel_set);
-  if (r.decode_kernel[0]) cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s: %s", r.kernel_set, r.decode_kernel);
   unsetenv("UATTN_ISA");
+  uattn_kernel_report r;
   for (uattn_kv_layout layout = UATTN_LAYOUT_NHD; layout <= UATTN_LAYOUT_HND; layout++) {
     L.kv_layout = layout;
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());

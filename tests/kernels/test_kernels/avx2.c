@@ -1,6 +1,6 @@
 /* The avx2 set against the portable set on random jobs: its attend, its libxsmm body (also bit for bit the
  * fused kernel, pinned to AVX2 code, its JIT kernels in the perf map), and its decode kernel over one block, a
- * list of blocks, every fp8 code and its specials, and several heads. */
+ * list of blocks, every fp8 code and its specials, and several heads; its TILED decode kernel. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -125,25 +125,29 @@ Test(kernels, avx2_decode_over_a_list_of_blocks_is_the_one_block_bit_for_bit, .t
   check_list_is_one_block(&uattn_kernels_avx2, &lists, 1000 / SPARSE, 20261202, "avx2 decode");
 }
 
-/* The decode kernel on fp8 caches of every code: the avx2 kernel widens 32 codes at a time into quarters and
- * folds the formats' rebias into the queries, P, the scores and the outputs (common/decode8.h), which is exact
- * only while they stay in f32's normal range: queries of 2^76 at a dim (too large to fold) take its
- * natural-order path. The bound and the fp64 oracle are check_set_on_random_jobs'. */
+/* The decode kernels on fp8 caches of every code, rows and TILED: the avx2 kernels widen 32 codes at a time
+ * into quarters and fold the formats' rebias into the queries, P, the scores and the outputs
+ * (common/decode8.h, avx2/decode_tiled.h), which is exact only while they stay in f32's normal range: queries
+ * of 2^76 at a dim (too large to fold) take their unfolded paths. The bound and the fp64 oracle are
+ * check_set_on_random_jobs'. */
 Test(kernels, avx2_decode_reads_every_fp8_code, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
-  const case_limits codes = {.decode = true, .every_code = true};
-  check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE, "avx2 decode, every fp8 code", &codes, 800 / SPARSE,
-                           20261129);
+  for (int tiled = 0; tiled < 2; tiled++) {
+    const case_limits codes = {.decode = true, .every_code = true, .tiled = tiled};
+    check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE,
+                             tiled ? "avx2 tiled decode, every fp8 code" : "avx2 decode, every fp8 code", &codes,
+                             (tiled ? 400 : 800) / SPARSE, 20261129 + (uint64_t)tiled * 100);
+  }
 }
 
 /* Codes with every exponent bit set (E4M3's NaN; E5M2's infinities and NaN) among them: each output the
  * portable set makes NaN or infinite, the decode kernel makes the same (a NaN key makes its vectors' rows
  * NaN, a NaN value its dim; an infinite score or value infinite outputs, or NaN ones), the rest within 1e-5
- * of the format's largest value (a sum of values up to 57344 in another order). */
-Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = KERNEL_TEST_TIMEOUT) {
-  need_avx2();
-  const case_limits specials = {.decode = true, .every_code = true, .specials = true};
-  test_rng rng = {20261130};
+ * of the format's largest value (a sum of values up to 57344 in another order); on rows (tiled false) and on
+ * a TILED block. */
+static void check_fp8_specials(bool tiled, uint64_t seed) {
+  const case_limits specials = {.decode = true, .every_code = true, .specials = true, .tiled = tiled};
+  test_rng rng = {seed};
   int nan_outputs = 0, inf_outputs = 0;
   for (int i = 0; i < 600; i++) { /* not thinned in sanitized builds: these 600 make the infinite outputs */
     job_case c;
@@ -152,6 +156,7 @@ Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = KERNEL_TEST_TIMEOUT) {
                got = run_set(&uattn_kernels_avx2, UATTN_PART_UNIQUE, &c);
     const size_t nx = (size_t)c.rows * c.group;
     for (size_t k = 0; k < nx * c.D; k++) {
+      if (!kept_dim(&c, k)) continue; /* past the job's value_dim: no set need compute it */
       const float r = ref.o[k] / ref.l[k / c.D], g = got.o[k] / got.l[k / c.D];
       nan_outputs += isnan(r) != 0, inf_outputs += isinf(r) != 0; /* glibc's isinf is -1 at -inf */
       if (isnan(r) || isinf(r)) {
@@ -166,14 +171,41 @@ Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = KERNEL_TEST_TIMEOUT) {
     free_result(&ref), free_result(&got);
     free_case(&c);
   }
-  fprintf(stderr, "avx2 decode on fp8 specials: %d NaN and %d infinite outputs, each as the portable set's\n",
-          nan_outputs, inf_outputs);
+  fprintf(stderr, "avx2 %sdecode on fp8 specials: %d NaN and %d infinite outputs, each as the portable set's\n",
+          tiled ? "tiled " : "", nan_outputs, inf_outputs);
   cr_assert(nan_outputs > 0 && inf_outputs > 0, "the cases made %d NaN and %d infinite outputs", nan_outputs,
             inf_outputs);
+}
+
+Test(kernels, avx2_decode_keeps_fp8_specials, .timeout = KERNEL_TEST_TIMEOUT) {
+  need_avx2();
+  check_fp8_specials(false, 20261130);
+  check_fp8_specials(true, 20261131);
 }
 
 Test(kernels, avx2_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   const case_limits few_rows = {.decode = true};
   check_decode_heads(&uattn_kernels_avx2, "avx2 decode", &few_rows, 400 / SPARSE, 20261122);
+}
+
+/* Its decode kernel on a TILED cache (avx2/decode_tiled.h): against the portable set on bf16 and fp8 blocks
+ * with NaN in the slots past the keys (tiled_copy), and over several heads. */
+Test(kernels, avx2_tiled_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
+  need_avx2();
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
+    check_set_on_random_jobs(&uattn_kernels_avx2, UATTN_PART_UNIQUE,
+                             fp8 ? "avx2 tiled decode, fp8 cache" : "avx2 tiled decode", &lim, 1200 / SPARSE,
+                             20261207 + (uint64_t)fp8);
+  }
+}
+
+Test(kernels, avx2_tiled_decode_over_several_heads_is_each_head_alone, .timeout = KERNEL_TEST_TIMEOUT) {
+  need_avx2();
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
+    check_decode_heads(&uattn_kernels_avx2, fp8 ? "avx2 tiled decode, fp8 cache" : "avx2 tiled decode", &lim,
+                       400 / SPARSE, 20261209 + (uint64_t)fp8);
+  }
 }

@@ -40,6 +40,18 @@ Test(kernels, avx512_twin_decode_over_several_heads_is_each_head_alone, .timeout
   check_decode_heads(&uattn_kernels_avx512_twin, "avx512 decode (twin)", &few_rows, 400 / SPARSE, 20261124);
 }
 
+/* Its decode kernel on a TILED cache, the avx2 set's (tested there), through the twin: the set's wiring, on bf16
+ * and fp8 blocks. */
+Test(kernels, avx512_twin_tiled_decode_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
+  need_avx2();
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    const case_limits lim = {.decode = true, .bf16 = true, .fp8 = fp8, .tiled = true};
+    check_set_on_random_jobs(&uattn_kernels_avx512_twin, UATTN_PART_UNIQUE,
+                             fp8 ? "avx512 (twin) tiled decode, fp8 cache" : "avx512 (twin) tiled decode", &lim,
+                             200 / SPARSE, 20261211 + (uint64_t)fp8);
+  }
+}
+
 /* The avx512 set's attend (avx512/body.h) through its twin: against the portable set on jobs of any shape, and
  * on large ones (many rows, several key chunks). */
 Test(kernels, avx512_twin_attend_matches_portable_on_random_jobs, .timeout = KERNEL_TEST_TIMEOUT) {
@@ -58,6 +70,9 @@ Test(kernels, avx512_decode_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIME
   const case_limits few_rows = {.decode = true};
   check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &few_rows, 1000 / SPARSE,
                        20261125, "the zmm kernel differs from its twin");
+  const case_limits tiled = {.decode = true, .bf16 = true, .fp8 = true, .tiled = true};
+  check_sets_same_bits(&uattn_kernels_avx512_twin, &uattn_kernels_avx512, UATTN_PART_UNIQUE, &tiled, 200 / SPARSE,
+                       20261213, "the zmm set's tiled decode differs from its twin");
 }
 
 Test(kernels, avx512_attend_is_its_twin_bit_for_bit, .timeout = KERNEL_TEST_TIMEOUT) {
