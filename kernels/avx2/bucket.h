@@ -5,10 +5,11 @@
  * The bodies are avx2/body.h's with the head dim (and, where the call allows, the dtype and the block size)
  * constant, so score and P V loops are unrolled to the head dim and the ragged-edge code folds away. The
  * panel layout is the generic avx2 set's. The load, the decode kernels (common/decode8.h, on a TILED cache
- * avx2/decode_tiled.h) and the entry are every ISA's (bucket_entry.h); the three attend functions, below, are separate copies under their own
- * names so a profile shows each part; the unique part's jobs have a single row (one decode row at a time),
- * which its copy is compiled for. The causal and shared parts hand the jobs where the libxsmm GEMM body of
- * xsmm.c measured faster (uattn_xsmm_wins: the job's shape only) to it, over the same panels. */
+ * avx2/decode_tiled.h) and the entry are every ISA's (bucket_entry.h); the three attend functions, below, are
+ * separate copies under their own names so a profile shows each part; the unique part's jobs have a single row
+ * (one decode row at a time), which its copy is compiled for. The causal and shared parts hand the jobs where
+ * the libxsmm GEMM body of xsmm.c measured faster (uattn_xsmm_wins: the job's shape only) to it, over the same
+ * panels. */
 #include "avx2/avx2.h"
 #include "avx2/body.h"
 #include "avx2/decode_tiled.h"
