@@ -11,7 +11,7 @@ extern const uattn_kernels uattn_kernels_avx2;
 
 /* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled, fp32 inputs; decode of
  * head dims of whole ymm vectors, P V tiles of 8 keys; decode_tiled for bf16 and fp8 caches, head dims a
- * multiple of 16, P in fp32 (avx2/decode_tiled.h); no load_tiled. */
+ * multiple of 16, P in fp32 (avx2/decode_tiled.h); load_tiled for the same dtypes (common/panels.h). */
 #define AVX2_CAPS                                                                                                      \
   0, 0, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                         \
       UATTN_DTYPE_BIT(UATTN_BF16) | UATTN_DTYPE_BIT(UATTN_FP8_E4M3) | UATTN_DTYPE_BIT(UATTN_FP8_E5M2), 16, 1
@@ -24,9 +24,11 @@ int uattn_avx2_runs_here(void);
 void uattn_avx2_exp(const float *x, float *y, size_t n);  /* e^x, inputs <= 88 */
 void uattn_avx2_tanh(const float *x, float *y, size_t n); /* tanh x */
 
-/* The set's load and attend (every part), which the avx512 set shares. */
+/* The set's load, load_tiled and attend (every part); the avx512 set shares the loads. */
 void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t count,
                      int32_t head_dim, int32_t panel_keys, float *keys, float *values);
+void uattn_avx2_load_tiled(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t first,
+                           int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values);
 void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys);
 
 /* The set's two attend bodies apart, each on every job and part, with the set's loads: what the tests and

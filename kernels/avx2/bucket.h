@@ -22,6 +22,7 @@
 #define BUCKET_PANEL_FLOATS uattn_avx2_panel_floats
 #define BUCKET_CAPS AVX2_CAPS
 #define BUCKET_LOAD_BODY avx2_load_body
+#define BUCKET_LOAD_TILED_BODY avx2_load_tiled_body
 #define BUCKET_UNIQUE_BODY avx2_attend_body
 #define BUCKET_DECODE_BODY avx2_decode_body
 #define BUCKET_DECODE_TILED_BODY avx2_decode_tiled_body

@@ -45,6 +45,12 @@ AVX2_TARGET void uattn_avx2_load(uattn_dtype dtype, const void *k_src, const voi
   avx2_load_body(dtype, k_src, v_src, stride, count, head_dim, panel_keys, keys, values);
 }
 
+AVX2_TARGET void uattn_avx2_load_tiled(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
+                                       int32_t first, int32_t count, int32_t head_dim, int32_t panel_keys, float *keys,
+                                       float *values) {
+  avx2_load_tiled_body(dtype, k_src, v_src, stride, first, count, head_dim, panel_keys, keys, values);
+}
+
 /* Jobs where the libxsmm GEMM body measured faster (uattn_xsmm_wins: their shape only) go to it. */
 AVX2_TARGET void uattn_avx2_attend(const uattn_panel_job *job, int32_t panel_keys) {
   if (uattn_xsmm_wins(job))
@@ -86,6 +92,7 @@ AVX2_TARGET static void avx2_decode_tiled(const uattn_panel_job *job, int32_t he
 
 const uattn_kernels uattn_kernels_avx2 = {.name = "avx2",
                                           .load = uattn_avx2_load,
+                                          .load_tiled = uattn_avx2_load_tiled,
                                           .attend = {uattn_avx2_attend, uattn_avx2_attend, uattn_avx2_attend},
                                           .panel_floats = uattn_avx2_panel_floats,
                                           .decode = avx2_decode,

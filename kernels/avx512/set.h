@@ -24,6 +24,7 @@ AVX512_TARGET static void avx512_attend(const uattn_panel_job *job, int32_t pane
 
 const uattn_kernels AVX512_SET = {.name = "avx512",
                                   .load = uattn_avx2_load,
+                                  .load_tiled = uattn_avx2_load_tiled,
                                   .attend = {avx512_attend, avx512_attend, avx512_attend},
                                   .panel_floats = uattn_avx2_panel_floats,
                                   .decode = avx512_decode,

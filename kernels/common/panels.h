@@ -194,4 +194,86 @@ AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void
   }
 }
 
+/* ---- load: a TILED cache's blocks as they lie --------------------------------------------------------- */
+
+/* 16 element pairs at x (32 elements of dtype t: a TILED key line, one dim pair of 16 keys, or a value line,
+ * 16 dims of a key pair) widened exactly, the pairs' first elements into a[0..1] and their second into
+ * b[0..1] (8 floats each, in the pairs' order). bf16: a shift and a mask a vector; the others widen8, then
+ * the two elements of each pair parted by a shuffle and a swap of 64-bit quarters. */
+AVX2_INLINE void tiled_pairs16(uattn_dtype t, const char *x, __m256 a[2], __m256 b[2]) {
+  const size_t esz = uattn_dtype_size(t);
+  for (int h = 0; h < 2; h++) {
+    const char *p = x + (size_t)h * 16 * esz;
+    if (t == UATTN_BF16) {
+      const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+      a[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      b[h] = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+      continue;
+    }
+    const __m256 lo = widen8(t, p), hi = widen8(t, p + 8 * esz); /* pairs 0-3, 4-7 */
+    a[h] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                                                  _MM_SHUFFLE(3, 1, 2, 0)));
+    b[h] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                                                  _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+}
+
+/* n floats (0 < n <= 16) of a widened half-line pair (a: 16 floats in two vectors) from element l0 to dst. */
+AVX2_INLINE void store_part16(const __m256 a[2], int32_t l0, int32_t n, float *dst) {
+  if (l0 == 0 && n == 16) {
+    _mm256_storeu_ps(dst, a[0]), _mm256_storeu_ps(dst + 8, a[1]);
+    return;
+  }
+  _Alignas(32) float tmp[16];
+  _mm256_store_ps(tmp, a[0]), _mm256_store_ps(tmp + 8, a[1]);
+  memcpy(dst, tmp + l0, sizeof(float) * (size_t)n);
+}
+
+/* kernels.h's load_tiled for the avx2 and avx512 sets: avx2_load_body's panels, to the bit and the pad, from
+ * keys [first, first + count) of a TILED block (uattn.h) of one KV head. A key line of the cache (a dim pair
+ * of a tile's 16 keys) widens into pieces of two rows of the transposed key panel, a value line (16 dims of a
+ * key pair) into pieces of two value rows: no transposes, where rows need 8 x 8 ones. k_src, v_src: the head's
+ * share of the block's first tile; stride: elements from one tile's share to the next's. Each line read asks
+ * for the same line of the next tile's share. Keys outside the range (NaN for all anyone knows) are not read
+ * into the panels. */
+AVX2_INLINE void avx2_load_tiled_body(uattn_dtype t, const void *k_src, const void *v_src, size_t stride, int32_t first,
+                                      int32_t count, const int32_t D, int32_t panel_keys, float *keys, float *values) {
+  enum { T = 16 /* UATTN_TILED_KEYS */ };
+  const size_t esz = uattn_dtype_size(t), tile_bytes = stride * esz, line = 2 * T * esz, pair = 2 * (size_t)D * esz;
+  const int32_t P = key_stride(panel_keys), Dv = value_stride(D), D16 = D & ~15;
+  float *kt = align64(keys), *vp = align64(values);
+  for (int32_t c0 = 0, n; c0 < count; c0 += n) { /* keys: a tile's part at a time */
+    const int32_t j = first + c0, l0 = j % T;
+    n = T - l0 < count - c0 ? T - l0 : count - c0;
+    const char *tile = (const char *)k_src + (size_t)(j / T) * tile_bytes;
+    for (int32_t p = 0; p < D / 2; p++) {
+      const char *x = tile + (size_t)p * line;
+      _mm_prefetch(x + tile_bytes, _MM_HINT_T0);
+      __m256 a[2], b[2];
+      tiled_pairs16(t, x, a, b);
+      store_part16(a, l0, n, kt + (size_t)(2 * p) * P + c0);
+      store_part16(b, l0, n, kt + (size_t)(2 * p + 1) * P + c0);
+    }
+  }
+  const int32_t end = (count + 7) & ~7;
+  for (int32_t d = 0; d < D; d++)
+    for (int32_t i = count; i < end; i++) kt[(size_t)d * P + i] = 0.0f;
+  for (int32_t j = first & ~1; j < first + count; j += 2) { /* values: a key pair's row at a time */
+    const char *r = (const char *)v_src + (size_t)(j / T) * tile_bytes + (size_t)(j % T / 2) * pair;
+    float *va = j >= first ? vp + (size_t)(j - first) * Dv : NULL; /* the pair's first key, if loaded */
+    float *vb = j + 1 < first + count ? vp + (size_t)(j + 1 - first) * Dv : NULL;
+    for (int32_t d = 0; d < D16; d += 16) {
+      _mm_prefetch(r + 2 * (size_t)d * esz + tile_bytes, _MM_HINT_T0);
+      __m256 a[2], b[2];
+      tiled_pairs16(t, r + 2 * (size_t)d * esz, a, b);
+      if (va) _mm256_store_ps(va + d, a[0]), _mm256_store_ps(va + d + 8, a[1]);
+      if (vb) _mm256_store_ps(vb + d, b[0]), _mm256_store_ps(vb + d + 8, b[1]);
+    }
+    for (int32_t d = D16; d < ((D + 7) & ~7); d++) {
+      if (va) va[d] = d < D ? widen1(t, r, 2 * (size_t)d) : 0.0f;
+      if (vb) vb[d] = d < D ? widen1(t, r, 2 * (size_t)d + 1) : 0.0f;
+    }
+  }
+}
+
 #endif

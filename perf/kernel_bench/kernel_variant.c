@@ -21,6 +21,7 @@
 #define BUCKET_DECODE uattn_variant_decode
 #define BUCKET_DECODE_TILED uattn_variant_decode_tiled
 #define BUCKET_LOAD uattn_variant_load
+#define BUCKET_LOAD_TILED uattn_variant_load_tiled
 #define BUCKET_CAUSAL uattn_variant_causal
 #define BUCKET_SHARED uattn_variant_shared
 #define BUCKET_UNIQUE uattn_variant_unique

@@ -135,7 +135,7 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
 /* What a level reads of a TILED cache as it lies, the contract its record states (kernels.h's caps): the
  * avx512bf16 level (and amx, whose decode kernels are its) decodes bf16 and fp8 tiles with P in bf16 and loads
  * their panels; the avx2 and avx512 levels decode bf16 and fp8 tiles (the same kernel), P in fp32 either way,
- * and gather the panels; every other case gathers both. */
+ * and load their panels (the same load); every other case gathers both. */
 static bool bf16_level(const char *set) { return !strcmp(set, "avx512bf16") || !strcmp(set, "amx"); }
 
 static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
@@ -144,7 +144,8 @@ static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
 }
 
 static bool loads_tiles(const char *set, uattn_dtype t) {
-  return bf16_level(set) && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
+  const bool level = bf16_level(set) || !strcmp(set, "avx2") || !strcmp(set, "avx512");
+  return level && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
 }
 
 /* The report of a Llama-3-8B layer on a TILED cache of dtype t against that contract, for the set it names:

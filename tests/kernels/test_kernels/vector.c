@@ -13,6 +13,7 @@
 #endif
 
 #include "avx2/avx2.h"
+#include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
 #include "convert.h"
 #include "jobs.h"
@@ -258,8 +259,14 @@ static void check_load_tiled(const uattn_kernels *set, const char *what, const u
   }
 }
 
-Test(kernels, avx512bf16_load_tiled_is_its_load_of_the_same_rows, .timeout = KERNEL_TEST_TIMEOUT) {
+/* Every set with a load_tiled (the avx2 and avx512 sets share one, on their fp32 panels; avx512bf16 has its
+ * own, on its pair panels), each generic set through its twin where the CPU lacks it, and every bucket with one. */
+Test(kernels, load_tiled_is_the_load_of_the_same_rows, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
+  check_load_tiled(&uattn_kernels_avx2, "avx2", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE, 20261207);
+  check_load_tiled(&uattn_kernels_avx512_twin, "avx512 (twin)", tiled_load_dtypes, 3, 0, 0, 500 / SPARSE, 20261208);
+  if (uattn_avx512_runs_here())
+    check_load_tiled(&uattn_kernels_avx512, "avx512", tiled_load_dtypes, 3, 0, 0, 500 / SPARSE, 20261209);
   check_load_tiled(&uattn_kernels_avx512bf16_twin, "avx512bf16 (twin)", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE,
                    20261126);
   if (uattn_avx512bf16_runs_here())
