@@ -171,29 +171,30 @@ AVX2_INLINE void tiled8_pv(const int NB, const int FP8, const int PATCH, const i
 /* ---- the walk -------------------------------------------------------------------------------------------- */
 
 /* One head's share of a tile scored for NB vectors: bf16, or fp8 (fold: the vectors carry 2^H) with its
- * special codes mended where the share has one (every share where the queries are not folded: rare, so one
- * instance). */
-AVX2_INLINE void tiled8_share_scores(const int NB, uattn_dtype t, bool fold, const float *q, const int32_t D,
-                                     const char *kt, const char *pf, float *S, int32_t ld, int32_t col, int32_t W) {
+ * special codes mended where the share has one (patch: tiled8_fp8_special found one, looked for once a share
+ * whatever the blocks of vectors; every share where the queries are not folded: rare, so one instance). */
+AVX2_INLINE void tiled8_share_scores(const int NB, uattn_dtype t, bool fold, bool patch, const float *q,
+                                     const int32_t D, const char *kt, const char *pf, float *S, int32_t ld, int32_t col,
+                                     int32_t W) {
   if (t == UATTN_BF16)
     tiled8_scores(NB, 0, 0, 1, t, q, D, kt, pf, S, ld, col, W);
   else if (!fold)
     tiled8_scores(NB, 1, 1, 0, t, q, D, kt, pf, S, ld, col, W);
-  else if (tiled8_fp8_special(t, kt, (size_t)TILED8_KEYS * D))
+  else if (patch)
     tiled8_scores(NB, 1, 1, 1, t, q, D, kt, pf, S, ld, col, W);
   else
     tiled8_scores(NB, 1, 0, 1, t, q, D, kt, pf, S, ld, col, W);
 }
 
-/* One head's share of a tile into NB vectors' outputs, keys [lo, hi) of the tile: as above. */
-AVX2_INLINE void tiled8_share_pv(const int NB, uattn_dtype t, bool fold, const float *P, int32_t ld, int32_t lo,
-                                 int32_t hi, const char *vt, const char *pf, const int32_t D, float *o) {
-  const size_t pair = 2 * (size_t)D, first = (size_t)(lo / 2) * pair, last = (size_t)((hi + 1) / 2) * pair;
+/* One head's share of a tile into NB vectors' outputs, keys [lo, hi) of the tile: as above (patch: a special
+ * code among the key pairs any block reads). */
+AVX2_INLINE void tiled8_share_pv(const int NB, uattn_dtype t, bool fold, bool patch, const float *P, int32_t ld,
+                                 int32_t lo, int32_t hi, const char *vt, const char *pf, const int32_t D, float *o) {
   if (t == UATTN_BF16)
     tiled8_pv(NB, 0, 0, 1, t, P, ld, lo, hi, vt, pf, D, o);
   else if (!fold)
     tiled8_pv(NB, 1, 1, 0, t, P, ld, lo, hi, vt, pf, D, o);
-  else if (tiled8_fp8_special(t, vt + first, last - first))
+  else if (patch)
     tiled8_pv(NB, 1, 1, 1, t, P, ld, lo, hi, vt, pf, D, o);
   else
     tiled8_pv(NB, 1, 0, 1, t, P, ld, lo, hi, vt, pf, D, o);
@@ -258,8 +259,9 @@ AVX2_INLINE void avx2_decode_tiled_body(const uattn_panel_job *job, int32_t head
   for (int32_t y = 0; y < shares; y++) {
     const int32_t T = w.T0 + y / heads, g = y % heads;
     const char *kt = w.k + (size_t)T * w.tile_step + (size_t)g * w.head_step, *pf = tiled8_share(&w, y + TILED8_AHEAD);
+    const bool patch = fold && tiled8_fp8_special(t, kt, (size_t)TILED8_KEYS * D);
     for (int32_t b = 0; b < s.blocks; b++)
-      DECODE_BY_NB(s.nb[b], tiled8_share_scores, t, fold, q + g * qstep + (size_t)s.x0[b] * D, D, kt,
+      DECODE_BY_NB(s.nb[b], tiled8_share_scores, t, fold, patch, q + g * qstep + (size_t)s.x0[b] * D, D, kt,
                    b == 0 ? pf : NULL, S + ((size_t)g * s.n + s.x0[b]) * s.W, s.W, T * TILED8_KEYS - s.j0, s.W);
   }
   decode_softmax(job, &s, S, D);
@@ -267,11 +269,19 @@ AVX2_INLINE void avx2_decode_tiled_body(const uattn_panel_job *job, int32_t head
     const int32_t T = w.T0 + y / heads, g = y % heads, k0 = T * TILED8_KEYS;
     const char *vt = w.v + (size_t)T * w.tile_step + (size_t)g * w.head_step;
     const char *pf = tiled8_share(&w, shares + y + TILED8_AHEAD);
+    int32_t lo_all = k0 + TILED8_KEYS, hi_all = k0; /* the keys of the share any block reads */
+    for (int32_t b = 0; b < s.blocks; b++) {
+      if (s.lo[b] < lo_all) lo_all = s.lo[b] > k0 ? s.lo[b] : k0;
+      if (s.hi[b] > hi_all) hi_all = s.hi[b] < k0 + TILED8_KEYS ? s.hi[b] : k0 + TILED8_KEYS;
+    }
+    if (lo_all >= hi_all) continue;
+    const size_t pair = 2 * (size_t)D, first = (size_t)((lo_all - k0) / 2) * pair;
+    const bool patch = fold && tiled8_fp8_special(t, vt + first, (size_t)((hi_all - k0 + 1) / 2) * pair - first);
     for (int32_t b = 0; b < s.blocks; b++) {
       const int32_t lo = s.lo[b] > k0 ? s.lo[b] : k0, hi = s.hi[b] < k0 + TILED8_KEYS ? s.hi[b] : k0 + TILED8_KEYS;
       if (lo >= hi) continue; /* (a block that sees no key has lo INT32_MAX, hi INT32_MIN) */
       const float *P = S + ((size_t)g * s.n + s.x0[b]) * s.W + (lo - s.j0); /* key lo's */
-      DECODE_BY_NB(s.nb[b], tiled8_share_pv, t, fold, P, s.W, lo - k0, hi - k0, vt, b == 0 ? pf : NULL, D,
+      DECODE_BY_NB(s.nb[b], tiled8_share_pv, t, fold, patch, P, s.W, lo - k0, hi - k0, vt, b == 0 ? pf : NULL, D,
                    job->o + g * s.hq + (size_t)s.x0[b] * D);
     }
   }
