@@ -11,7 +11,7 @@
  *   values  32 elements are 16 dims of a key pair: the widened lanes are 8 dims of key 2m and of key 2m + 1,
  *           each times its P broadcast.
  * P stays in fp32 (a layer's probs_fp32 changes nothing here). fp8 codes are widened a quarter at a time
- * (decode8.h's fp8_quarter), which gives bf16's pairs in another order of the lanes (the even and odd keys,
+ * (widen.h's fp8_quarter), which gives bf16's pairs in another order of the lanes (the even and odd keys,
  * the even and odd dims); the codes' rebias is folded into a copy of the query vectors, P and the outputs as
  * decode8.h's DECODE_Q4 does, unless the queries are too large for it (q_fits_fold). Keys past the call's
  * inside a tile are scored but masked by the softmax rules, and left out of P V (a slot never written may hold

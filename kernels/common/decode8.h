@@ -73,52 +73,6 @@ AVX2_INLINE void from_q4(const __m256 x[4], float *a) {
   for (int i = 0; i < 8; i++) _mm_storeu_ps(a + 4 * i, r[i]);
 }
 
-/* The constants of fp8_quarter and fp8_special (E4M3's row, E5M2's), read from memory by the helpers below:
- * held in registers (as GCC chooses for a constant used in a loop) they crowd out the scores' 8
- * accumulators, which it then spills. */
-static const uint32_t fp8_keep[2][8] __attribute__((aligned(32))) = {
-    {0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u, 0x87f00000u},
-    {0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u, 0x8fe00000u}};
-static const uint32_t fp8_exponent[2][8] __attribute__((aligned(32))) = {
-    {0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu},
-    {0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu, 0x7c7c7c7cu}};
-AVX2_INLINE __m256i and_from_memory(__m256i x, const uint32_t m[8]) {
-  __asm__("vpand %1, %0, %0" : "+x"(x) : "m"(*(const uint32_t(*)[8])m));
-  return x;
-}
-AVX2_INLINE __m256i cmpeq8_from_memory(__m256i x, const uint32_t m[8]) {
-  __asm__("vpcmpeqb %1, %0, %0" : "+x"(x) : "m"(*(const uint32_t(*)[8])m));
-  return x;
-}
-
-/* Quarter c of 32 fp8 codes x (the codes at byte c of its 32-bit lanes) as f32 times 2^-2H: the code moved
- * to the lane's top byte, an arithmetic shift that puts its exponent and mantissa under an f32's (E4M3 4
- * bits, E5M2 3) and smears its sign over the top of the exponent, a mask that keeps the sign and the code's
- * bits. Subnormal codes become f32 subnormals of the same value; codes with every exponent bit set (E4M3's
- * NaN, E5M2's infinities and NaN) do not read right: fp8_special finds them, fp8_patch mends them. */
-AVX2_INLINE __m256 fp8_quarter(uattn_dtype t, __m256i x, int c) {
-  const __m256i y = c == 3 ? x : _mm256_slli_epi32(x, 24 - 8 * c);
-  const bool e4m3 = t == UATTN_FP8_E4M3;
-  return _mm256_castsi256_ps(and_from_memory(_mm256_srai_epi32(y, e4m3 ? 4 : 3), fp8_keep[!e4m3]));
-}
-
-/* The bytes of x that are codes with every exponent bit set, as 0xff. */
-AVX2_INLINE __m256i fp8_special(uattn_dtype t, __m256i x) {
-  const uint32_t *e = fp8_exponent[t != UATTN_FP8_E4M3];
-  return cmpeq8_from_memory(and_from_memory(x, e), e);
-}
-
-/* fp8_quarter's quarter c (f) of codes x with its special codes made what they are: the exponent's top bits
- * set (E4M3's NaN S.1111.111 reads 0x07f00000 | sign, E5M2's 0x0f800000 | sign and up), which makes an
- * infinity of E5M2's S.11111.00 and a NaN of every other; 2^fold either way leaves them so. Registers only
- * (a call in the loop would have every accumulator spilled around it), taken where fp8_special found one. */
-AVX2_INLINE __m256 fp8_patch(uattn_dtype t, __m256 f, __m256i x, int c) {
-  const __m256i sp = fp8_special(t, x);
-  const __m256i lane = _mm256_srai_epi32(c == 3 ? sp : _mm256_slli_epi32(sp, 24 - 8 * c), 24);
-  const __m256i top = _mm256_set1_epi32(t == UATTN_FP8_E4M3 ? 0x78000000 : 0x70000000);
-  return _mm256_or_ps(f, _mm256_castsi256_ps(_mm256_and_si256(lane, top)));
-}
-
 /* ---- scores and P V ----------------------------------------------------------------------------------- */
 
 /* Quarters c of two keys' 32 codes into the 8 accumulators of NB vectors (q: quarter c of theirs). */

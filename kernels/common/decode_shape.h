@@ -5,6 +5,7 @@
 #define UATTN_COMMON_DECODE_SHAPE_H
 
 #include "common/softmax.h"
+#include "common/widen.h"
 
 enum {
   DECODE_AHEAD = 8,                /* rows ahead of those being read that are asked for, in a call of 8 heads or more */
@@ -35,7 +36,7 @@ typedef enum { DECODE_NATURAL, DECODE_EO, DECODE_Q4, DECODE_EO8 } decode_order;
  * P are multiplied by 2^H, the scores and the P V sums (kept times 2^-H) by 2^H back: powers of two, exact
  * while nothing leaves f32's normal range (the call's queries are checked, q_fits_fold; a running output or a
  * partial score below 2^-66 in magnitude would lose low bits to f32's subnormals, far below fp8's). */
-static inline int fp8_fold(uattn_dtype t) { return t == UATTN_FP8_E4M3 ? 60 : 56; }
+static inline int fp8_fold(uattn_dtype t) { return fp8_rebias(t) / 2; }
 
 /* ---- one call's shape ---------------------------------------------------------------------------------- */
 

@@ -198,9 +198,30 @@ AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void
 
 /* 16 element pairs at x (32 elements of dtype t: a TILED key line, one dim pair of 16 keys, or a value line,
  * 16 dims of a key pair) widened exactly, the pairs' first elements into a[0..1] and their second into
- * b[0..1] (8 floats each, in the pairs' order). bf16: a shift and a mask a vector; the others widen8, then
- * the two elements of each pair parted by a shuffle and a swap of 64-bit quarters. */
+ * b[0..1] (8 floats each, in the pairs' order). bf16: a shift and a mask a vector. fp8: the 32 codes' quarters
+ * (a 32-bit lane holds two pairs, so quarters 0 and 2 are the first elements of the even and the odd pairs, 1
+ * and 3 the second), their special codes mended where the line has one, times 2^R, then the even and odd
+ * pairs interleaved; about a third of widen8_fp8's operations, the same values. The others: widen8, then
+ * the pairs' two elements parted by a shuffle and a swap of 64-bit quarters. */
 AVX2_INLINE void tiled_pairs16(uattn_dtype t, const char *x, __m256 a[2], __m256 b[2]) {
+  if (uattn_dtype_is_fp8(t)) {
+    const __m256i c = _mm256_loadu_si256((const __m256i *)x);
+    const __m256i sp = fp8_special(t, c);
+    const bool patch = !_mm256_testz_si256(sp, sp);
+    const __m256 up = _mm256_set1_ps(ldexpf(1.0f, fp8_rebias(t)));
+    __m256 q[4];
+    for (int k = 0; k < 4; k++) {
+      q[k] = fp8_quarter(t, c, k);
+      if (patch) q[k] = fp8_patch(t, q[k], c, k);
+      q[k] = _mm256_mul_ps(up, q[k]);
+    }
+    for (int e = 0; e < 2; e++) { /* e: the pairs' first elements (quarters 0, 2), then their second (1, 3) */
+      const __m256 u0 = _mm256_unpacklo_ps(q[e], q[2 + e]), u1 = _mm256_unpackhi_ps(q[e], q[2 + e]);
+      __m256 *out = e ? b : a;
+      out[0] = _mm256_permute2f128_ps(u0, u1, 0x20), out[1] = _mm256_permute2f128_ps(u0, u1, 0x31);
+    }
+    return;
+  }
   const size_t esz = uattn_dtype_size(t);
   for (int h = 0; h < 2; h++) {
     const char *p = x + (size_t)h * 16 * esz;
