@@ -201,7 +201,7 @@ AVX2_INLINE void avx2_load_body(uattn_dtype dtype, const void *k_src, const void
  * b[0..1] (8 floats each, in the pairs' order). bf16: a shift and a mask a vector. fp8: the 32 codes' quarters
  * (a 32-bit lane holds two pairs, so quarters 0 and 2 are the first elements of the even and the odd pairs, 1
  * and 3 the second), their special codes mended where the line has one, times 2^R, then the even and odd
- * pairs interleaved; about a third of widen8_fp8's operations, the same values. The others: widen8, then
+ * pairs interleaved: under half of widen8_fp8's operations for the same values. The others: widen8, then
  * the pairs' two elements parted by a shuffle and a swap of 64-bit quarters. */
 AVX2_INLINE void tiled_pairs16(uattn_dtype t, const char *x, __m256 a[2], __m256 b[2]) {
   if (uattn_dtype_is_fp8(t)) {
