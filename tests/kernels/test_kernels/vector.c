@@ -260,7 +260,8 @@ static void check_load_tiled(const uattn_kernels *set, const char *what, const u
 }
 
 /* Every set with a load_tiled (the avx2 and avx512 sets share one, on their fp32 panels; avx512bf16 has its
- * own, on its pair panels), each generic set through its twin where the CPU lacks it, and every bucket with one. */
+ * own, on its pair panels), each generic set through its twin where the CPU lacks it, and every bucket whose
+ * dtype the forward gives its load_tiled (uattn_load_tiled_fits: an f16 or f32 bucket's is never called). */
 Test(kernels, load_tiled_is_the_load_of_the_same_rows, .timeout = KERNEL_TEST_TIMEOUT) {
   need_avx2();
   check_load_tiled(&uattn_kernels_avx2, "avx2", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE, 20261207);
@@ -273,7 +274,7 @@ Test(kernels, load_tiled_is_the_load_of_the_same_rows, .timeout = KERNEL_TEST_TI
     check_load_tiled(&uattn_kernels_avx512bf16, "avx512bf16", tiled_load_dtypes, 3, 0, 0, 1500 / SPARSE, 20261127);
   for (size_t i = 0; i < uattn_bucket_registry_size; i++) {
     const uattn_bucket_kernels *b = uattn_bucket_registry[i];
-    if (b->set.load_tiled && b->runs_here() && b->block_size % 16 == 0 && b->head_dim % 2 == 0)
+    if (uattn_load_tiled_fits(&b->set, b->dtype) && b->runs_here() && b->block_size % 16 == 0 && b->head_dim % 2 == 0)
       check_load_tiled(&b->set, b->part_names[0], &b->dtype, 1, b->head_dim, b->block_size, 300 / SPARSE, 20261128 + i);
   }
 }
