@@ -404,15 +404,17 @@ BF16_INLINE float bf16_row_exp(float *s, int32_t j0, int32_t j1, const vec_rule 
                                const uattn_panel_job *job, float m_new, uint32_t *pairs) {
   const int32_t lo = plain ? v->lo : j0, hi = plain ? v->hi : j1;
   const v16 c = v16_set1(plain ? job->scale * LOG2E_F : LOG2E_F), mc = v16_set1(m_new * LOG2E_F);
+  /* read once: the pairs' stores may alias anything (__m256i), so the compiler would read it again each step */
+  const bool fp32 = job->probs_fp32;
   v16 sum = v16_zero();
-  for (int32_t j = j0; j < j1; j += 16) {
-    v16 p = v16_exp2_fms(v16_load(s + (j - j0)), c, mc);
+  for (int32_t j = j0; j < j1; j += 16, s += 16, pairs += 8) {
+    v16 p = v16_exp2_fms(v16_load(s), c, mc);
     if (j < lo || j + 16 > hi) p = v16_keep_range(p, lo - j, hi - j, 0.0f);
     sum = v16_add(sum, p);
-    if (job->probs_fp32)
-      v16_store(s + (j - j0), p);
+    if (fp32)
+      v16_store(s, p);
     else
-      _mm256_storeu_si256((__m256i *)(pairs + (j - j0) / 2), v16_pairs_bf16(p));
+      _mm256_storeu_si256((__m256i *)pairs, v16_pairs_bf16(p));
   }
   return v16_hsum(sum);
 }
