@@ -57,9 +57,10 @@ def load_manifest(path):
                 raise ValueError(f"ISA '{isa['name']}': dtype '{d}' is not one of {', '.join(dtypes)}")
         if (isa.get("twin") is None) != (isa.get("twin_probe") is None):
             raise ValueError(f"ISA '{isa['name']}': a twin needs its probe, and a probe its twin")
-        other = next((o for o in ladder if o["name"] == isa["shares"]), None) if isa["shares"] else isa
-        if other is None or not set(isa["dtypes"]) <= set(other["dtypes"]):
-            raise ValueError(f"ISA '{isa['name']}': it shares '{isa['shares']}', which has no bucket of its dtypes")
+        for key in ("shares", "decodes"):
+            other = next((o for o in ladder if o["name"] == isa[key]), None) if isa[key] else isa
+            if other is None or other is not isa and (other[key] or not set(isa["dtypes"]) <= set(other["dtypes"])):
+                raise ValueError(f"ISA '{isa['name']}': it {key} '{isa[key]}', which has no own bucket of its dtypes")
     return m
 
 
@@ -126,15 +127,13 @@ def bucket_source(manifest, bucket, isa):
         f"#define BUCKET_BLOCK_SIZE {b}",
         f"#define BUCKET_HEAD_DIM {h}",
         f"#define BUCKET_CHUNK_SIZE {c}",
-        f"#define BUCKET_DECODE {name(bucket, 'decode', isa)}",
-        f"#define BUCKET_DECODE_TILED {name(bucket, 'decode_tiled', isa)}",
-        f"#define BUCKET_LOAD_TILED {name(bucket, 'load_tiled', isa)}",
     ]
-    other = next(i["shares"] for i in manifest["isas"]["ladder"] if i["name"] == isa)
-    if other:  # the other ISA's functions for everything but the decode kernel
-        lines += [f"#define {other.upper()}_BUCKET_{p.upper()} {name(bucket, p, other)}" for p in ["load"] + PARTS]
-    else:
-        lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, isa)}" for p in ["load"] + PARTS]
+    # a rung that shares another's load and attend functions, or its decode kernels, names that rung's (which
+    # are generated for the same bucket): its source then defines only what it does not share
+    entry = next(i for i in manifest["isas"]["ladder"] if i["name"] == isa)
+    attend, decode = entry["shares"] or isa, entry["decodes"] or isa
+    lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, attend)}" for p in ["load", "load_tiled"] + PARTS]
+    lines += [f"#define BUCKET_{p.upper()} {name(bucket, p, decode)}" for p in ["decode", "decode_tiled"]]
     lines += [
         f"#define BUCKET_ENTRY uattn_bucket_{d}_b{b}_d{h}_c{c}__{isa}",
         f'#include "{isa}/bucket.h"',
@@ -162,9 +161,9 @@ def registry_source(manifest, buckets):
     lines += ["};", f"const size_t uattn_bucket_registry_size = {len(entries)};", ""]
     lines += ["const uattn_isa uattn_isa_registry[] = {"]
     for isa in ladder:
-        shares = f'"{isa["shares"]}"' if isa["shares"] else "NULL"
+        shares, decodes = (f'"{isa[k]}"' if isa[k] else "NULL" for k in ("shares", "decodes"))
         twin = f'&{isa["twin"]}, {isa["twin_probe"]}' if isa.get("twin") else "NULL, NULL"
-        lines.append(f'    {{"{isa["name"]}", &{isa["set"]}, {isa["probe"] or "NULL"}, {shares}, {twin}}},')
+        lines.append(f'    {{"{isa["name"]}", &{isa["set"]}, {isa["probe"] or "NULL"}, {shares}, {decodes}, {twin}}},')
     lines += ["};", f"const size_t uattn_isa_registry_size = {len(ladder)};", ""]
     return "\n".join(lines)
 

@@ -560,13 +560,15 @@ UATTN_API uattn_status uattn_forward(const uattn_plan *plan, const uattn_layer *
                                      uattn_runtime *rt);
 
 /* The name of the generic kernel set uattn_forward runs on this CPU when no generated bucket fits
- * ("amx", "avx512bf16", "avx512", "avx2", "portable"), and in *why (when not NULL) how it was chosen: the best
+ * ("amx", "avx512bf16fma", "avx512bf16", "avx512", "avx2", "portable"), and in *why (when not NULL) how it was
+ * chosen: the best
  * set the CPU runs, or the one the environment variable UATTN_ISA names. UATTN_ISA names the highest level to
  * use, not one to force on every layer: each layer takes the best level at or below it that keeps the layer's
- * precision. amx and avx512bf16 round their inputs to bf16, so they serve bf16 queries on bf16 or fp8 caches
- * (exact in bf16) and an f32 or f16 layer takes the avx512 level below them, UATTN_ISA naming them or not
- * (uattn_describe_kernels says which level a layer gets, and why). A level the CPU lacks gives the best one
- * below it; UATTN_TWINS=1 (the test suites set it) runs that level's exact twin instead, which computes its
+ * precision. amx, avx512bf16fma and avx512bf16 round their inputs to bf16, so they serve bf16 queries on bf16 or
+ * fp8 caches (exact in bf16) and an f32 or f16 layer takes the avx512 level below them, UATTN_ISA naming them or
+ * not (uattn_describe_kernels says which level a layer gets, and why). avx512bf16fma (avx512's fp32 attend with
+ * avx512bf16's decode kernels) is the level of Intel's cores without AMX, where vdpbf16ps runs at half the fp32
+ * FMA rate; other CPUs pass it over. A level the CPU lacks (or passes over) gives the best one below it; UATTN_TWINS=1 (the test suites set it) runs that level's exact twin instead, which computes its
  * bits on any AVX2 CPU, slowly. */
 UATTN_API const char *uattn_kernel_set(const char **why);
 

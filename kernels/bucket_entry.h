@@ -12,15 +12,17 @@
  *   BUCKET_CAPS                     the set's capability list (<ISA>_CAPS: kernels.h's uattn_kernel_caps);
  *   BUCKET_LOAD_BODY (optional)     the load body: BUCKET_LOAD is defined here with it (else it is another
  *                                   bucket's);
- *   BUCKET_DECODE_BODY              the decode body (the arguments of kernels.h's decode, then the head dim):
- *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one;
- *   BUCKET_DECODE_TILED_BODY (optional)  the same for kernels.h's decode_tiled (BUCKET_DECODE_TILED, named by
- *                                   generate.py), where the bucket's shape allows one;
- *   BUCKET_LOAD_TILED_BODY (optional)    the same for kernels.h's load_tiled (BUCKET_LOAD_TILED, named by
- *                                   generate.py);
+ *   BUCKET_DECODE_BODY (optional)   the decode body (the arguments of kernels.h's decode, then the head dim):
+ *                                   BUCKET_DECODE is defined here with it where the bucket's shape allows one
+ *                                   (else, in such a shape, it is another bucket's);
+ *   BUCKET_DECODE_TILED_BODY (optional)  the same for kernels.h's decode_tiled (BUCKET_DECODE_TILED); without
+ *                                   it BUCKET_HAS_DECODE_TILED says another bucket has one;
+ *   BUCKET_LOAD_TILED_BODY (optional)    the same for kernels.h's load_tiled (BUCKET_LOAD_TILED); without it
+ *                                   BUCKET_HAS_LOAD_TILED says another bucket has one;
  *   BUCKET_UNIQUE_BODY (optional)   an attend body whose last argument, 1, compiles its copy for single-row
  *                                   jobs: BUCKET_UNIQUE is defined here with it.
- * The ISA's bucket.h defines the other attend functions (their bodies differ in what each part gets). */
+ * The ISA's bucket.h defines the other attend functions (their bodies differ in what each part gets), unless
+ * its buckets share another ISA's (avx512bf16fma/bucket.h: an entry of other buckets' functions, no bodies). */
 #include "kernels.h"
 
 #define BUCKET_STR_(x) #x
@@ -55,10 +57,11 @@ BUCKET_TARGET void BUCKET_UNIQUE(const uattn_panel_job *job, int32_t panel_keys)
 #endif
 
 /* The panels from a TILED cache's blocks as they lie, where the ISA has such a load (uattn_load_tiled_fits). */
-#if defined(BUCKET_LOAD_TILED_BODY)
+#if defined(BUCKET_LOAD_TILED_BODY) || defined(BUCKET_HAS_LOAD_TILED)
 void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride, int32_t first,
                        int32_t count, int32_t head_dim, int32_t panel_keys, float *keys, float *values);
-
+#endif
+#if defined(BUCKET_LOAD_TILED_BODY)
 BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
                                      int32_t first, int32_t count, int32_t head_dim, int32_t panel_keys, float *keys,
                                      float *values) {
@@ -68,7 +71,7 @@ BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const
   else /* as BUCKET_DECODE's below */
     BUCKET_GENERIC.load_tiled(dtype, k_src, v_src, stride, first, count, BUCKET_HEAD_DIM, panel_keys, keys, values);
 }
-#else
+#elif !defined(BUCKET_HAS_LOAD_TILED)
 #undef BUCKET_LOAD_TILED
 #define BUCKET_LOAD_TILED NULL
 #endif
@@ -79,7 +82,7 @@ BUCKET_TARGET void BUCKET_LOAD_TILED(uattn_dtype dtype, const void *k_src, const
     BUCKET_BLOCK_SIZE <= UATTN_CAPS_DECODE_KEYS(BUCKET_CAPS)
 void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                    const uattn_decode_src *src, float *scratch);
-
+#if defined(BUCKET_DECODE_BODY)
 BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                                  const uattn_decode_src *src, float *scratch) {
   if (dtype == BUCKET_DTYPE)
@@ -88,6 +91,7 @@ BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size
         * the body is compiled once a bucket (a second instance made a bucket source 1.3-1.8x slower to build) */
     BUCKET_GENERIC.decode(job, heads, head_vectors, dtype, src, scratch);
 }
+#endif
 #define BUCKET_UNIQUE_KERNEL BUCKET_DECODE
 #else
 #undef BUCKET_DECODE
@@ -97,12 +101,13 @@ BUCKET_TARGET void BUCKET_DECODE(const uattn_panel_job *job, int32_t heads, size
 
 /* The same on a TILED cache, where the ISA has such a kernel and its record allows the shape
  * (uattn_decode_tiled_fits). */
-#if defined(BUCKET_DECODE_TILED_BODY) && BUCKET_HEAD_DIM % UATTN_CAPS_TILED_DIM(BUCKET_CAPS) == 0 &&                   \
+#if (defined(BUCKET_DECODE_TILED_BODY) || defined(BUCKET_HAS_DECODE_TILED)) &&                                         \
+    BUCKET_HEAD_DIM % UATTN_CAPS_TILED_DIM(BUCKET_CAPS) == 0 &&                                                        \
     BUCKET_HEAD_DIM % UATTN_CAPS_DECODE_DIM(BUCKET_CAPS) == 0 &&                                                       \
     BUCKET_BLOCK_SIZE <= UATTN_CAPS_DECODE_KEYS(BUCKET_CAPS)
 void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads, size_t head_vectors, uattn_dtype dtype,
                          const void *k_src, const void *v_src, size_t stride, size_t head_stride, float *scratch);
-
+#if defined(BUCKET_DECODE_TILED_BODY)
 BUCKET_TARGET void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads, size_t head_vectors,
                                        uattn_dtype dtype, const void *k_src, const void *v_src, size_t stride,
                                        size_t head_stride, float *scratch) {
@@ -112,6 +117,7 @@ BUCKET_TARGET void BUCKET_DECODE_TILED(const uattn_panel_job *job, int32_t heads
   else /* as BUCKET_DECODE's */
     BUCKET_GENERIC.decode_tiled(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch);
 }
+#endif
 #define BUCKET_DECODE_TILED_NAME BUCKET_STR(BUCKET_DECODE_TILED)
 #else
 #undef BUCKET_DECODE_TILED

@@ -64,10 +64,11 @@ typedef struct uattn_decode_src {
  * conditions (bucket_entry.h: UATTN_CAPS_DECODE_DIM and its kin) are made; dispatch, the forward, the report
  * and the tests read the record through the predicates below. */
 typedef struct uattn_kernel_caps {
-  /* Whether the set takes the queries unscaled (job->q as widened) and multiplies each fp32 score by job->scale
-   * itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets do: they round the query
-   * to bf16, and rounding the model's own bf16 query is exact where rounding a scaled copy of it is not. */
-  bool unscaled_q;
+  /* Whether the set's attend takes the queries unscaled (job->q as widened) and multiplies each fp32 score by
+   * job->scale itself; otherwise job->q is already multiplied by the layer's scale. The bf16 sets do: they round
+   * the query to bf16, and rounding the model's own bf16 query is exact where rounding a scaled copy of it is not.
+   * decode_unscaled_q: the same for its decode and decode_tiled, which may be another ISA's (avx512bf16fma). */
+  bool unscaled_q, decode_unscaled_q;
   /* Whether the set rounds the query, keys and values to bf16 (bf16 dot products): it keeps a layer's precision
    * only for bf16 queries on bf16 or fp8 caches (every fp8 value is exact in bf16), and the dispatch gives it
    * no other layer (uattn_kernels_keep_precision). */
@@ -88,18 +89,18 @@ typedef struct uattn_kernel_caps {
 
 /* The record and the preprocessor's view of an ISA's <ISA>_CAPS list (the fields of uattn_kernel_caps in order). */
 #define UATTN_CAPS_APPLY_(macro, ...) macro(__VA_ARGS__)
-#define UATTN_CAPS_RECORD_(uq, bi, dd, dk, dv, dt, tc, td, tp)                                                         \
+#define UATTN_CAPS_RECORD_(uq, du, bi, dd, dk, dv, dt, tc, td, tp)                                                     \
   {                                                                                                                    \
-    .unscaled_q = (uq), .bf16_inputs = (bi), .decode_dim_multiple = (dd), .decode_max_keys = (dk),                     \
-    .decode_max_vectors = (dv), .decode_tile = (dt), .tiled_cache_dtypes = (tc), .tiled_dim_multiple = (td),           \
-    .tiled_probs_fp32 = (tp)                                                                                           \
+    .unscaled_q = (uq), .decode_unscaled_q = (du), .bf16_inputs = (bi), .decode_dim_multiple = (dd),                   \
+    .decode_max_keys = (dk), .decode_max_vectors = (dv), .decode_tile = (dt), .tiled_cache_dtypes = (tc),              \
+    .tiled_dim_multiple = (td), .tiled_probs_fp32 = (tp)                                                               \
   }
 #define UATTN_CAPS_RECORD(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_RECORD_, caps)
-#define UATTN_CAPS_DECODE_DIM_(uq, bi, dd, ...) dd
+#define UATTN_CAPS_DECODE_DIM_(uq, du, bi, dd, ...) dd
 #define UATTN_CAPS_DECODE_DIM(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_DECODE_DIM_, caps)
-#define UATTN_CAPS_DECODE_KEYS_(uq, bi, dd, dk, ...) dk
+#define UATTN_CAPS_DECODE_KEYS_(uq, du, bi, dd, dk, ...) dk
 #define UATTN_CAPS_DECODE_KEYS(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_DECODE_KEYS_, caps)
-#define UATTN_CAPS_TILED_DIM_(uq, bi, dd, dk, dv, dt, tc, td, ...) td
+#define UATTN_CAPS_TILED_DIM_(uq, du, bi, dd, dk, dv, dt, tc, td, ...) td
 #define UATTN_CAPS_TILED_DIM(caps) UATTN_CAPS_APPLY_(UATTN_CAPS_TILED_DIM_, caps)
 
 typedef struct uattn_kernels {
@@ -152,7 +153,7 @@ static inline bool uattn_kernels_keep_precision(const uattn_kernels *k, uattn_dt
 #define UATTN_DECODE_MAX_VECTORS 16
 #define UATTN_DECODE_MIN_TILE 8
 #define UATTN_DECODE_MAX_BLOCKS (UATTN_DECODE_MAX_KEYS / UATTN_DECODE_MIN_TILE)
-#define UATTN_CAPS_CHECK_(uq, bi, dd, dk, dv, dt, ...)                                                                 \
+#define UATTN_CAPS_CHECK_(uq, du, bi, dd, dk, dv, dt, ...)                                                             \
   _Static_assert(                                                                                                      \
       (dk) <= UATTN_DECODE_MAX_KEYS && (dv) <= UATTN_DECODE_MAX_VECTORS && (dt) % UATTN_DECODE_MIN_TILE == 0,          \
       "a set's decode limits lie beyond a decode call's bounds")
@@ -221,7 +222,7 @@ static inline bool uattn_load_tiled_fits(const uattn_kernels *k, uattn_dtype cac
 }
 
 /* The generic set for this CPU: the best one it runs, unless $UATTN_ISA names a rung of the ladder
- * (uattn_isa_registry: "amx", "avx512bf16", "avx512", ...), the highest level to use: then the best set at
+ * (uattn_isa_registry: "amx", "avx512bf16fma", "avx512bf16", ...), the highest level to use: then the best set at
  * or below it that this CPU runs, or, where $UATTN_TWINS is set (the test suites set it) and the CPU lacks the
  * named level, that level's exact twin, so every level's logic runs on every CPU. A name that is no rung
  * falls back to the best set. *why (NULL when not asked) says how it was chosen; *forced (when not NULL) whether
@@ -250,7 +251,8 @@ typedef struct uattn_isa {
   const char *name;            /* the set's name, which UATTN_ISA and uattn_bucket_kernels.isa use */
   const uattn_kernels *set;    /* its generic kernels */
   int (*runs_here)(void);      /* NULL: runs everywhere (the portable set, the last rung) */
-  const char *shares;          /* the ISA whose bucket functions its buckets use for all but decode, or NULL */
+  const char *shares;          /* the ISA whose bucket load and attend functions its buckets use, or NULL */
+  const char *decodes;         /* the ISA whose bucket decode kernels its buckets use, or NULL */
   const uattn_kernels *twin;   /* its exact twin for CPUs without it (tests only: uattn_kernels_select), or NULL */
   int (*twin_runs_here)(void); /* whether this CPU runs the twin */
 } uattn_isa;

@@ -37,7 +37,7 @@ int uattn_amx_runs_here(void) {
 #define AVX512_VEC_ZMM
 #define AMX_SET uattn_kernels_amx
 #define AMX_BASE uattn_kernels_amx_bf16_base
-#define AMX_FN(name) amx_##name
+#define AMX_FN(name) uattn_amx_##name
 #include "amx/set.h"
 
 #else /* not x86 Linux: the set exists (the ladder lists it) but never runs */

@@ -7,7 +7,7 @@
 
 #define AMX_SET uattn_kernels_amx_twin
 #define AMX_BASE uattn_kernels_amx_bf16_base_twin
-#define AMX_FN(name) amx_twin_##name
+#define AMX_FN(name) uattn_amx_twin_##name
 #include "amx/set.h"
 
 #else

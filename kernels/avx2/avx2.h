@@ -9,11 +9,11 @@
 
 extern const uattn_kernels uattn_kernels_avx2;
 
-/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled, fp32 inputs; decode of
- * head dims of whole ymm vectors, P V tiles of 8 keys; decode_tiled for bf16 and fp8 caches, head dims a
- * multiple of 16, P in fp32 (avx2/decode_tiled.h); load_tiled for the same dtypes (common/panels.h). */
+/* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled for both kernels, fp32
+ * inputs; decode of head dims of whole ymm vectors, P V tiles of 8 keys; decode_tiled for bf16 and fp8 caches,
+ * head dims a multiple of 16, P in fp32 (avx2/decode_tiled.h); load_tiled for the same dtypes (common/panels.h). */
 #define AVX2_CAPS                                                                                                      \
-  0, 0, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                         \
+  0, 0, 0, 8, UATTN_DECODE_MAX_KEYS, UATTN_DECODE_MAX_VECTORS, 8,                                                      \
       UATTN_DTYPE_BIT(UATTN_BF16) | UATTN_DTYPE_BIT(UATTN_FP8_E4M3) | UATTN_DTYPE_BIT(UATTN_FP8_E5M2), 16, 1
 UATTN_CAPS_CHECK(AVX2_CAPS);
 

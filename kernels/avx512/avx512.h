@@ -21,4 +21,8 @@ int uattn_avx512_runs_here(void);
  * For the tests, on machines without AVX-512; only after uattn_avx2_runs_here(). */
 extern const uattn_kernels uattn_kernels_avx512_twin;
 
+/* The two sets' attend (every part), which the avx512bf16fma set shares: the zmm one, and the twin's. */
+void uattn_avx512_attend(const uattn_panel_job *job, int32_t panel_keys);
+void uattn_avx512_twin_attend(const uattn_panel_job *job, int32_t panel_keys);
+
 #endif

@@ -28,6 +28,7 @@ int uattn_avx512_runs_here(void) {
 
 #define AVX512_VEC_ZMM
 #define AVX512_SET uattn_kernels_avx512
+#define AVX512_ATTEND uattn_avx512_attend
 #include "avx512/set.h"
 
 #else /* not x86: the set exists (dispatch.c lists it) but never runs */

@@ -1,5 +1,6 @@
 /* The generic avx512 set, in one of common/vec16.h's two forms: included by avx512/set.c (the zmm kernel) and by
- * avx512/twin.c (its twin), each after deciding AVX512_VEC_ZMM, with AVX512_SET naming the set. */
+ * avx512/twin.c (its twin), each after deciding AVX512_VEC_ZMM, with AVX512_SET naming the set and AVX512_ATTEND
+ * its attend, which the avx512bf16fma set shares (external, declared in avx512/avx512.h). */
 #include "avx2/avx2.h"
 #include "avx512/avx512.h"
 #include "avx512/body.h"
@@ -18,14 +19,14 @@ AVX512_TARGET static void avx512_decode_tiled(const uattn_panel_job *job, int32_
   avx2_decode_tiled_body(job, heads, head_vectors, dtype, k_src, v_src, stride, head_stride, scratch, job->head_dim);
 }
 
-AVX512_TARGET static void avx512_attend(const uattn_panel_job *job, int32_t panel_keys) {
+AVX512_TARGET void AVX512_ATTEND(const uattn_panel_job *job, int32_t panel_keys) {
   avx512_attend_body(job, panel_keys, job->head_dim, 0);
 }
 
 const uattn_kernels AVX512_SET = {.name = "avx512",
                                   .load = uattn_avx2_load,
                                   .load_tiled = uattn_avx2_load_tiled,
-                                  .attend = {avx512_attend, avx512_attend, avx512_attend},
+                                  .attend = {AVX512_ATTEND, AVX512_ATTEND, AVX512_ATTEND},
                                   .panel_floats = uattn_avx2_panel_floats,
                                   .decode = avx512_decode,
                                   .decode_tiled = avx512_decode_tiled,

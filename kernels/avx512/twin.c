@@ -6,6 +6,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #define AVX512_SET uattn_kernels_avx512_twin
+#define AVX512_ATTEND uattn_avx512_twin_attend
 #include "avx512/set.h"
 
 #else

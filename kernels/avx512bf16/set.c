@@ -37,7 +37,7 @@ size_t uattn_avx512bf16_panel_floats(int32_t panel_keys, int32_t head_dim) {
 }
 
 #define BF16_SET uattn_kernels_avx512bf16
-#define BF16_FN(name) avx512bf16_##name
+#define BF16_FN(name) uattn_avx512bf16_##name
 #include "avx512bf16/set.h"
 
 #else /* not x86: the set exists (dispatch.c lists it) but never runs */

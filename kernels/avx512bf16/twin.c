@@ -6,7 +6,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #define BF16_SET uattn_kernels_avx512bf16_twin
-#define BF16_FN(name) avx512bf16_twin_##name
+#define BF16_FN(name) uattn_avx512bf16_twin_##name
 #include "avx512bf16/set.h"
 
 #else

@@ -30,6 +30,6 @@ extern const uattn_kernels uattn_kernels_portable;
 
 /* Its capability record (kernels.h: uattn_kernel_caps' fields in order): queries scaled, fp32 inputs, no decode
  * and no TILED kernels. */
-#define PORTABLE_CAPS 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define PORTABLE_CAPS 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 #endif

@@ -110,7 +110,9 @@ typedef struct workspace {
   float *decode_scratch;    /* [decode_floats], first: the kernel wants it 32-byte aligned */
   size_t stage_floats;      /* TILED caches: of stage (0 otherwise) */
   char *stage;              /* [2][rows][D] elements of the cache dtype: keys, then values, staged (cache.c) */
-  float *q;                 /* [slots, group, D] scaled queries */
+  float *q;                 /* [slots, group, D] the queries as the attend takes them (uattn_kernel_caps.unscaled_q) */
+  float *q_decode;          /* the same as the decode kernels take them: q, or where the set's two kernels take
+                             * them apart (uattn_kernel_caps.decode_unscaled_q) a copy of its own */
   float *keys, *values;     /* [panel, D] */
   float *scores;            /* [panel] */
   float *state_o;           /* [4 parts][slots, group, D]: causal, shared, unique, chunk scratch */

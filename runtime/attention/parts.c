@@ -457,6 +457,7 @@ static bool decodes_from_cache(const step_ctx *c) { return !c->pieces && c->w->u
 static void decode_call(const step_ctx *c, int acc, int32_t row_lo, int32_t row_hi, const int32_t *blocks,
                         int32_t count, int32_t block_start, int32_t n, int32_t heads, int32_t next_block) {
   uattn_panel_job job = panel_job(c, acc, row_lo, row_hi, n, block_start);
+  job.q = c->w->q_decode + (job.q - c->w->q); /* the queries as the decode kernels take them */
   const size_t head_vectors = (size_t)c->rows * c->w->group, D = (size_t)c->cache.head_dim;
   const size_t esz = uattn_dtype_size(c->cache.dtype);
   const int32_t block = blocks[0];

@@ -115,8 +115,9 @@ static bool other_scratch_fits(const forward_job *job) {
     for (size_t b_ = 0; b_ < (bytes); b_ += 64) __builtin_prefetch(at_ + b_, rw, 3);                                   \
   } while (0)
 
-/* The tile's queries in its slots, times cache_score_scale's scale (every part's), zeros after their own dims
- * up to the kernels' head dim. */
+/* The tile's queries in its slots, times cache_score_scale's scale (every part's) for the kernels that take them
+ * scaled, zeros after their own dims up to the kernels' head dim; in q_decode too where the decode kernels take
+ * them otherwise than the attend (workspace.q_decode). */
 static void widen_queries(const forward_job *job, const step_ctx *c) {
   const uattn_layer *L = job->L;
   const float scale = cache_score_scale(L);
@@ -129,13 +130,17 @@ static void widen_queries(const forward_job *job, const step_ctx *c) {
           (const char *)job->t->q + ((size_t)(c->row0 + i + ROWS_AHEAD) * Hq + (size_t)c->kv_head * w->group) * D * qsz,
           group_bytes, 0);
     for (int32_t h = 0; h < w->group; h++) {
-      float *q = w->q + ((size_t)(c->slot + i) * w->group + h) * W;
+      const size_t slot = ((size_t)(c->slot + i) * w->group + h) * W;
+      float *q = w->q + slot;
       const size_t at = ((size_t)(c->row0 + i) * Hq + (size_t)c->kv_head * w->group + h) * D * qsz;
       uattn_widen(L->dtype, (const char *)job->t->q + at, q, (size_t)D);
       for (int32_t d = D; d < W; d++) q[d] = 0.0f;
-      /* the Gaudi plugin scales the query; a bf16 set scales its scores instead (uattn_kernel_caps.unscaled_q) */
+      if (w->q_decode != w->q) memcpy(w->q_decode + slot, q, sizeof(float) * (size_t)W);
+      /* the Gaudi plugin scales the query; a bf16 kernel scales its scores instead (uattn_kernel_caps.unscaled_q) */
       if (!w->kern->caps.unscaled_q)
         for (int32_t d = 0; d < D; d++) q[d] *= scale;
+      if (w->q_decode != w->q && !w->kern->caps.decode_unscaled_q)
+        for (int32_t d = 0; d < D; d++) w->q_decode[slot + d] *= scale;
     }
   }
 }

@@ -58,10 +58,15 @@ void uattn_workspace_shape(workspace *w, const uattn_plan_info *in, const uattn_
   if (bytes) w->stage_floats = ((bytes + 3) / 4 + 15) & ~(size_t)15;
 }
 
+/* Whether the decode kernels take the queries otherwise scaled than the attend (workspace.q_decode). */
+static bool own_decode_queries(const workspace *w) {
+  return w->use.decode && w->kern->caps.decode_unscaled_q != w->kern->caps.unscaled_q;
+}
+
 size_t uattn_workspace_bytes(const workspace *w, int32_t D) {
   const size_t tg = (size_t)w->slots * w->group;
-  return sizeof(float) * (w->decode_floats + w->stage_floats + tg * D + 2 * w->panel_floats + w->panel +
-                          NUM_ACCS * tg * D + NUM_ACCS * tg * 2 + w->cp_floats) +
+  return sizeof(float) * (w->decode_floats + w->stage_floats + (own_decode_queries(w) ? 2 : 1) * tg * D +
+                          2 * w->panel_floats + w->panel + NUM_ACCS * tg * D + NUM_ACCS * tg * 2 + w->cp_floats) +
          sizeof(int32_t) * (size_t)w->slots;
 }
 
@@ -71,6 +76,7 @@ void uattn_workspace_carve(workspace *w, void *memory, int32_t D) {
   w->decode_scratch = f, f += w->decode_floats;
   w->stage = w->stage_floats ? (char *)f : NULL, f += w->stage_floats;
   w->q = f, f += tg * D;
+  w->q_decode = own_decode_queries(w) ? f : w->q, f += own_decode_queries(w) ? tg * D : 0;
   w->keys = f, f += w->panel_floats;
   w->values = f, f += w->panel_floats;
   w->scores = f, f += w->panel;

@@ -591,7 +591,7 @@ static void run_poisoned(const attention_case *cases, size_t n) {
 /* Each level its own test, so each has the whole timeout: one level's pass takes minutes under ASan on a slow
  * machine, and its twin's more. The parameter is the level's index: Criterion copies parameters into the
  * test's process, where a pointer into this one need not hold. */
-static const char *const ladder[] = {"portable", "avx2", "avx512", "avx512bf16"};
+static const char *const ladder[] = {"portable", "avx2", "avx512", "avx512bf16", "avx512bf16fma"};
 
 ParameterizedTestParameters(attention, unseen_cache_entries_never_matter) {
   static size_t levels[sizeof ladder / sizeof *ladder];

@@ -16,6 +16,7 @@
 #include "avx2/avx2.h"
 #include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
+#include "avx512bf16fma/avx512bf16fma.h"
 #include "kernels.h"
 #include "uattn_tuning.h"
 
@@ -87,16 +88,17 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   /* the unique part's decode rows go straight from the cache (the decode kernel) where the bucket allows */
   const bool decode = record_allows_decode(b.isa, b.block_size, b.head_dim);
   const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
-  /* a bucket of an ISA that shares another's (gen/manifest.json's shares) has its own decode kernel and the other
-   * ISA's attend for the rest */
-  const char *shares = NULL;
+  /* a bucket of an ISA that shares another's functions (gen/manifest.json's shares, decodes) names that ISA's */
+  const char *shares = NULL, *decodes = NULL;
   for (size_t i = 0; i < uattn_isa_registry_size; i++)
     if (!strcmp(uattn_isa_registry[i].name, b.isa)) shares = uattn_isa_registry[i].shares;
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, b.isa)) decodes = uattn_isa_registry[i].decodes;
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
-    const bool own = !shares || (p == UATTN_PART_UNIQUE && decode);
+    const char *from = p == UATTN_PART_UNIQUE && decode ? decodes : shares;
     char want[64];
     snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", uattn_dtype_name(b.dtype), parts[p], b.block_size,
-             b.head_dim, b.chunk_size, own ? b.isa : shares);
+             b.head_dim, b.chunk_size, from ? from : b.isa);
     cr_assert_str_eq(r.part_kernel[p], want);
   }
   cr_assert(strstr(r.reason, "generated bucket"), "%s", r.reason);
@@ -133,10 +135,23 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
 }
 
 /* What a level reads of a TILED cache as it lies, the contract its record states (kernels.h's caps): the
- * avx512bf16 level (and amx, whose decode kernels are its) decodes bf16 and fp8 tiles with P in bf16 and loads
- * their panels; the avx2 and avx512 levels decode bf16 and fp8 tiles (the same kernel), P in fp32 either way,
- * and load their panels (the same load); every other case gathers both. */
-static bool bf16_level(const char *set) { return !strcmp(set, "avx512bf16") || !strcmp(set, "amx"); }
+ * avx512bf16 level (and amx and avx512bf16fma, whose decode kernels are its) decodes bf16 and fp8 tiles with P in
+ * bf16 and loads their panels; the avx2 and avx512 levels decode bf16 and fp8 tiles (the same kernel), P in fp32
+ * either way, and load their panels (the same load); every other case gathers both. */
+static bool bf16_level(const char *set) {
+  return !strcmp(set, "avx512bf16") || !strcmp(set, "amx") || !strcmp(set, "avx512bf16fma");
+}
+
+/* The ISA whose bucket functions of a part a level's buckets name (gen/manifest.json: shares, decodes), for the
+ * decode kernels (decode) or the others. */
+static const char *functions_of(const char *set, bool decode) {
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, set)) {
+      const char *from = decode ? uattn_isa_registry[i].decodes : uattn_isa_registry[i].shares;
+      return from ? from : set;
+    }
+  return set;
+}
 
 static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
   if (bf16_level(set)) return !probs_fp32 && (t == UATTN_BF16 || uattn_dtype_is_fp8(t));
@@ -156,13 +171,13 @@ static void check_tiled_report(uattn_layer L, uattn_dtype t, bool probs_fp32, bo
   L.cache_dtype = t, L.probs_fp32 = probs_fp32;
   if (t == UATTN_F16) L.dtype = UATTN_F16;
   cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  const char *set = !strcmp(r.kernel_set, "amx") ? "avx512bf16" : r.kernel_set; /* whose decode kernels run */
+  const char *set = bf16_level(r.kernel_set) ? "avx512bf16" : r.kernel_set; /* whose decode kernels run */
   const char *what = uattn_dtype_name(t);
   if (decodes_tiles(r.kernel_set, t, probs_fp32)) {
     char want[64];
     snprintf(want, sizeof want, "%s", r.kernel_set);
     if (!forced && generated(t, 128, 128, 0, r.kernel_set))
-      snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__%s", what, r.kernel_set);
+      snprintf(want, sizeof want, "uattn_%s_decode_tiled_b128_d128_c0__%s", what, functions_of(r.kernel_set, true));
     cr_assert_str_eq(r.decode_kernel, want, "%s cache on %s, P in fp%d: %s", what, set, probs_fp32 ? 32 : 16, r.reason);
   } else if (r.decode_kernel[0]) {
     cr_assert(strstr(r.decode_kernel, " (gathered)"), "%s cache on %s, P in fp%d: %s", what, set, probs_fp32 ? 32 : 16,
@@ -194,32 +209,39 @@ Test(dispatch, tiled_caches_say_what_reads_them) {
   }
 }
 
-/* Where the CPU has AVX512-BF16, the avx512bf16 level serves bf16 models (bf16 queries on a bf16 cache,
- * from its generated bucket where there is one, or on an fp8 cache, exact in bf16, from its generic set); an
- * f16 or f32 cache, or f32 queries on a bf16 or fp8 cache, go to the avx512 level (the bf16 rounding of
- * their inputs would add error), also where UATTN_ISA names the level (the next test). */
+/* Where the CPU's best level is a bf16 one without AMX (avx512bf16; avx512bf16fma on Intel's cores), it serves
+ * bf16 models (bf16 queries on a bf16 cache, from its generated bucket where there is one, or on an fp8 cache,
+ * exact in bf16, from its generic set); an f16 or f32 cache, or f32 queries on a bf16 or fp8 cache, go to the
+ * avx512 level (the bf16 rounding of their inputs would add error), also where UATTN_ISA names the level (the
+ * next test). */
 Test(dispatch, the_bf16_level_serves_bf16_models) {
   unsetenv("UATTN_ISA");
-  if (strcmp(uattn_kernel_set(NULL), "avx512bf16")) cr_skip_test("this CPU lacks AVX512-BF16");
+  const char *level = uattn_kernel_set(NULL);
+  if (strcmp(level, "avx512bf16") && strcmp(level, "avx512bf16fma"))
+    cr_skip_test("this CPU's best level is %s, not avx512bf16 or avx512bf16fma", level);
   uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
   L.cache_dtype = UATTN_BF16;
   uattn_kernel_report r;
   cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  cr_assert_str_eq(r.kernel_set, "avx512bf16", "%s", r.reason);
+  cr_assert_str_eq(r.kernel_set, level, "%s", r.reason);
+  char want[64];
   if (r.bucket_hit) {
-    cr_assert_str_eq(r.part_kernel[UATTN_PART_CAUSAL], "uattn_bf16_causal_b128_d128_c0__avx512bf16");
-    cr_assert_str_eq(r.decode_kernel, "uattn_bf16_decode_b128_d128_c0__avx512bf16");
+    snprintf(want, sizeof want, "uattn_bf16_causal_b128_d128_c0__%s", functions_of(level, false));
+    cr_assert_str_eq(r.part_kernel[UATTN_PART_CAUSAL], want);
+    snprintf(want, sizeof want, "uattn_bf16_decode_b128_d128_c0__%s", functions_of(level, true));
+    cr_assert_str_eq(r.decode_kernel, want);
   }
   /* fp8 caches: the level's bucket where the build generated one of the shape (the default list does, for both
    * formats), else its generic set */
   for (uattn_dtype t = UATTN_FP8_E4M3; t <= UATTN_FP8_E5M2; t++) {
     L.cache_dtype = t;
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-    cr_assert_str_eq(r.kernel_set, "avx512bf16", "%s cache: %s", uattn_dtype_name(t), r.reason);
-    const bool bucket = generated(t, 128, 128, 0, "avx512bf16");
+    cr_assert_str_eq(r.kernel_set, level, "%s cache: %s", uattn_dtype_name(t), r.reason);
+    const bool bucket = generated(t, 128, 128, 0, level);
     cr_assert_eq(r.bucket_hit, bucket, "%s cache: %s", uattn_dtype_name(t), r.reason);
-    char want[64] = "avx512bf16";
-    if (bucket) snprintf(want, sizeof want, "uattn_%s_decode_b128_d128_c0__avx512bf16", uattn_dtype_name(t));
+    snprintf(want, sizeof want, "%s", level);
+    if (bucket)
+      snprintf(want, sizeof want, "uattn_%s_decode_b128_d128_c0__%s", uattn_dtype_name(t), functions_of(level, true));
     cr_assert_str_eq(r.decode_kernel, want, "%s cache: %s", uattn_dtype_name(t), r.reason);
   }
   const uattn_dtype others[][2] = {{UATTN_BF16, UATTN_F16},
@@ -232,19 +254,22 @@ Test(dispatch, the_bf16_level_serves_bf16_models) {
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
     cr_assert_str_eq(r.kernel_set, "avx512", "%s in, %s cache: %s", uattn_dtype_name(L.dtype),
                      uattn_dtype_name(L.cache_dtype), r.reason);
-    if (!r.bucket_hit)
-      cr_assert(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only"), "%s", r.reason);
+    snprintf(want, sizeof want, "%s takes bf16 queries on bf16 or fp8 caches only", level);
+    if (!r.bucket_hit) cr_assert(strstr(r.reason, want), "%s", r.reason);
   }
 }
 
 /* UATTN_ISA names the highest level to use, not one to force on every layer: each layer takes the best level at
  * or below it that keeps the layer's precision, a generic set (no bucket), and the reason says so. With
  * UATTN_TWINS a level the CPU lacks runs as its exact twin, so this holds on every CPU. */
-Test(dispatch, uattn_isa_names_the_highest_level) {
+static void check_highest_level(const char *level, int (*level_runs_here)(void)) {
   setenv("UATTN_TWINS", "1", 1);
-  setenv("UATTN_ISA", "avx512bf16", 1);
+  setenv("UATTN_ISA", level, 1);
   uattn_layer L = uattn_layer_default(32, 8, 128, UATTN_BF16);
   uattn_kernel_report r;
+  char forced[64], only[96];
+  snprintf(forced, sizeof forced, "UATTN_ISA=%s", level);
+  snprintf(only, sizeof only, "%s takes bf16 queries on bf16 or fp8 caches only", level);
   const uattn_dtype keep[][2] = {{UATTN_BF16, UATTN_BF16}, {UATTN_BF16, UATTN_FP8_E4M3}, {UATTN_BF16, UATTN_FP8_E5M2}};
   const uattn_dtype lower[][2] = {{UATTN_F32, UATTN_F32},  {UATTN_F16, UATTN_F16},      {UATTN_F32, UATTN_BF16},
                                   {UATTN_BF16, UATTN_F16}, {UATTN_F32, UATTN_FP8_E4M3}, {UATTN_F16, UATTN_BF16}};
@@ -253,27 +278,35 @@ Test(dispatch, uattn_isa_names_the_highest_level) {
     const uattn_dtype *t = kept ? keep[i] : lower[i - sizeof keep / sizeof *keep];
     L.dtype = t[0], L.cache_dtype = t[1];
     cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-    cr_assert_str_eq(r.kernel_set, kept ? "avx512bf16" : "avx512", "%s in, %s cache: %s", uattn_dtype_name(t[0]),
+    cr_assert_str_eq(r.kernel_set, kept ? level : "avx512", "%s in, %s cache: %s", uattn_dtype_name(t[0]),
                      uattn_dtype_name(t[1]), r.reason);
-    cr_assert(!r.bucket_hit && strstr(r.reason, "UATTN_ISA=avx512bf16"), "%s", r.reason);
-    cr_assert_eq(strstr(r.reason, "avx512bf16 takes bf16 queries on bf16 or fp8 caches only") != NULL, !kept, "%s",
+    cr_assert(!r.bucket_hit && strstr(r.reason, forced), "%s", r.reason);
+    cr_assert_eq(strstr(r.reason, only) != NULL, !kept, "%s", r.reason);
+    cr_assert_eq(strstr(r.reason, "exact twin") != NULL, !(kept ? level_runs_here() : uattn_avx512_runs_here()), "%s",
                  r.reason);
-    cr_assert_eq(strstr(r.reason, "exact twin") != NULL,
-                 !(kept ? uattn_avx512bf16_runs_here() : uattn_avx512_runs_here()), "%s", r.reason);
   }
-  /* without twins, a level the CPU lacks gives the best set below it */
+  /* without twins, a level the CPU lacks (or passes over: avx512bf16fma off Intel) gives the best set below it */
   unsetenv("UATTN_TWINS");
   L.dtype = L.cache_dtype = UATTN_BF16;
   cr_assert_eq(uattn_describe_kernels(&L, 128, &r), UATTN_OK, "%s", uattn_last_error());
-  const char *want = uattn_avx512bf16_runs_here() ? "avx512bf16" : uattn_avx512_runs_here() ? "avx512" : "avx2";
+  const char *want = level_runs_here()              ? level
+                     : uattn_avx512bf16_runs_here() ? "avx512bf16"
+                     : uattn_avx512_runs_here()     ? "avx512"
+                                                    : "avx2";
   if (uattn_avx2_runs_here() || uattn_avx512bf16_runs_here()) cr_assert_str_eq(r.kernel_set, want, "%s", r.reason);
   unsetenv("UATTN_ISA");
+}
+
+Test(dispatch, uattn_isa_names_the_highest_level) {
+  check_highest_level("avx512bf16fma", uattn_avx512bf16fma_runs_here);
+  check_highest_level("avx512bf16", uattn_avx512bf16_runs_here);
 }
 
 /* fp8 caches have buckets of their own (gen/manifest.json's default list: both formats at block sizes 16 and
  * 128 with head dim 128, E4M3 also at block size 16 with head dim 64): a layer of a generated fp8 shape gets
  * one, for queries of every dtype, with every part under the bucket's names and its decode kernel; bf16
- * queries get the avx512bf16 level's bucket where the CPU runs it and one was generated, other queries never.
+ * queries get the bucket of the CPU's best level where that is a bf16 one and one was generated, other queries
+ * never.
  * A format the build generated no bucket for falls back and says so. */
 Test(dispatch, fp8_caches_get_their_buckets) {
   unsetenv("UATTN_ISA");
@@ -300,9 +333,10 @@ Test(dispatch, fp8_caches_get_their_buckets) {
         snprintf(prefix, sizeof prefix, "generated bucket (%s cache, block size %d, head dim %d, chunk size %d)", name,
                  b->block_size, b->head_dim, b->chunk_size);
         cr_assert(strstr(r.reason, prefix), "%s", r.reason);
-        const bool bf16_level = q == UATTN_BF16 && !strcmp(uattn_kernel_set(NULL), "avx512bf16") &&
-                                generated(t, b->block_size, b->head_dim, b->chunk_size, "avx512bf16");
-        cr_assert_eq(!strcmp(r.kernel_set, "avx512bf16"), bf16_level, "%s queries on %s: %s", uattn_dtype_name(q), name,
+        const char *best = uattn_kernel_set(NULL);
+        const bool bf16_served =
+            q == UATTN_BF16 && bf16_level(best) && generated(t, b->block_size, b->head_dim, b->chunk_size, best);
+        cr_assert_eq(bf16_level(r.kernel_set), bf16_served, "%s queries on %s: %s", uattn_dtype_name(q), name,
                      r.reason);
         /* every part's function is the bucket's (the causal part's too: it reads this step's keys, as the
          * cache holds them, through the bucket's load); the unique part is its decode kernel */

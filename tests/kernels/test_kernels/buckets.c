@@ -12,6 +12,7 @@
 #include "avx2/xsmm.h"
 #include "avx512/avx512.h"
 #include "avx512bf16/avx512bf16.h"
+#include "avx512bf16fma/avx512bf16fma.h"
 #include "amx/amx.h"
 #include "jobs.h"
 #include "portable/portable.h"
@@ -46,7 +47,7 @@ ParameterizedTest(bucket_param *param, buckets, match_portable_on_random_jobs, .
                            .block_size = b->block_size,
                            .dtype = b->dtype,
                            .decode = decode,
-                           .bf16 = b->set.caps.unscaled_q,
+                           .bf16 = b->set.caps.bf16_inputs,
                            .fp8 = uattn_dtype_is_fp8(b->dtype)};
   const int cases = (decode ? 6 : 1) * (60 / SPARSE + 4); /* the decode kernel's jobs are small and cheap */
   /* seeds from the bucket's shape, not its place in the registry: the same jobs for every ISA's bucket of a
@@ -167,7 +168,7 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
  * name with its probe, the portable set last and without one; the default is the first rung this CPU runs,
  * and UATTN_ISA names the highest rung to use: the first at or below it that runs, or with UATTN_TWINS the named
  * rung's twin where the CPU lacks the rung and runs the twin. Every bucket belongs to a rung and has its probe, and a rung
- * that shares another's bucket functions names another rung. */
+ * that shares another's bucket functions names another rung, which shares none. */
 Test(kernels, the_isa_ladder_is_the_manifests) {
   cr_assert_geq(uattn_isa_registry_size, 1);
   const uattn_isa *last = &uattn_isa_registry[uattn_isa_registry_size - 1];
@@ -182,11 +183,14 @@ Test(kernels, the_isa_ladder_is_the_manifests) {
     for (size_t j = 0; j < i; j++) cr_assert_str_neq(isa->name, uattn_isa_registry[j].name);
     const bool runs = !isa->runs_here || isa->runs_here();
     if (!best && runs) best = isa->set;
-    size_t other = 0;
-    while (isa->shares && other < uattn_isa_registry_size && strcmp(uattn_isa_registry[other].name, isa->shares))
-      other++;
-    cr_assert(!isa->shares || (other < uattn_isa_registry_size && other != i), "%s shares %s, not another rung",
-              isa->name, isa->shares);
+    for (int k = 0; k < 2; k++) { /* the rungs whose bucket functions it shares: others, sharing none */
+      const char *from = k ? isa->decodes : isa->shares;
+      size_t other = 0;
+      while (from && other < uattn_isa_registry_size && strcmp(uattn_isa_registry[other].name, from)) other++;
+      cr_assert(!from || (other < uattn_isa_registry_size && other != i && !uattn_isa_registry[other].shares &&
+                          !uattn_isa_registry[other].decodes),
+                "%s shares %s's bucket functions, not another rung's own", isa->name, from);
+    }
     cr_assert_eq(!isa->twin, !isa->twin_runs_here, "%s: a twin and its probe come together", isa->name);
     cr_assert(!isa->twin || (!strcmp(isa->twin->name, isa->name) && isa->twin != isa->set), "%s's twin", isa->name);
   }
@@ -221,11 +225,12 @@ Test(kernels, selection) {
   unsetenv("UATTN_ISA");
   unsetenv("UATTN_TWINS");
   const uattn_kernels *best = uattn_kernels_select(&why, NULL);
-  cr_assert_str_eq(best->name, uattn_amx_runs_here()          ? "amx"
-                               : uattn_avx512bf16_runs_here() ? "avx512bf16"
-                               : uattn_avx512_runs_here()     ? "avx512"
-                               : uattn_avx2_runs_here()       ? "avx2"
-                                                              : "portable");
+  cr_assert_str_eq(best->name, uattn_amx_runs_here()             ? "amx"
+                               : uattn_avx512bf16fma_runs_here() ? "avx512bf16fma"
+                               : uattn_avx512bf16_runs_here()    ? "avx512bf16"
+                               : uattn_avx512_runs_here()        ? "avx512"
+                               : uattn_avx2_runs_here()          ? "avx2"
+                                                                 : "portable");
   setenv("UATTN_ISA", "portable", 1);
   cr_assert_str_eq(uattn_kernels_select(&why, NULL)->name, "portable");
   cr_assert_str_eq(why, "forced by UATTN_ISA");

@@ -143,8 +143,10 @@ void check_set_on_random_jobs(const uattn_kernels *set, uattn_part part, const c
   /* A bf16 set's P in bf16 (its default): each weight p rounded, by up to 2^-8 p (bf16's 8 significant bits: half
    * a unit in the last place of 1 + 2^-7 is 2^-8 of it), moves o / l by up to 2^-8
    * of sum_j p_j |v_j| / l, which the error scale (exact_job) is at least. Its scores carry no bf16
-   * rounding here: the queries are bf16 values, unscaled for it (uattn_kernel_caps.unscaled_q), keys bf16. */
-  const double p_tol = set->caps.unscaled_q && !lim->probs_fp32 ? 0x1p-8 : 0.0;
+   * rounding here: the queries are bf16 values, unscaled for its bf16 kernels (uattn_kernel_caps.unscaled_q),
+   * keys bf16. The bound is the set's (bf16_inputs), whichever of its kernels (avx512bf16fma: a decode kernel
+   * with P in bf16, an attend with P in fp32) the job runs. */
+  const double p_tol = set->caps.bf16_inputs && !lim->probs_fp32 ? 0x1p-8 : 0.0;
   int worst_case = -1;
   for (int i = 0; i < cases; i++) {
     job_case c;

@@ -213,7 +213,7 @@ job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c)
       .rows = c->rows,
       .group = c->group,
       .head_dim = c->D,
-      .q = set->caps.unscaled_q ? c->qu : c->q,
+      .q = set->caps.unscaled_q ? c->qu : c->q, /* the attend's; the decode kernels' below */
       .query_pos = c->query_pos,
       .visible = c->visible,
       .num_keys = c->num_keys,
@@ -234,13 +234,15 @@ job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c)
   const bool tiled = part == UATTN_PART_UNIQUE && c->tiled &&
                      uattn_decode_tiled_fits(set, c->num_keys, c->D, c->group, c->dtype, c->probs_fp32) &&
                      c->rows * c->group <= set->caps.decode_max_vectors;
+  uattn_panel_job decode_job = job;
+  decode_job.q = set->caps.decode_unscaled_q ? c->qu : c->q;
   if (tiled) { /* the case's head of a TILED copy of its rows */
     const size_t esz = uattn_dtype_size(c->dtype), head = (size_t)((const char *)c->k_src - c->k_base) / esz / c->D;
     char *tk, *tv;
     tiled_copy(c->dtype, c->k_base, c->v_base, c->count, c->kv_heads, c->D, &tk, &tv);
     const size_t bytes = sizeof(float) * uattn_decode_scratch_floats(1, c->rows * c->group, c->D);
     float *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    set->decode_tiled(&job, 1, nx, c->dtype, tk + head * 16 * c->D * esz, tv + head * 16 * c->D * esz,
+    set->decode_tiled(&decode_job, 1, nx, c->dtype, tk + head * 16 * c->D * esz, tv + head * 16 * c->D * esz,
                       (size_t)c->kv_heads * 16 * c->D, (size_t)16 * c->D, scratch);
     free(scratch), free(tk), free(tv);
   } else if (part == UATTN_PART_UNIQUE && uattn_decode_fits(set, c->num_keys, c->D, c->group) &&
@@ -251,11 +253,11 @@ job_result run_set(const uattn_kernels *set, uattn_part part, const job_case *c)
       block_list bl;
       scatter_blocks(c, &bl);
       const uattn_decode_src src = {bl.k, bl.v, c->list_keys, c->stride, 0};
-      set->decode(&job, 1, nx, c->dtype, &src, scratch);
+      set->decode(&decode_job, 1, nx, c->dtype, &src, scratch);
       free(bl.k_pool), free(bl.v_pool);
     } else { /* from the source, no panels */
       const uattn_decode_src src = uattn_decode_one_block(&c->k_src, &c->v_src, c->stride, 0);
-      set->decode(&job, 1, nx, c->dtype, &src, scratch);
+      set->decode(&decode_job, 1, nx, c->dtype, &src, scratch);
     }
     free(scratch);
   } else
