@@ -77,6 +77,17 @@ static bool record_allows_decode(const char *isa, int32_t block_size, int32_t he
   return false;
 }
 
+/* The ISA whose bucket functions of a part a level's buckets name (gen/manifest.json: shares, decodes), for the
+ * decode kernels (decode) or the others. */
+static const char *functions_of(const char *set, bool decode) {
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, set)) {
+      const char *from = decode ? uattn_isa_registry[i].decodes : uattn_isa_registry[i].shares;
+      return from ? from : set;
+    }
+  return set;
+}
+
 Test(dispatch, a_generated_bucket_serves_every_part) {
   unsetenv("UATTN_ISA");
   const uattn_kernel_bucket b = runnable_bucket(false);
@@ -89,16 +100,10 @@ Test(dispatch, a_generated_bucket_serves_every_part) {
   const bool decode = record_allows_decode(b.isa, b.block_size, b.head_dim);
   const char *const parts[] = {"causal", "shared", decode ? "decode" : "unique"};
   /* a bucket of an ISA that shares another's functions (gen/manifest.json's shares, decodes) names that ISA's */
-  const char *shares = NULL, *decodes = NULL;
-  for (size_t i = 0; i < uattn_isa_registry_size; i++)
-    if (!strcmp(uattn_isa_registry[i].name, b.isa)) shares = uattn_isa_registry[i].shares;
-  for (size_t i = 0; i < uattn_isa_registry_size; i++)
-    if (!strcmp(uattn_isa_registry[i].name, b.isa)) decodes = uattn_isa_registry[i].decodes;
   for (int p = 0; p < UATTN_NUM_PARTS; p++) {
-    const char *from = p == UATTN_PART_UNIQUE && decode ? decodes : shares;
     char want[64];
     snprintf(want, sizeof want, "uattn_%s_%s_b%d_d%d_c%d__%s", uattn_dtype_name(b.dtype), parts[p], b.block_size,
-             b.head_dim, b.chunk_size, from ? from : b.isa);
+             b.head_dim, b.chunk_size, functions_of(b.isa, p == UATTN_PART_UNIQUE && decode));
     cr_assert_str_eq(r.part_kernel[p], want);
   }
   cr_assert(strstr(r.reason, "generated bucket"), "%s", r.reason);
@@ -140,17 +145,6 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
  * either way, and load their panels (the same load); every other case gathers both. */
 static bool bf16_level(const char *set) {
   return !strcmp(set, "avx512bf16") || !strcmp(set, "amx") || !strcmp(set, "avx512bf16fma");
-}
-
-/* The ISA whose bucket functions of a part a level's buckets name (gen/manifest.json: shares, decodes), for the
- * decode kernels (decode) or the others. */
-static const char *functions_of(const char *set, bool decode) {
-  for (size_t i = 0; i < uattn_isa_registry_size; i++)
-    if (!strcmp(uattn_isa_registry[i].name, set)) {
-      const char *from = decode ? uattn_isa_registry[i].decodes : uattn_isa_registry[i].shares;
-      return from ? from : set;
-    }
-  return set;
 }
 
 static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
