@@ -139,12 +139,15 @@ Test(dispatch, uattn_isa_forces_a_generic_set) {
   cr_assert(strstr(r.reason, "UATTN_ISA"), "%s", r.reason);
 }
 
-/* What a level reads of a TILED cache as it lies, the contract its record states (kernels.h's caps): the
- * avx512bf16 level (and amx and avx512bf16fma, whose decode kernels are its) decodes bf16 and fp8 tiles with P in
- * bf16 and loads their panels; the avx2 and avx512 levels decode bf16 and fp8 tiles (the same kernel), P in fp32
- * either way, and load their panels (the same load); every other case gathers both. */
+/* What a level reads of a TILED cache as it lies, the contract its record states (kernels.h's caps): the levels
+ * that round to bf16 (the record's bf16_inputs: avx512bf16, and amx and avx512bf16fma, whose decode kernels are
+ * its) decode bf16 and fp8 tiles with P in bf16 and load their panels; the avx2 and avx512 levels decode bf16 and
+ * fp8 tiles (the same kernel), P in fp32 either way, and load their panels (the same load); every other case
+ * gathers both. */
 static bool bf16_level(const char *set) {
-  return !strcmp(set, "avx512bf16") || !strcmp(set, "amx") || !strcmp(set, "avx512bf16fma");
+  for (size_t i = 0; i < uattn_isa_registry_size; i++)
+    if (!strcmp(uattn_isa_registry[i].name, set)) return uattn_isa_registry[i].set->caps.bf16_inputs;
+  return false;
 }
 
 static bool decodes_tiles(const char *set, uattn_dtype t, bool probs_fp32) {
